@@ -1,0 +1,1 @@
+"""Spouts: interfaces and implementations."""

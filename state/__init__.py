@@ -1,0 +1,1 @@
+"""State: coordinator state and exactly-once user maps."""

@@ -1,0 +1,174 @@
+"""Coordinator state: a small tree of JSON values per topology (DESIGN §5).
+
+``TransactionalState`` is what the coordinator reads and writes; backends only do I/O.
+Paths are relative to the topology's root (``/<root>/<topology_id>/``) and use ``/``
+between parts, e.g. ``"committed"`` or ``"meta/12"``. Values are JSON (dict, list, str,
+int, float, bool, None) -- never pickle: nothing read back is ever executed.
+
+The layout the engine keeps (see ``transactional/_coordinator.py``)::
+
+    committed            {"txid": 12, "meta": <metadata of txid 12>}   last committed batch
+    meta/<txid>          {"meta": ..., "attempts": n, "actual": bool}  each uncommitted txid
+    lock                 the driver lock (backend specific)
+
+Backends: ``memory://`` (this module; embedded default, not durable) and
+``zk://host:port[,host:port]/<root>`` (``state/zookeeper.py``).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+from typing import Any
+from urllib.parse import urlparse
+
+from transactional.exceptions import ConfigError, LockHeldError
+
+JSON = Any
+
+
+class TransactionalState(abc.ABC):
+    """The coordinator's durable store for one topology. Users do not subclass this;
+    backend authors do.
+
+    The engine calls these from the driver only, from one thread at a time.
+    """
+
+    topology_id: str
+
+    @abc.abstractmethod
+    def get(self, path: str) -> JSON | None:
+        """The JSON value at ``path``, or None when absent."""
+
+    @abc.abstractmethod
+    def set(self, path: str, value: JSON) -> None:
+        """Durably write ``value`` at ``path`` (creating parents); returns once durable."""
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove ``path`` and its children; absent is not an error."""
+
+    @abc.abstractmethod
+    def children(self, path: str) -> list[str]:
+        """Names of the direct children of ``path`` (unsorted); [] when absent."""
+
+    @abc.abstractmethod
+    def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        """Become the one driver allowed to commit for this topology.
+
+        ``owner`` names this driver (host:pid) for messages and ``trident status``.
+        ``wait=False``: raise ``LockHeldError`` naming the holder at once if held.
+        ``wait=True``: block up to ``timeout`` seconds (None: forever), then raise it.
+        """
+
+    @abc.abstractmethod
+    def release_lock(self) -> None:
+        """Give the lock up (idempotent)."""
+
+    def lock_holder(self) -> str | None:
+        """Who holds the lock now (the ``owner`` given to ``acquire_lock``), or None."""
+        return None
+
+    def check_lock(self) -> None:
+        """Raise ``LeadershipLostError`` if this driver no longer holds its lock (e.g. its
+        ZooKeeper session expired). Called before every commit. Backends that can pause
+        (connection suspended) block here until connected again or the lock is lost."""
+
+    def close(self) -> None:
+        """Release the lock and the connection."""
+        self.release_lock()
+
+
+class MemoryTransactionalState(TransactionalState):
+    """The embedded default: a dict in the driver, shared by every run in this process
+    for the same topology id (so a second ``run_topology`` continues where the first
+    stopped, as a restart with ZooKeeper would). Not durable across processes.
+
+    >>> s = MemoryTransactionalState("demo-doctest")
+    >>> s.set("meta/1", {"meta": [0, 3]}); s.get("meta/1"), s.children("meta")
+    ({'meta': [0, 3]}, ['1'])
+    >>> s.delete("meta")
+    """
+
+    _stores: dict[str, dict[str, str]] = {}
+    _locks: dict[str, str] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, topology_id: str) -> None:
+        self.topology_id = topology_id
+        with self._guard:
+            self._data = self._stores.setdefault(topology_id, {})
+        self._owner: str | None = None
+
+    @classmethod
+    def reset(cls, topology_id: str | None = None) -> None:
+        """Forget stored state (all topologies when None). For tests."""
+        with cls._guard:
+            if topology_id is None:
+                cls._stores.clear()
+                cls._locks.clear()
+            else:
+                cls._stores.pop(topology_id, None)
+                cls._locks.pop(topology_id, None)
+
+    def get(self, path: str) -> JSON | None:
+        raw = self._data.get(_norm(path))
+        return None if raw is None else json.loads(raw)
+
+    def set(self, path: str, value: JSON) -> None:
+        self._data[_norm(path)] = json.dumps(value)  # JSON on the way in, as ZooKeeper
+
+    def delete(self, path: str) -> None:
+        p = _norm(path)
+        for k in [k for k in self._data if k == p or k.startswith(p + "/")]:
+            del self._data[k]
+
+    def children(self, path: str) -> list[str]:
+        p = _norm(path)
+        prefix = p + "/" if p else ""
+        return sorted({k[len(prefix):].split("/", 1)[0] for k in self._data if k.startswith(prefix)})
+
+    def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        with self._guard:
+            holder = self._locks.get(self.topology_id)
+            if holder is not None and holder != owner:
+                raise LockHeldError(
+                    f"topology {self.topology_id!r} is being run by {holder} in this process; "
+                    "wait for that run to finish or use another topology_id")
+            self._locks[self.topology_id] = owner
+            self._owner = owner
+
+    def release_lock(self) -> None:
+        with self._guard:
+            if self._owner is not None and self._locks.get(self.topology_id) == self._owner:
+                del self._locks[self.topology_id]
+            self._owner = None
+
+    def lock_holder(self) -> str | None:
+        return self._locks.get(self.topology_id)
+
+    def check_lock(self) -> None:
+        return None
+
+
+def _norm(path: str) -> str:
+    return "/".join(p for p in path.split("/") if p)
+
+
+def open_transactional_state(url: str, topology_id: str, **options: Any) -> TransactionalState:
+    """The coordinator state named by ``url`` for ``topology_id``.
+
+    ``memory://`` -> MemoryTransactionalState; ``zk://h:p[,h:p]/<root>`` ->
+    ``state.zookeeper.ZooKeeperTransactionalState`` (``options`` go to it, e.g. ``auth``,
+    ``connect_timeout``).
+    """
+    scheme = urlparse(url).scheme
+    if scheme == "memory":
+        return MemoryTransactionalState(topology_id)
+    if scheme == "zk":
+        from state.zookeeper import ZooKeeperTransactionalState  # the only kazoo importer
+
+        return ZooKeeperTransactionalState.from_url(url, topology_id, **options)
+    raise ConfigError(f"coordination URL {url!r} is not supported; use 'memory://' or "
+                      "'zk://host:port[,host:port]/<root>'")

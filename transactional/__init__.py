@@ -1,0 +1,1 @@
+"""spark-trident: Storm's transactional topologies on PySpark (engine package)."""

@@ -1,0 +1,74 @@
+"""Errors of spark-trident: one root, messages that name the thing and the fix."""
+
+from __future__ import annotations
+
+
+class TridentError(Exception):
+    """Root of every error raised by spark-trident."""
+
+
+class ConfigError(TridentError, ValueError):
+    """A configuration value is invalid; raised before anything runs."""
+
+
+class TopologyError(TridentError, ValueError):
+    """The topology is malformed (unknown component or field, cycle, ...); raised by ``build()``."""
+
+
+class InvalidTupleError(TridentError):
+    """A component emitted a tuple that breaks the contract (no TransactionAttempt first,
+    wrong number of values, undeclared stream). A programming error: the run stops at once."""
+
+
+class FailedException(TridentError):
+    """Raise anywhere in a bolt or emitter to fail only the current batch; it is replayed.
+
+    As Storm's ``FailedException``: the batch (and every later batch still in flight) is
+    re-emitted with a new attempt id. Other exceptions are retried the same way but count
+    towards ``max_attempts``; so does this one.
+    """
+
+
+class TopologyFailedError(TridentError):
+    """The run stopped: a txid failed ``max_attempts`` times, or an unrecoverable error.
+
+    Attributes name where: ``txid``, ``component``, ``task`` and ``cause`` (a text).
+    """
+
+    def __init__(self, message: str, *, txid: int | None = None, component: str | None = None,
+                 task: int | None = None, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.txid = txid
+        self.component = component
+        self.task = task
+        self.cause = cause
+
+
+class StateError(TridentError):
+    """User or coordinator state is unusable: unreachable, corrupt, or ahead of the coordinator."""
+
+
+class StateUnavailableError(StateError):
+    """A state server (ZooKeeper, Redis) cannot be reached; the message names its address."""
+
+
+class StateCorruptError(StateError):
+    """A stored value is not in the form the wrapper expects; the message names the key."""
+
+
+class StateAheadError(StateError):
+    """A stored txid is newer than the batch being committed: a second writer, or a reused
+    topology id. The run stops rather than corrupting counts."""
+
+
+class LockHeldError(StateError):
+    """Another driver holds the lock of this topology id; the message names the holder."""
+
+
+class LeadershipLostError(StateError):
+    """This driver lost its lock (session expired): it must not commit any more."""
+
+
+class SpoutError(TridentError):
+    """A spout cannot deliver what the coordinator planned (e.g. an offset range deleted by
+    retention). The run stops; the message names topic, partition, offsets and txid."""

@@ -1,0 +1,137 @@
+"""A server process for tests: a temp dir, a free loopback port, logs kept for failures.
+
+Built like kazoo's ``ManagedZooKeeper``: ``start()``, ``stop()`` (keeps data, can start
+again on the same port), ``kill()`` (SIGKILL), ``destroy()`` (stop and remove the dir).
+Subclasses give ``command()`` and ``is_ready()``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition",
+               clock=time.monotonic, sleep=time.sleep) -> None:
+    """Poll ``predicate`` until true; raise TimeoutError naming ``what`` after ``timeout``."""
+    deadline = clock() + timeout
+    while True:
+        if predicate():
+            return
+        if clock() >= deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        sleep(interval)
+
+
+class ManagedProcess:
+    """Base of the managed servers. ``name`` appears in messages and log file names."""
+
+    name = "server"
+    start_timeout = 30.0
+
+    def __init__(self, port: int | None = None, workdir: str | Path | None = None) -> None:
+        self.port = port or free_port()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"trident-{self.name}-"))
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / f"{self.name}.log"
+
+    # -- to override ----------------------------------------------------------------------
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def is_ready(self) -> bool:
+        return port_open(self.port)
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> "ManagedProcess":
+        if self.running:
+            return self
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=self.workdir,
+                                     env=self.env(), start_new_session=True)
+        log.close()
+
+        def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start; "
+                                   f"log:\n{self.logs()}")
+            return self.is_ready()
+
+        wait_until(ready, self.start_timeout, what=f"{self.name} on 127.0.0.1:{self.port}")
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop gracefully (SIGTERM, then SIGKILL); data stays for a later ``start()``."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group, as a crash would."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def logs(self, tail: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-tail:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "ManagedProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
