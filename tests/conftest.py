@@ -1,0 +1,23 @@
+"""Shared fixtures: one SparkContext per test session; real servers come from the
+``fixtures_*`` plugins (each starts its server on a free loopback port)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+pytest_plugins = ["fixtures_redis", "fixtures_zookeeper", "fixtures_kafka"]
+
+
+@pytest.fixture(scope="session")
+def spark_context():
+    """One local[2] SparkContext for the whole session (starting one costs ≈5 s)."""
+    from transactional._spark import get_or_create_context
+    from transactional.config import TopologyConfig
+
+    sc = get_or_create_context(TopologyConfig(spark_master="local[2]"))
+    yield sc
+    sc.stop()

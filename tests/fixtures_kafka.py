@@ -1,0 +1,1 @@
+"""pytest fixtures for a real kafka server (owned by the kafka work)."""

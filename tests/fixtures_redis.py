@@ -1,0 +1,1 @@
+"""pytest fixtures for a real redis server (owned by the redis work)."""

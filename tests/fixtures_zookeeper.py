@@ -1,0 +1,1 @@
+"""pytest fixtures for a real zookeeper server (owned by the zookeeper work)."""
