@@ -1,1 +1,19 @@
-"""State: coordinator state and exactly-once user maps."""
+"""State: the coordinator's ``TransactionalState`` and exactly-once user maps."""
+
+from state.base import MemoryTransactionalState, TransactionalState, open_transactional_state
+from state.map import (MapBacking, MapState, MemoryMapBacking, OpaqueMap, TransactionalMap,
+                       open_map_backing)
+
+__all__ = [
+    "TransactionalState", "MemoryTransactionalState", "open_transactional_state",
+    "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "MemoryMapBacking", "open_map_backing",
+    "RedisMapBacking",
+]
+
+
+def __getattr__(name: str):
+    if name == "RedisMapBacking":
+        from state.redis import RedisMapBacking
+
+        return RedisMapBacking
+    raise AttributeError(name)

@@ -1,1 +1,22 @@
-"""spark-trident: Storm's transactional topologies on PySpark (engine package)."""
+"""spark-trident: Apache Storm's transactional topologies on PySpark.
+
+Build a topology with ``TransactionalTopologyBuilder``, run it with ``run_topology``.
+"""
+
+from transactional.bolt import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt,
+                                BasicOutputCollector, BatchOutputCollector, Committer)
+from transactional.config import TopologyConfig
+from transactional.exceptions import (ConfigError, FailedException, InvalidTupleError,
+                                      TopologyError, TopologyFailedError, TridentError)
+from transactional.result import RunResult
+from transactional.topology import Topology, TransactionalTopologyBuilder
+from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
+from transactional._runner import run_topology
+
+__all__ = [
+    "TransactionalTopologyBuilder", "Topology", "TransactionAttempt", "Fields", "Values", "Tuple",
+    "BaseBasicBolt", "BaseBatchBolt", "BaseTransactionalBolt", "Committer",
+    "BatchOutputCollector", "BasicOutputCollector", "FailedException",
+    "TopologyConfig", "run_topology", "RunResult",
+    "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
+]

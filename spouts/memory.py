@@ -1,0 +1,101 @@
+"""In-memory partitioned spouts, for tests and examples (Storm's MemoryTransactionalSpout)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from spouts.base import (OpaquePartitionedTransactionalSpout, PartitionedCoordinator,
+                         PartitionedEmitter, PartitionedTransactionalSpout)
+from transactional.tuples import Fields, TransactionAttempt
+
+
+def _partitions(data: Mapping[int, Sequence] | Sequence) -> dict[int, list[tuple]]:
+    if not isinstance(data, Mapping):
+        data = {0: data}
+    out = {}
+    for p, rows in data.items():
+        if not isinstance(p, int) or p < 0:
+            raise ValueError(f"partition keys must be ints >= 0; got {p!r}")
+        out[p] = [r if isinstance(r, tuple) else tuple(r) if isinstance(r, list) else (r,) for r in rows]
+    return out
+
+
+class _MemoryCoordinator(PartitionedCoordinator):
+    def __init__(self, sizes: dict[int, int], take: int) -> None:
+        self.sizes, self.take = sizes, take
+
+    def num_partitions(self) -> int:
+        return max(self.sizes, default=-1) + 1
+
+    def plan_partition(self, partition: int, last_meta: Any) -> Any:
+        start = last_meta["end"] if last_meta else 0
+        end = min(start + self.take, self.sizes.get(partition, 0))
+        return {"start": start, "end": end} if end > start else None
+
+
+class _MemoryEmitter(PartitionedEmitter):
+    def __init__(self, spout: "MemoryTransactionalSpout") -> None:
+        self.spout = spout
+
+    def emit_partition_batch(self, tx: TransactionAttempt, collector: Any, partition: int, meta: Any) -> Any:
+        rows = self.spout.data[partition]
+        start, end = meta["start"], meta["end"]
+        deliver = getattr(self.spout, "deliver", None)
+        if deliver is not None:
+            end = max(start, min(end, deliver(tx, partition, start, end)))
+        emit = collector.emit
+        for row in rows[start:end]:
+            emit((tx, *row))
+        return {"start": start, "end": end}
+
+
+class MemoryTransactionalSpout(PartitionedTransactionalSpout):
+    """Emits in-memory partitions, ``take_per_batch`` tuples of each per batch.
+
+    ``data`` maps partition -> list of tuples (a plain list is partition 0; a value that
+    is not a tuple is a one-field tuple). Tuples are ``(tx, *row)`` with fields
+    ``("tx", *fields)``. A replay emits the same rows: batch metadata is the range
+    ``{"start": s, "end": e}`` of each partition.
+
+    >>> s = MemoryTransactionalSpout({0: ["a", "b", "c"], 1: ["d"]}, Fields("word"), 2)
+    >>> c = s.get_coordinator({}, None); c.plan_partition(0, None), c.plan_partition(0, {"start": 0, "end": 2})
+    ({'start': 0, 'end': 2}, {'start': 2, 'end': 3})
+    """
+
+    def __init__(self, data: Mapping[int, Sequence] | Sequence, fields: Fields, take_per_batch: int,
+                 tx_field: str = "tx") -> None:
+        if not isinstance(take_per_batch, int) or take_per_batch < 1:
+            raise ValueError(f"take_per_batch must be an int >= 1; got {take_per_batch!r}")
+        self.data = _partitions(data)
+        self.fields = fields if isinstance(fields, Fields) else Fields(fields)
+        self.take = take_per_batch
+        self.tx_field = tx_field
+
+    def get_coordinator(self, conf: dict, context: Any) -> PartitionedCoordinator:
+        return _MemoryCoordinator({p: len(r) for p, r in self.data.items()}, self.take)
+
+    def get_emitter(self, conf: dict, context: Any) -> PartitionedEmitter:
+        return _MemoryEmitter(self)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields(self.tx_field, *self.fields))
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.data.values())
+
+
+class OpaqueMemoryTransactionalSpout(MemoryTransactionalSpout, OpaquePartitionedTransactionalSpout):
+    """An opaque in-memory spout: like ``MemoryTransactionalSpout``, but an emitter may
+    deliver less than planned. ``deliver(tx, partition, start, end) -> actual_end``
+    (picklable; runs in Spark tasks) decides, e.g. to model a broker that is down during
+    the first attempt of txid 2: ``lambda tx, p, s, e: s + 1 if tx == (2, 1) else e``.
+    The stream goes on exactly where each partition's last batch ended.
+    """
+
+    opaque = True
+
+    def __init__(self, data: Mapping[int, Sequence] | Sequence, fields: Fields, take_per_batch: int,
+                 deliver: Callable[[TransactionAttempt, int, int, int], int] | None = None,
+                 tx_field: str = "tx") -> None:
+        super().__init__(data, fields, take_per_batch, tx_field)
+        self.deliver = deliver

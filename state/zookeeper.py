@@ -1,0 +1,513 @@
+"""ZooKeeper coordinator state (DESIGN §5): the only module that imports kazoo.
+
+``zk://host:port[,host:port]/<root>`` keeps one topology's coordinator state under
+``/<root>/<topology_id>/``; every value is a JSON document in the data of one znode
+(never pickle: nothing read back is ever executed)::
+
+    /<root>/<topology_id>/committed          {"txid": 12, "meta": ...}  last committed batch
+    /<root>/<topology_id>/meta/<txid>        {"meta": ..., "attempts": n}  uncommitted txids
+    /<root>/<topology_id>/lock/<uuid>__lock__<seq>   ephemeral, data = owner (kazoo Lock)
+
+Guarantees, and how:
+
+1. **One driver.** ``acquire_lock`` is kazoo's ``Lock`` recipe: an ephemeral sequential
+   znode under ``lock``; the lowest one holds the lock, its data names the owner.
+2. **Fencing.** Once the lock is held, every ``set`` and ``delete`` is a ZooKeeper
+   multi-op (transaction) that first *checks that this driver's lock znode still exists*.
+   The znode is ephemeral, so when the session expires ZooKeeper deletes it and every
+   later write of this driver fails atomically -- an expired driver can never write,
+   even if its client silently started a new session. The write raises
+   ``LeadershipLostError``; so does ``check_lock``.
+3. **Connection trouble.** While the connection is lost (kazoo state SUSPENDED) every
+   operation is retried (``KazooRetry``) until the client reconnects -- within the
+   session timeout the session, its lock and its watches survive. A retried write is
+   re-planned from what the server has (exists -> set, else create), so an operation
+   whose first try was applied before the connection dropped is not applied twice.
+   Retrying stops after ``retry_deadline`` seconds with ``StateUnavailableError``.
+4. **Auth.** With ``auth="user:password"`` the client adds that digest identity and
+   creates the topology's znodes with ``creator: all, world: read``: other clients can
+   read (``trident status``) but not change them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from typing import Any, Callable, TypeVar
+from urllib.parse import parse_qs, urlparse
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    KazooException,
+    LockTimeout,
+    NodeExistsError,
+    NoAuthError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions
+
+from state.base import JSON, TransactionalState
+from transactional.exceptions import (
+    ConfigError,
+    LeadershipLostError,
+    LockHeldError,
+    StateCorruptError,
+    StateError,
+    StateUnavailableError,
+)
+
+__all__ = ["ZooKeeperTransactionalState", "parse_zk_url", "DEFAULT_ROOT"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Root znode when the URL names none (``zk://host:2181``).
+DEFAULT_ROOT = "trident"
+#: ZooKeeper refuses znode data above ~1 MB (jute.maxbuffer); stay well below.
+MAX_VALUE_BYTES = 1_000_000
+LOCK_NODE = "lock"
+_CONTENDER = re.compile(r"__lock__(\d{10})$")
+_BAD_NAME = re.compile(r"[\x00-\x1f\x7f/]")
+
+
+def parse_zk_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``zk://h:p[,h:p]/<root>[?session_timeout=S]`` into (hosts, root, options).
+
+    >>> parse_zk_url("zk://a:2181,b:2181/apps/trident?session_timeout=4")
+    ('a:2181,b:2181', 'apps/trident', {'session_timeout': '4'})
+    >>> parse_zk_url("zk://localhost:2181")
+    ('localhost:2181', 'trident', {})
+    """
+    parsed = urlparse(url)
+    if parsed.scheme != "zk":
+        raise ConfigError(f"coordination URL {url!r} is not a ZooKeeper URL; "
+                          "use 'zk://host:port[,host:port]/<root>'")
+    if "@" in parsed.netloc:
+        raise ConfigError(f"coordination URL {url!r} carries credentials; pass them as "
+                          "coordination_auth='user:password' (--coordination-auth) instead, "
+                          "so they do not show up in logs and status output")
+    hosts = parsed.netloc
+    if not hosts or any(not h.strip() for h in hosts.split(",")):
+        raise ConfigError(f"coordination URL {url!r} names no ZooKeeper host; "
+                          "use 'zk://host:port[,host:port]/<root>'")
+    for h in hosts.split(","):
+        _, _, port = h.rpartition(":")
+        if ":" in h and not port.isdigit():
+            raise ConfigError(f"coordination URL {url!r}: port of {h!r} is not a number")
+    root = "/".join(p for p in parsed.path.split("/") if p) or DEFAULT_ROOT
+    for part in root.split("/"):
+        _check_name(part, f"root znode in coordination URL {url!r}")
+    if root.split("/")[0] == "zookeeper":
+        raise ConfigError(f"coordination URL {url!r}: /zookeeper is reserved by ZooKeeper; "
+                          "choose another root")
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = set(options) - {"session_timeout"}
+    if unknown:
+        raise ConfigError(f"coordination URL {url!r}: unknown option(s) {sorted(unknown)}; "
+                          "supported: session_timeout")
+    return hosts, root, options
+
+
+def _check_name(name: str, what: str) -> None:
+    if not name or name in (".", "..") or _BAD_NAME.search(name):
+        raise ConfigError(f"{what}: {name!r} is not a valid znode name (no '/', no control "
+                          "characters, not '.' or '..')")
+
+
+class ZooKeeperTransactionalState(TransactionalState):
+    """Coordinator state in ZooKeeper. Open it with ``from_url``; users do not subclass it.
+
+    >>> s = ZooKeeperTransactionalState.from_url(          # doctest: +SKIP
+    ...     "zk://127.0.0.1:2181/trident", "word-count", auth="app:secret")
+    >>> s.acquire_lock("host-a:4242", wait=False, timeout=None)   # doctest: +SKIP
+    >>> s.set("committed", {"txid": 1, "meta": [0, 3]})          # doctest: +SKIP
+    >>> s.close()                                                 # doctest: +SKIP
+
+    Called by the engine from one driver thread at a time (kazoo's own threads only
+    report connection state changes).
+    """
+
+    def __init__(self, client: KazooClient, *, hosts: str, root: str, topology_id: str,
+                 secure: bool, session_timeout: float, retry_deadline: float,
+                 sleep_func: Callable[[float], None] = time.sleep) -> None:
+        """Wrap a *started* kazoo client; prefer ``from_url``."""
+        _check_name(topology_id, "topology_id")
+        self.topology_id = topology_id
+        self.hosts = hosts
+        self.root = "/" + root
+        self.base = f"{self.root}/{topology_id}"
+        self.secure = secure
+        self.session_timeout = session_timeout
+        self.retry_deadline = retry_deadline
+        self._client = client
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
+                                 max_jitter=0.2, deadline=retry_deadline,
+                                 sleep_func=sleep_func, ignore_expire=True)
+        self._lock: Any = None          # kazoo Lock while held
+        self._fence: str | None = None  # full path of our lock znode while held
+        self._lost = False              # sticky: lock lost, never write again
+        self._closed = False
+        client.add_listener(self._on_state)
+        self._call(self._ensure_base, what="creating the topology's root znode")
+
+    # -- opening --------------------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: str, topology_id: str, *, auth: str | None = None,
+                 connect_timeout: float = 10.0, session_timeout: float | None = None,
+                 retry_deadline: float = 60.0,
+                 sleep_func: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> "ZooKeeperTransactionalState":
+        """Connect to ``zk://h:p[,h:p]/<root>`` and open ``topology_id``'s state.
+
+        ``auth``: ``"user:password"`` for ZooKeeper digest auth (znodes then get the ACL
+        creator-all, world-read). ``connect_timeout``: seconds to wait for the first
+        connection; the ``StateUnavailableError`` comes within it. ``session_timeout``
+        (default 10 s, or ``?session_timeout=`` in the URL): how long ZooKeeper keeps the
+        session -- and so the lock -- of a driver it no longer hears from.
+        ``retry_deadline``: how long an operation keeps retrying while disconnected.
+        """
+        hosts, root, options = parse_zk_url(url)
+        if session_timeout is None:
+            session_timeout = float(options.get("session_timeout", 10.0))
+        for name, value in (("connect_timeout", connect_timeout),
+                            ("session_timeout", session_timeout),
+                            ("retry_deadline", retry_deadline)):
+            if not value > 0:
+                raise ConfigError(f"{name} must be > 0 seconds; got {value!r}")
+        auth_data = None
+        acl = None
+        if auth is not None:
+            if ":" not in auth or not auth.split(":", 1)[0]:
+                raise ConfigError("coordination auth must be 'user:password' (ZooKeeper "
+                                  "digest auth); got a value without ':'")
+            auth_data = [("digest", auth)]
+            acl = list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
+        client = KazooClient(
+            hosts=hosts, timeout=session_timeout, auth_data=auth_data, default_acl=acl,
+            connection_retry=dict(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
+                                  max_jitter=0.2),
+            command_retry=dict(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
+                               max_jitter=0.2, deadline=retry_deadline))
+        started = clock()
+        try:
+            # kazoo's start() stops the client when it times out; leave room for that.
+            client.start(timeout=max(0.1, connect_timeout - 0.5))
+        except KazooTimeoutError:
+            raise StateUnavailableError(
+                f"cannot connect to ZooKeeper at {hosts} (coordination {url!r}) within "
+                f"{clock() - started:.1f}s: start ZooKeeper there, or fix the coordination "
+                "URL (TopologyConfig.coordination / --coordination)") from None
+        try:
+            return cls(client, hosts=hosts, root=root, topology_id=topology_id,
+                       secure=auth is not None, session_timeout=session_timeout,
+                       retry_deadline=retry_deadline, sleep_func=sleep_func)
+        except BaseException:
+            _stop(client)
+            raise
+
+    def _ensure_base(self) -> None:
+        # Parents of the topology znode stay open (other topologies share the root);
+        # the topology's own znodes take the client's default ACL.
+        self._client.ensure_path(self.root, acl=OPEN_ACL_UNSAFE)
+        self._client.ensure_path(self.base)
+        if self.secure:
+            self._tighten_acls()
+
+    def _tighten_acls(self) -> None:
+        """A tree created without auth gets the creator-all, world-read ACL now."""
+        acls, _ = self._client.get_acls(self.base)
+        if not any(a.id.scheme == "world" and a.perms & Permissions.WRITE for a in acls):
+            return
+        log.warning("securing %s: it was created without auth; setting ACL creator-all, "
+                    "world-read on its znodes", self.base)
+        for path in [self.base, *self._subtree(self.base)]:
+            try:
+                self._client.set_acls(path, self._client.default_acl)
+            except NoNodeError:
+                pass
+
+    # -- connection state -----------------------------------------------------------------
+    def _on_state(self, state: str) -> bool:
+        """kazoo listener (its thread; must not block). LOST while holding the lock means
+        ZooKeeper dropped our session and with it our ephemeral lock znode."""
+        if state == KazooState.LOST and self._fence is not None and not self._closed:
+            log.error("ZooKeeper session of topology %r lost: its driver lock is gone; "
+                      "no further commit is allowed", self.topology_id)
+            self._lost = True
+        elif state == KazooState.SUSPENDED and not self._closed:
+            log.warning("connection to ZooKeeper at %s lost; operations wait for it to "
+                        "come back", self.hosts)
+        return False
+
+    def _call(self, func: Callable[..., T], *args: Any, what: str, **kwargs: Any) -> T:
+        """Run ``func`` with retries while the connection is down; errors named for users."""
+        if self._closed:
+            raise StateError(f"coordinator state of topology {self.topology_id!r} is closed")
+        try:
+            return self._retry.copy()(func, *args, **kwargs)
+        except RetryFailedError:
+            raise StateUnavailableError(
+                f"ZooKeeper at {self.hosts} did not answer for {self.retry_deadline:.0f}s "
+                f"while {what} (topology {self.topology_id!r}); check that the ensemble "
+                "is up and reachable") from None
+        except NoAuthError:
+            raise StateError(
+                f"ZooKeeper refused {what} under {self.base}: its znodes are protected by a "
+                "digest ACL; give the right credentials (coordination_auth='user:password' "
+                "/ --coordination-auth)") from None
+        except ConnectionClosedError:
+            raise StateError(f"coordinator state of topology {self.topology_id!r} is "
+                             "closed") from None
+
+    # -- paths and values -----------------------------------------------------------------
+    def _abs(self, path: str) -> str:
+        parts = [p for p in path.split("/") if p]
+        for p in parts:
+            _check_name(p, f"state path {path!r}")
+        return "/".join([self.base, *parts])
+
+    def _decode(self, path: str, data: bytes | None) -> JSON | None:
+        if not data:
+            return None  # a parent znode (e.g. "meta") carries no value
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise StateCorruptError(f"znode {path} does not hold JSON ({e}); it was not "
+                                    "written by spark-trident") from None
+
+    def _encode(self, path: str, value: JSON) -> bytes:
+        try:
+            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"value for state path {path!r} is not JSON ({e}); coordinator "
+                            "state holds JSON values only") from None
+        if len(data) > MAX_VALUE_BYTES:
+            raise StateError(f"value for state path {path!r} is {len(data)} bytes; ZooKeeper "
+                             f"takes at most {MAX_VALUE_BYTES}: keep batch metadata small "
+                             "(offsets, not records)")
+        return data
+
+    def _subtree(self, path: str) -> list[str]:
+        """Descendants of ``path``, deepest first (children before parents)."""
+        out: list[str] = []
+        for child in self._client.get_children(path):
+            full = f"{path}/{child}"
+            out.extend(self._subtree(full))
+            out.append(full)
+        return out
+
+    # -- fencing --------------------------------------------------------------------------
+    def _fence_path(self) -> str | None:
+        """Our lock znode when we hold the lock (writes must check it), else None."""
+        if self._lost:
+            raise self._lost_error("its ZooKeeper session expired")
+        return self._fence
+
+    def _lost_error(self, why: str) -> LeadershipLostError:
+        self._lost = True
+        return LeadershipLostError(
+            f"driver lost the lock of topology {self.topology_id!r} ({why}); it must not "
+            f"commit any more. Restart it: it resumes from the last committed txid once it "
+            f"holds the lock again (ZooKeeper {self.hosts}, {self.base}/{LOCK_NODE})")
+
+    def _commit(self, fence: str | None, ops: Callable[[Any], None]) -> None:
+        """One ZooKeeper multi-op: [check fence] + ``ops``; all or nothing."""
+        tx = self._client.transaction()
+        if fence is not None:
+            tx.check(fence, -1)
+        ops(tx)
+        results = tx.commit()
+        if fence is not None and isinstance(results[0], (NoNodeError, BadVersionError)):
+            raise self._lost_error("its lock znode is gone: the session expired")
+        for r in results:
+            if isinstance(r, (NodeExistsError, NoNodeError, NotEmptyError)):
+                raise ForceRetryError()  # the tree changed under us: look again
+            if isinstance(r, NoAuthError):
+                raise r
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+                raise r
+
+    # -- TransactionalState ---------------------------------------------------------------
+    def get(self, path: str) -> JSON | None:
+        full = self._abs(path)
+        try:
+            data, _ = self._call(self._client.get, full, what=f"reading {full}")
+        except NoNodeError:
+            return None
+        return self._decode(full, data)
+
+    def set(self, path: str, value: JSON) -> None:
+        full = self._abs(path)
+        if full == self.base:
+            raise ValueError("set() needs a path below the topology root, e.g. 'committed'")
+        data = self._encode(path, value)
+        parent = full.rsplit("/", 1)[0]
+
+        def attempt() -> None:
+            fence = self._fence_path()
+            self._client.ensure_path(parent)
+            if self._client.exists(full) is None:
+                self._commit(fence, lambda tx: tx.create(full, data))
+            else:
+                self._commit(fence, lambda tx: tx.set_data(full, data))
+
+        self._call(attempt, what=f"writing {full}")
+
+    def delete(self, path: str) -> None:
+        full = self._abs(path)
+
+        def attempt() -> None:
+            fence = self._fence_path()
+            try:
+                nodes = self._subtree(full) + [full]
+            except NoNodeError:
+                return
+            if fence is not None:
+                nodes = [n for n in nodes if n != fence and not fence.startswith(n + "/")]
+                if not nodes:
+                    return
+
+            def ops(tx: Any) -> None:
+                for n in nodes:
+                    tx.delete(n)
+
+            self._commit(fence, ops)
+
+        self._call(attempt, what=f"deleting {full}")
+
+    def children(self, path: str) -> list[str]:
+        full = self._abs(path)
+        try:
+            return list(self._call(self._client.get_children, full, what=f"listing {full}"))
+        except NoNodeError:
+            return []
+
+    # -- the driver lock ------------------------------------------------------------------
+    def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        if self._lost:
+            raise self._lost_error("its ZooKeeper session expired")
+        if self._lock is not None:
+            return  # already ours
+        lock = self._client.Lock(f"{self.base}/{LOCK_NODE}", owner)
+        try:
+            if wait:
+                got = lock.acquire(blocking=True, timeout=timeout)
+            else:
+                got = lock.acquire(blocking=False)
+        except LockTimeout:
+            got = False
+        except NoAuthError:
+            raise StateError(
+                f"ZooKeeper refused the lock of topology {self.topology_id!r} under "
+                f"{self.base}: its znodes are protected by a digest ACL; give the right "
+                "credentials (coordination_auth='user:password' / --coordination-auth)"
+            ) from None
+        except KazooException as e:
+            raise StateUnavailableError(f"could not take the lock of topology "
+                                        f"{self.topology_id!r} at ZooKeeper {self.hosts}: "
+                                        f"{e!r}") from None
+        if not got:
+            holder = self.lock_holder() or "another driver"
+            waited = f" after waiting {timeout}s" if wait else ""
+            raise LockHeldError(
+                f"topology {self.topology_id!r} is locked by {holder}{waited} (ZooKeeper "
+                f"{self.hosts}, {self.base}/{LOCK_NODE}): only one driver may run it. Stop "
+                f"that driver, or wait for the lock (lock_wait_secs); a killed driver's lock "
+                f"goes when its ZooKeeper session expires (about "
+                f"{self.session_timeout:g}s)")
+        self._lock = lock
+        self._fence = f"{lock.path}/{lock.node}"
+        self._lost = False
+
+    def release_lock(self) -> None:
+        lock, self._lock, self._fence = self._lock, None, None
+        if lock is None or self._closed or self._lost:
+            return
+        try:
+            lock.release()
+        except KazooException as e:  # the ephemeral znode goes with the session anyway
+            log.warning("could not release the lock of topology %r: %r", self.topology_id, e)
+
+    def lock_holder(self) -> str | None:
+        lock_dir = f"{self.base}/{LOCK_NODE}"
+
+        def holder() -> str | None:
+            try:
+                names = self._client.get_children(lock_dir)
+            except NoNodeError:
+                return None
+            contenders = sorted((m.group(1), n) for n in names
+                                if (m := _CONTENDER.search(n)) is not None)
+            for _, name in contenders:
+                try:
+                    data, _ = self._client.get(f"{lock_dir}/{name}")
+                except NoNodeError:
+                    continue
+                return data.decode("utf-8", "replace")
+            return None
+
+        return self._call(holder, what=f"reading {lock_dir}")
+
+    def check_lock(self) -> None:
+        """Raise ``LeadershipLostError`` unless our lock znode still exists in our session.
+
+        While the connection is suspended this blocks (retrying) until it is back: a
+        reconnect within the session timeout keeps the lock, an expired session does not.
+        """
+        if self._lost:
+            raise self._lost_error("its ZooKeeper session expired")
+        fence = self._fence
+        if fence is None:
+            raise LeadershipLostError(f"this driver does not hold the lock of topology "
+                                      f"{self.topology_id!r}; call acquire_lock first")
+        stat = self._call(self._client.exists, fence, what=f"checking {fence}")
+        session = self._client.client_id
+        if stat is None or session is None or stat.ephemeralOwner != session[0]:
+            raise self._lost_error("its lock znode is gone: the session expired")
+
+    @property
+    def holds_lock(self) -> bool:
+        """True while this driver holds the lock and has not lost it (no server round trip)."""
+        return self._fence is not None and not self._lost
+
+    @property
+    def session_id(self) -> int | None:
+        """The current ZooKeeper session id (for tests and diagnostics)."""
+        cid = self._client.client_id
+        return None if cid is None else cid[0]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.release_lock()
+        self._closed = True
+        self._client.remove_listener(self._on_state)
+        _stop(self._client)
+
+    def __enter__(self) -> "ZooKeeperTransactionalState":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperTransactionalState(zk://{self.hosts}{self.base})"
+
+
+def _stop(client: KazooClient) -> None:
+    try:
+        client.stop()
+        client.close()
+    except Exception:  # pragma: no cover - best effort on shutdown
+        pass
+

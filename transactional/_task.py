@@ -1,0 +1,276 @@
+"""The one task runner: prepare -> execute* -> finish_batch, with routing by grouping.
+
+Spark stages (processing phase, in executors) and the commit phase (on the driver) both
+run tasks through ``run_task``. A task's input is a sequence of *payloads*
+``(source_component, stream, source_task, [values, ...])``; its output is a list of
+records ``(key, payload)`` where ``key = consumer_index * KEY_STRIDE + consumer_task``
+(the consumer's position in ``Topology.components`` and its task), ready for a Spark
+``partitionBy`` or a driver-side dict.
+"""
+
+from __future__ import annotations
+
+import traceback
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from transactional.exceptions import (FailedException, InvalidTupleError, StateAheadError,
+                                      StateCorruptError, SpoutError, TopologyFailedError)
+from transactional.topology import ComponentSpec, Topology
+from transactional.tuples import TransactionAttempt, Tuple
+
+KEY_STRIDE = 1 << 20
+Payload = tuple  # (source, stream, source_task, list[tuple])
+Record = tuple   # (key, Payload)
+FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError)
+
+
+def stable_hash(value: Any) -> int:
+    """A hash equal in every process and run (unlike ``hash`` of a str)."""
+    if isinstance(value, str):
+        return zlib.crc32(value.encode())
+    if isinstance(value, int):
+        return value & 0xFFFFFFFF
+    if isinstance(value, bytes):
+        return zlib.crc32(value)
+    if isinstance(value, tuple):
+        h = 17
+        for v in value:
+            h = (h * 31 + stable_hash(v)) & 0xFFFFFFFF
+        return h
+    return zlib.crc32(repr(value).encode())
+
+
+@dataclass
+class TaskFailure:
+    """What went wrong in one task, carried from executors to the driver as data."""
+
+    component: str
+    task: int
+    txid: int
+    attempt_id: int
+    kind: str          # "failed" (FailedException), "error" (any other), "fatal" (stops the run)
+    error_type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def of(cls, exc: BaseException, component: str, task: int, attempt: TransactionAttempt) -> "TaskFailure":
+        kind = "failed" if isinstance(exc, FailedException) else (
+            "fatal" if isinstance(exc, FATAL) else "error")
+        return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__,
+                   str(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+    def describe(self) -> str:
+        return (f"txid {self.txid} (attempt {self.attempt_id}), component {self.component!r}, "
+                f"task {self.task}: {self.error_type}: {self.message}")
+
+
+class Router:
+    """The collector a task emits into: checks each tuple and routes it by grouping."""
+
+    __slots__ = ("component", "task", "attempt", "_emit", "_direct", "_outputs", "emitted")
+
+    def __init__(self, topology: Topology, component: ComponentSpec, task: int,
+                 attempt: TransactionAttempt, only: Callable[[str], bool] | None = None) -> None:
+        self.component = component.id
+        self.task = task
+        self.attempt = attempt
+        self.emitted = 0
+        self._outputs: list[tuple[int, str, list[list]]] = []   # (consumer index, stream, per-task lists)
+        self._emit: dict[str, Callable[[tuple], None]] = {}
+        self._direct: dict[str, list[list[list]]] = {}
+        index = {c.id: i for i, c in enumerate(topology.components)}
+        for stream, spec in component.streams.items():
+            routes: list[Callable[[tuple], None]] = []
+            direct_targets: list[list[list]] = []
+            for consumer, sub in topology.consumers(component.id):
+                if sub.stream != stream or (only is not None and not only(consumer.id)):
+                    continue
+                lists: list[list] = [[] for _ in range(consumer.parallelism)]
+                self._outputs.append((index[consumer.id], stream, lists))
+                if sub.grouping == "direct":
+                    direct_targets.append(lists)
+                else:
+                    routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields]))
+            self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)
+            if spec.direct:
+                self._direct[stream] = direct_targets
+
+    # -- the collector API -------------------------------------------------------------------
+    def emit(self, values: tuple, stream: str = "default") -> None:
+        try:
+            fn = self._emit[stream]
+        except KeyError:
+            raise InvalidTupleError(
+                f"{self.component!r} task {self.task} emitted on undeclared stream {stream!r}; "
+                f"declared: {sorted(self._emit)}. Declare it in declare_output_fields") from None
+        fn(values)
+
+    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+        targets = self._direct.get(stream)
+        if targets is None:
+            raise InvalidTupleError(
+                f"{self.component!r} task {self.task} used emit_direct on stream {stream!r}, "
+                "which is not declared direct; declare(fields, stream, direct=True)")
+        self._check(values, stream)
+        for lists in targets:
+            if not 0 <= task < len(lists):
+                raise InvalidTupleError(f"{self.component!r} emit_direct to task {task}, but the "
+                                        f"consumer has tasks 0..{len(lists) - 1}")
+            lists[task].append(values)
+        self.emitted += 1
+
+    def report_error(self, error: BaseException) -> None:
+        import logging
+
+        logging.getLogger("trident").warning("%s task %d reported: %r", self.component, self.task, error)
+
+    def _check(self, values: Any, stream: str) -> None:
+        if not isinstance(values, tuple):
+            if isinstance(values, list):
+                values = tuple(values)
+            else:
+                raise InvalidTupleError(f"{self.component!r} task {self.task} emitted {values!r}; "
+                                        "emit a tuple, e.g. Values(self.id, ...)")
+        if not values or (values[0] is not self.attempt and values[0] != self.attempt):
+            raise InvalidTupleError(
+                f"{self.component!r} task {self.task} emitted a tuple without its "
+                f"TransactionAttempt as the first field: {values!r}; emit Values(self.id, ...) "
+                "(in a BaseBasicBolt: Values(tuple[0], ...))")
+
+    # -- output --------------------------------------------------------------------------------
+    def records(self) -> list[Record]:
+        out = []
+        for ci, stream, lists in self._outputs:
+            base = ci * KEY_STRIDE
+            for t, vals in enumerate(lists):
+                if vals:
+                    out.append((base + t, (self.component, stream, self.task, vals)))
+        return out
+
+
+def _route(grouping: str, lists: list[list], field_idx: list[int]) -> Callable[[tuple], None]:
+    n = len(lists)
+    if grouping == "global" or n == 1:
+        return lists[0].append
+    if grouping == "all":
+        def to_all(v: tuple) -> None:
+            for l in lists:
+                l.append(v)
+        return to_all
+    if grouping == "fields":
+        appends = [l.append for l in lists]
+        if len(field_idx) == 1:
+            fi = field_idx[0]
+
+            def by_field(v: tuple, h=stable_hash, crc=zlib.crc32) -> None:
+                x = v[fi]
+                appends[(crc(x.encode()) if type(x) is str else h(x)) % n](v)
+            return by_field
+
+        def by_fields(v: tuple) -> None:
+            appends[stable_hash(tuple(v[i] for i in field_idx)) % n](v)
+        return by_fields
+    # shuffle / none: round robin from a per-task random start -- an even spread
+    import random
+
+    state = [random.randrange(n)]
+    appends = [l.append for l in lists]
+
+    def shuffle(v: tuple) -> None:
+        i = state[0] = (state[0] + 1) % n
+        appends[i](v)
+    return shuffle
+
+
+def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
+                  routes: list[Callable[[tuple], None]]) -> Callable[[tuple], None]:
+    attempt = router.attempt
+    comp, task = router.component, router.task
+
+    def bad(values: Any) -> None:
+        router._check(values, stream)
+        raise InvalidTupleError(
+            f"{comp!r} task {task} emitted {len(values)} values on stream {stream!r}, which "
+            f"declares {nfields} fields: {values!r}")
+
+    if direct:
+        def emit_on_direct(values: tuple) -> None:
+            raise InvalidTupleError(f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
+                                    "use emit_direct(task, values, stream)")
+        return emit_on_direct
+
+    if len(routes) == 1:
+        route = routes[0]
+
+        def emit1(values: tuple) -> None:
+            if type(values) is not tuple or len(values) != nfields or (
+                    values[0] is not attempt and values[0] != attempt):
+                if type(values) is list and len(values) == nfields and values and values[0] == attempt:
+                    values = tuple(values)
+                else:
+                    bad(values)
+            route(values)
+            router.emitted += 1
+        return emit1
+
+    def emit(values: tuple) -> None:
+        if type(values) is not tuple or len(values) != nfields or (
+                values[0] is not attempt and values[0] != attempt):
+            if type(values) is list and len(values) == nfields and values and values[0] == attempt:
+                values = tuple(values)
+            else:
+                bad(values)
+        for r in routes:
+            r(values)
+        router.emitted += 1
+    return emit
+
+
+class TaskContext:
+    """The ``context`` given to ``prepare`` (see ``transactional.bolt.TopologyContext``)."""
+
+    def __init__(self, topology: Topology, component: ComponentSpec, task: int, phase: str,
+                 states: Any = None) -> None:
+        self.topology_id = topology.topology_id
+        self.component_id = component.id
+        self.task_index = task
+        self.num_tasks = component.parallelism
+        self.phase = phase
+        self._topology = topology
+        self._states = states
+
+    def component_tasks(self, component_id: str) -> int:
+        return self._topology.component(component_id).parallelism
+
+    def map_state(self, name: str, opaque: bool = False) -> Any:
+        if self._states is None:
+            raise RuntimeError(f"map_state({name!r}) is not available in {self.component_id!r}: "
+                               "user state is reached from committers and bolts of the commit phase")
+        return self._states.map_state(name, opaque)
+
+
+def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
+             payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
+             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int]:
+    """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted).
+
+    Exceptions propagate; callers turn them into ``TaskFailure``.
+    """
+    bolt = component.new_instance()
+    router = Router(topology, component, task, attempt, only)
+    bolt.prepare(conf, TaskContext(topology, component, task, phase, states), router, attempt)
+    execute = bolt.execute
+    fields_of = {}
+    n = 0
+    for source, stream, source_task, values_list in payloads:
+        fields = fields_of.get((source, stream))
+        if fields is None:
+            fields = fields_of[(source, stream)] = topology.component(source).streams[stream].fields
+        for v in values_list:
+            execute(Tuple(v, fields, source, stream, source_task))
+        n += len(values_list)
+    bolt.finish_batch()
+    return router.records(), n, router.emitted

@@ -1,0 +1,135 @@
+"""``TopologyConfig``: every knob of a run, validated before anything starts (DESIGN §8).
+
+Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pending``,
+``topology.message.timeout.secs`` -> ``message_timeout_secs``,
+``transactional.zookeeper.servers`` -> ``coordination``,
+``topology.state.provider`` -> ``state``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from transactional.exceptions import ConfigError
+
+
+class TopologyConfig(BaseModel):
+    """How to run a topology. Every default runs on one machine with no servers.
+
+    >>> TopologyConfig(max_spout_pending=4).max_spout_pending
+    4
+    >>> TopologyConfig(max_spout_pending=0)
+    Traceback (most recent call last):
+    ...
+    transactional.exceptions.ConfigError: invalid TopologyConfig: max_spout_pending: must be >= 1 (got 0)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spark_master: str = Field("local[*]", description="Spark master URL (local[*], spark://host:port, yarn, k8s://...)")
+    app_name: str | None = Field(None, description="Spark application name; default 'trident-<topology_id>'")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings for a context this run creates")
+    coordination: str = Field("memory://", description="coordinator state: memory:// or zk://host:port[,host:port]/<root>")
+    coordination_auth: str | None = Field(None, description="ZooKeeper digest credentials 'user:password'; znodes get an ACL")
+    state: str = Field("memory://", description="user map state: memory://, redis://[user:password@]host:port/db, rediss://...")
+    state_options: dict[str, Any] = Field(default_factory=dict, description="passed to the map backing (e.g. serializer)")
+    max_spout_pending: int = Field(3, description="txids emitted and not yet committed, at most (Storm's topology.max.spout.pending)")
+    message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
+    max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
+    idle_timeout_secs: float | None = Field(0.0, description="when the spout has nothing new, wait this long for data before ending the run (None: forever)")
+    poll_interval_secs: float = Field(0.2, description="how often an idle spout is asked again")
+    lock_wait_secs: float | None = Field(0.0, description="another driver runs this topology: 0 fails at once naming it, None waits forever, N waits N s")
+    connect_timeout_secs: float = Field(10.0, description="time allowed to reach ZooKeeper/Redis at start")
+    progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
+    conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise ConfigError(_explain(e)) from None
+
+    @field_validator("max_spout_pending", "max_attempts")
+    @classmethod
+    def _at_least_one(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"must be >= 1 (got {v})")
+        return v
+
+    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be > 0 seconds (got {v})")
+        return v
+
+    @field_validator("idle_timeout_secs", "lock_wait_secs")
+    @classmethod
+    def _non_negative(cls, v: float | None) -> float | None:
+        if v is not None and v < 0:
+            raise ValueError(f"must be >= 0 seconds or None (got {v})")
+        return v
+
+    @field_validator("coordination")
+    @classmethod
+    def _coordination_url(cls, v: str) -> str:
+        u = urlparse(v)
+        if u.scheme == "memory":
+            return v
+        if u.scheme != "zk":
+            raise ValueError(f"{v!r}: use 'memory://' or 'zk://host:port[,host:port]/<root>'")
+        if not u.netloc:
+            raise ValueError(f"{v!r} names no ZooKeeper server; e.g. 'zk://127.0.0.1:2181/trident'")
+        for hp in u.netloc.split(","):
+            host, _, port = hp.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"{v!r}: server {hp!r} is not host:port")
+        return v
+
+    @field_validator("state")
+    @classmethod
+    def _state_url(cls, v: str) -> str:
+        u = urlparse(v)
+        if u.scheme == "memory":
+            return v
+        if u.scheme not in ("redis", "rediss"):
+            raise ValueError(f"{v!r}: use 'memory://' or 'redis://[user:password@]host:port/db' (rediss:// for TLS)")
+        if not u.hostname:
+            raise ValueError(f"{v!r} names no Redis host; e.g. 'redis://127.0.0.1:6379/0'")
+        try:
+            u.port
+        except ValueError:
+            raise ValueError(f"{v!r}: the port is not a number") from None
+        return v
+
+    @field_validator("coordination_auth")
+    @classmethod
+    def _auth(cls, v: str | None) -> str | None:
+        if v is not None and ":" not in v:
+            raise ValueError("must be 'user:password'")
+        return v
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings with passwords hidden, for logs and benchmark lines."""
+        d = self.model_dump()
+        for k in ("state", "coordination"):
+            u = urlparse(d[k])
+            if u.password:
+                d[k] = d[k].replace(f":{u.password}@", ":***@")
+        if d["coordination_auth"]:
+            d["coordination_auth"] = d["coordination_auth"].split(":")[0] + ":***"
+        return d
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown setting; known settings: {', '.join(TopologyConfig.model_fields)}"
+        parts.append(f"{loc}: {msg}")
+    return "invalid TopologyConfig: " + "; ".join(parts)

@@ -1,0 +1,335 @@
+"""Building a transactional topology; the result is plain, immutable, picklable data.
+
+``TransactionalTopologyBuilder(...).build()`` validates everything it can before Spark
+starts (unknown components, streams and fields, groupings that do not fit the stream,
+cycles, bolts that cannot be shipped to executors) and returns a ``Topology``. The runner
+is its one interpreter; ``trident describe`` only reads it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from pyspark import cloudpickle
+
+from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
+from transactional.exceptions import TopologyError
+from transactional.tuples import Fields
+
+GROUPINGS = ("shuffle", "fields", "global", "all", "none", "direct")
+_OWN_PACKAGES = ("transactional", "spouts", "state")
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """``consumer`` reads ``source``'s ``stream`` with ``grouping`` (on ``fields``)."""
+
+    source: str
+    stream: str
+    grouping: str
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    fields: Fields
+    direct: bool = False
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One spout or bolt: its id, parallelism, inputs, declared streams and its pickled
+    instance (``new_instance()`` gives a fresh one, as Storm deserializes a fresh bolt
+    per batch)."""
+
+    id: str
+    kind: str                       # "spout" or "bolt"
+    parallelism: int
+    committer: bool
+    basic: bool
+    inputs: tuple[Subscription, ...]
+    streams: Mapping[str, StreamSpec]
+    blob: bytes = field(repr=False)
+    class_name: str = ""
+
+    def new_instance(self) -> Any:
+        obj = pickle.loads(self.blob)
+        return BasicBoltAdapter(obj) if self.basic else obj
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated transactional topology. Immutable; build it with
+    ``TransactionalTopologyBuilder``.
+
+    ``components`` lists the spout first, then bolts in a topological order;
+    ``commit_components`` are the committers and every bolt downstream of one (they run
+    in the commit phase, on the driver).
+    """
+
+    topology_id: str
+    spout_id: str
+    components: tuple[ComponentSpec, ...]
+    commit_components: frozenset[str]
+
+    def component(self, component_id: str) -> ComponentSpec:
+        for c in self.components:
+            if c.id == component_id:
+                return c
+        raise KeyError(component_id)
+
+    @property
+    def spout(self) -> ComponentSpec:
+        return self.components[0]
+
+    @property
+    def bolts(self) -> tuple[ComponentSpec, ...]:
+        return self.components[1:]
+
+    def consumers(self, source: str) -> list[tuple[ComponentSpec, Subscription]]:
+        """Who reads ``source``, with the subscription."""
+        return [(c, s) for c in self.components for s in c.inputs if s.source == source]
+
+    def describe(self) -> str:
+        """A human-readable listing: components, parallelism, groupings, phases."""
+        lines = [f"topology {self.topology_id!r}"]
+        for c in self.components:
+            phase = "spout" if c.kind == "spout" else (
+                "commit" if c.id in self.commit_components else "processing")
+            tag = " committer" if c.committer else ""
+            lines.append(f"  {c.id} ({c.class_name}) x{c.parallelism} [{phase}{tag}]")
+            for sname, s in c.streams.items():
+                lines.append(f"      emits {sname}{' (direct)' if s.direct else ''}: {tuple(s.fields)}")
+            for s in c.inputs:
+                on = f" on {s.fields}" if s.fields else ""
+                lines.append(f"      <- {s.source}/{s.stream} {s.grouping}{on}")
+        return "\n".join(lines)
+
+
+class _Declarer:
+    """Collects ``declare_output_fields`` calls."""
+
+    def __init__(self, component_id: str) -> None:
+        self.component_id = component_id
+        self.streams: dict[str, StreamSpec] = {}
+
+    def declare(self, fields: Fields, stream: str = "default", direct: bool = False) -> None:
+        if not isinstance(fields, Fields):
+            fields = Fields(fields)
+        if stream in self.streams:
+            raise TopologyError(f"component {self.component_id!r} declared stream {stream!r} twice")
+        self.streams[stream] = StreamSpec(fields, direct)
+
+    def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None:
+        self.declare(fields, stream, direct)
+
+
+class InputDeclarer:
+    """Returned by ``set_bolt``: subscribe the bolt to sources, one call per grouping.
+    Each method returns the declarer, so calls chain."""
+
+    def __init__(self, builder: "TransactionalTopologyBuilder", bolt_id: str) -> None:
+        self._builder = builder
+        self._id = bolt_id
+
+    def _add(self, source: str, stream: str, grouping: str, fields: tuple[str, ...] = ()) -> "InputDeclarer":
+        self._builder._inputs[self._id].append(Subscription(source, stream, grouping, fields))
+        return self
+
+    def shuffle_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """Tuples spread evenly over the bolt's tasks."""
+        return self._add(source, stream, "shuffle")
+
+    def fields_grouping(self, source: str, fields: Fields | tuple[str, ...] | str,
+                        stream: str = "default") -> "InputDeclarer":
+        """Tuples with equal values of ``fields`` go to the same task (a hash that is
+        stable across processes and runs)."""
+        if isinstance(fields, str):
+            fields = (fields,)
+        return self._add(source, stream, "fields", tuple(fields))
+
+    def global_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """Every tuple to task 0."""
+        return self._add(source, stream, "global")
+
+    def all_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """Every tuple to every task."""
+        return self._add(source, stream, "all")
+
+    def none_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """No preference (as shuffle)."""
+        return self._add(source, stream, "none")
+
+    def direct_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """The emitter picks the task (``emit_direct``); ``stream`` must be declared direct."""
+        return self._add(source, stream, "direct")
+
+
+class TransactionalTopologyBuilder:
+    """Storm's ``TransactionalTopologyBuilder``.
+
+    >>> from spouts import MemoryTransactionalSpout
+    >>> from transactional import Fields
+    >>> from transactional.bolt import BaseBatchBolt
+    >>> spout = MemoryTransactionalSpout({0: [("a",), ("b",)]}, Fields("word"), 1)
+    >>> b = TransactionalTopologyBuilder("doc", "spout", spout, 1)
+    >>> _ = b.set_bolt("count", BaseBatchBolt(), 2).shuffle_grouping("spout")
+    >>> b.build().describe().splitlines()[0]
+    "topology 'doc'"
+    """
+
+    def __init__(self, topology_id: str, spout_id: str, spout: Any, spout_parallelism: int = 1) -> None:
+        _check_id("topology_id", topology_id)
+        _check_id("spout id", spout_id)
+        self.topology_id = topology_id
+        self.spout_id = spout_id
+        self.spout = spout
+        self.spout_parallelism = _check_parallelism(spout_id, spout_parallelism)
+        self._bolts: dict[str, tuple[Any, int, bool]] = {}
+        self._inputs: dict[str, list[Subscription]] = {}
+
+    def set_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> InputDeclarer:
+        """Add a bolt with ``parallelism`` tasks; a ``Committer`` bolt commits."""
+        return self._set(bolt_id, bolt, parallelism, isinstance(bolt, Committer))
+
+    def set_committer_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> InputDeclarer:
+        """Add a batch bolt whose ``finish_batch`` runs in the commit phase."""
+        return self._set(bolt_id, bolt, parallelism, True)
+
+    def _set(self, bolt_id: str, bolt: Any, parallelism: int, committer: bool) -> InputDeclarer:
+        _check_id("bolt id", bolt_id)
+        if bolt_id == self.spout_id or bolt_id in self._bolts:
+            raise TopologyError(f"component id {bolt_id!r} is used twice; ids must be unique")
+        if not isinstance(bolt, (BaseBatchBolt, BaseBasicBolt)):
+            raise TopologyError(f"bolt {bolt_id!r} is a {type(bolt).__name__}; subclass BaseBatchBolt, "
+                                "BaseTransactionalBolt or BaseBasicBolt")
+        if committer and isinstance(bolt, BaseBasicBolt):
+            raise TopologyError(f"bolt {bolt_id!r} is a BaseBasicBolt and cannot be a committer; "
+                                "committers are batch bolts (BaseTransactionalBolt)")
+        self._bolts[bolt_id] = (bolt, _check_parallelism(bolt_id, parallelism), committer)
+        self._inputs[bolt_id] = []
+        return InputDeclarer(self, bolt_id)
+
+    def build(self) -> Topology:
+        """Validate and freeze. Raises ``TopologyError`` naming the problem and the fix."""
+        streams: dict[str, dict[str, StreamSpec]] = {}
+        d = _Declarer(self.spout_id)
+        if not hasattr(self.spout, "declare_output_fields"):
+            raise TopologyError(f"spout {self.spout_id!r} ({type(self.spout).__name__}) is not a "
+                                "transactional spout; subclass one of spouts.TransactionalSpout, "
+                                "PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout")
+        self.spout.declare_output_fields(d)
+        streams[self.spout_id] = d.streams
+        for bid, (bolt, _, _) in self._bolts.items():
+            d = _Declarer(bid)
+            bolt.declare_output_fields(d)
+            streams[bid] = d.streams
+
+        for bid, subs in self._inputs.items():
+            if not subs:
+                raise TopologyError(f"bolt {bid!r} has no input; subscribe it with e.g. "
+                                    f".shuffle_grouping({self.spout_id!r})")
+            for s in subs:
+                _check_subscription(bid, s, streams)
+
+        order = _topological_order(self.spout_id, self._inputs)
+        commit: set[str] = set()
+        for bid in order:
+            if self._bolts[bid][2] or any(s.source in commit for s in self._inputs[bid]):
+                commit.add(bid)
+
+        comps = [ComponentSpec(self.spout_id, "spout", self.spout_parallelism, False, False, (),
+                               dict(streams[self.spout_id]),
+                               _pickle(self.spout_id, self.spout), type(self.spout).__name__)]
+        for bid in order:
+            bolt, par, committer = self._bolts[bid]
+            comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
+                                       tuple(self._inputs[bid]), dict(streams[bid]),
+                                       _pickle(bid, bolt), type(bolt).__name__))
+        return Topology(self.topology_id, self.spout_id, tuple(comps), frozenset(commit))
+
+
+def _check_id(what: str, value: Any) -> None:
+    if not isinstance(value, str) or not value or "/" in value or ":" in value:
+        raise TopologyError(f"{what} must be a non-empty string without '/' or ':'; got {value!r}")
+
+
+def _check_parallelism(cid: str, n: Any) -> int:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise TopologyError(f"parallelism of {cid!r} must be an int >= 1; got {n!r}")
+    return n
+
+
+def _check_subscription(bid: str, s: Subscription, streams: dict[str, dict[str, StreamSpec]]) -> None:
+    if s.source not in streams:
+        raise TopologyError(f"bolt {bid!r} subscribes to unknown component {s.source!r}; "
+                            f"known components: {sorted(streams)}")
+    if s.source == bid:
+        raise TopologyError(f"bolt {bid!r} subscribes to itself; topologies are acyclic")
+    declared = streams[s.source]
+    if s.stream not in declared:
+        raise TopologyError(f"bolt {bid!r} subscribes to stream {s.stream!r} of {s.source!r}, which "
+                            f"declares {sorted(declared) or 'no streams'}; declare it in "
+                            f"{s.source}.declare_output_fields or subscribe to a declared stream")
+    spec = declared[s.stream]
+    if s.grouping == "fields":
+        if not s.fields:
+            raise TopologyError(f"fields grouping of {bid!r} on {s.source!r} names no field")
+        missing = [f for f in s.fields if f not in spec.fields]
+        if missing:
+            raise TopologyError(f"bolt {bid!r} groups {s.source!r}/{s.stream} by unknown field(s) "
+                                f"{missing}; that stream declares {tuple(spec.fields)}")
+    if spec.direct and s.grouping != "direct":
+        raise TopologyError(f"stream {s.stream!r} of {s.source!r} is direct; bolt {bid!r} must "
+                            "subscribe with direct_grouping")
+    if s.grouping == "direct" and not spec.direct:
+        raise TopologyError(f"bolt {bid!r} uses direct_grouping on {s.source!r}/{s.stream}, which "
+                            "is not declared direct; declare it with direct=True")
+
+
+def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> list[str]:
+    """Bolts in an order where every source comes first; raises on a cycle."""
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2 or n == spout_id:
+            return
+        if state.get(n) == 1:
+            cycle = path[path.index(n):] + [n]
+            raise TopologyError(f"the topology has a cycle: {' -> '.join(cycle)}; transactional "
+                                "topologies must be acyclic")
+        state[n] = 1
+        for s in inputs[n]:
+            visit(s.source, path + [n])
+        state[n] = 2
+        order.append(n)
+
+    for n in inputs:
+        visit(n, [])
+    return order
+
+
+def _pickle(cid: str, obj: Any) -> bytes:
+    """Pickle a component for executors; classes from scripts and test modules (not
+    importable on a worker) go by value."""
+    for cls in type(obj).__mro__:
+        mod = sys.modules.get(cls.__module__)
+        if mod is None or cls.__module__ in ("builtins", "__main__"):
+            continue
+        top = cls.__module__.split(".")[0]
+        f = getattr(mod, "__file__", "") or ""
+        if top not in _OWN_PACKAGES and "site-packages" not in f and "/lib/python" not in f:
+            try:
+                cloudpickle.register_pickle_by_value(mod)
+            except (ValueError, TypeError):
+                pass
+    try:
+        return cloudpickle.dumps(obj)
+    except Exception as e:  # noqa: BLE001 - reported with the component's name
+        raise TopologyError(f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
+                            f"shipped to Spark executors: {e}. Create connections and other "
+                            "unpicklable members in prepare(), not in __init__") from e
