@@ -372,6 +372,9 @@ class RedisMapBacking:
             raise StateUnavailableError(f"Redis at {self.address} is unreachable ({e}); {fix}") from None
         finally:
             probe.connection_pool.disconnect()
+        # open the pooled connection now (its handshake), so the first batch costs exactly
+        # its two round trips
+        self._io("connecting to", self.client.ping)
 
     def close(self) -> None:
         """Close the pooled connections (a later call reconnects)."""

@@ -1,0 +1,503 @@
+"""Redis user state against a real redis-server (never fakeredis), and the pure
+exactly-once rules of ``state/map.py`` as properties.
+
+- ``TestMapContract``: the TransactionalMap/OpaqueMap rules, parametrized over the
+  ``memory`` and ``redis`` backings: every backing must behave the same.
+- ``TestRedisBacking``: what only Redis has: key layout, one read + one write per
+  ``multi_update`` measured with ``INFO commandstats``, fencing, auth, TLS, errors,
+  restart with AOF, pickling.
+- ``TestRules``: hypothesis properties of ``transactional_apply`` / ``opaque_apply``.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import socket
+import time
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from state.map import (MemoryMapBacking, OpaqueMap, TransactionalMap, open_map_backing,
+                       opaque_apply, transactional_apply)
+from state.redis import JSON, RedisMapBacking, decode_key, encode_key
+from transactional.exceptions import (ConfigError, StateAheadError, StateCorruptError,
+                                      StateUnavailableError)
+from transactional.testing._process import free_port
+
+pytestmark = pytest.mark.integration
+
+MAPS = {"transactional": TransactionalMap, "opaque": OpaqueMap}
+
+
+def add(n: int):
+    return lambda old: (old or 0) + n
+
+
+def commit(m, txid: int, keys: list, updaters) -> list:
+    """One batch through a map as the framework drives it."""
+    m.begin_commit(txid)
+    try:
+        return m.multi_update(keys, updaters)
+    finally:
+        m.commit(txid)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backing(request: pytest.FixtureRequest):
+    """A fresh, empty backing of each kind."""
+    if request.param == "memory":
+        yield MemoryMapBacking()
+        return
+    url = request.getfixturevalue("redis_url")
+    b = RedisMapBacking.from_url(url, request.getfixturevalue("redis_namespace"))
+    yield b
+    b.close()
+
+
+# -- the contract every backing meets ---------------------------------------------------------
+
+class TestMapContract:
+    def test_absent_keys_read_as_none(self, backing):
+        assert backing.multi_get(["a", "b"]) == [None, None]
+        assert TransactionalMap(backing).multi_get(["a"]) == [None]
+
+    def test_values_round_trip(self, backing):
+        vals = [{"txid": 1, "val": {"n": 1, "l": [1, 2.5, "é", None, True]}},
+                {"txid": 1, "curr": "x", "prev": None}]
+        backing.multi_put(["a", "b"], vals)
+        assert backing.multi_get(["b", "a", "c"]) == [vals[1], vals[0], None]
+
+    def test_keys_of_other_types_are_distinct(self, backing):
+        keys = ["1", 1, ("a", 1), "~x", b"\x00"]
+        m = TransactionalMap(backing)
+        commit(m, 1, keys, [add(i) for i in range(1, 6)])
+        assert m.multi_get(keys) == [1, 2, 3, 4, 5]
+
+    def test_transactional_same_txid_is_skipped(self, backing):
+        m = TransactionalMap(backing)
+        assert commit(m, 1, ["a", "b"], add(1)) == [1, 1]
+        assert commit(m, 2, ["a"], add(5)) == [6]
+        assert commit(m, 2, ["a", "b"], add(5)) == [6, 6]  # replay of 2: a skipped, b applied
+        assert m.multi_get(["a", "b"]) == [6, 6]
+        assert backing.multi_get(["a"]) == [{"txid": 2, "val": 6}]
+
+    def test_opaque_same_txid_rebuilds_on_prev(self, backing):
+        m = OpaqueMap(backing)
+        commit(m, 1, ["a"], add(10))
+        assert commit(m, 2, ["a"], add(5)) == [15]
+        assert backing.multi_get(["a"]) == [{"txid": 2, "curr": 15, "prev": 10}]
+        assert commit(m, 2, ["a"], add(3)) == [13]  # a different replay of 2: 10 + 3
+        assert commit(m, 2, ["a"], add(3)) == [13]  # and again: still built on prev
+        assert commit(m, 3, ["a"], add(1)) == [14]
+        assert backing.multi_get(["a"]) == [{"txid": 3, "curr": 14, "prev": 13}]
+
+    def test_resume_right_after_a_partial_commit(self, backing):
+        # txid 5 wrote "a" and died before "b" (and before the coordinator recorded it)
+        t, o = TransactionalMap(backing), OpaqueMap(backing)
+        commit(t, 4, ["ta", "tb"], add(1))
+        commit(o, 4, ["oa", "ob"], add(1))
+        commit(t, 5, ["ta"], add(2))
+        commit(o, 5, ["oa"], add(7))  # the first attempt of 5 saw other tuples
+        assert commit(t, 5, ["ta", "tb"], add(2)) == [3, 3]
+        assert commit(o, 5, ["oa", "ob"], add(2)) == [3, 3]
+
+    @pytest.mark.parametrize("kind", MAPS)
+    def test_newer_stored_txid_is_an_error(self, backing, kind):
+        m = MAPS[kind](backing)
+        commit(m, 7, ["a"], add(1))
+        with pytest.raises(StateAheadError, match=r"'a'.*txid 7.*txid 6"):
+            commit(m, 6, ["a"], add(1))
+        assert m.multi_get(["a"]) == [1]
+
+    @pytest.mark.parametrize("kind", MAPS)
+    @pytest.mark.parametrize("bad", [{"foo": 1}, [1, 2], 42, "text", {"txid": 1}])
+    def test_corrupt_value_is_an_error_naming_the_key(self, backing, kind, bad):
+        backing.multi_put(["good", "weird-key"], [{"txid": 1, "val": 1, "curr": 1, "prev": 0}, bad])
+        m = MAPS[kind](backing)
+        with pytest.raises(StateCorruptError, match="weird-key"):
+            commit(m, 2, ["good", "weird-key"], add(1))
+        with pytest.raises(StateCorruptError, match="weird-key"):
+            m.multi_get(["weird-key"])
+        assert backing.multi_get(["weird-key", "good"]) == [bad, {"txid": 1, "val": 1, "curr": 1, "prev": 0}]
+
+    @pytest.mark.parametrize("kind", MAPS)
+    @pytest.mark.parametrize("combiner, batches, expected", [
+        ("sum", [[3, 4], [5, 0]], [8, 4]),
+        ("count", [[1, 1], [2, 0]], [3, 1]),
+        ("min", [[3, 4], [1, 9]], [1, 4]),
+        ("max", [[3, 4], [1, 9]], [3, 9]),
+        ("replace", [[3, 4], [1, 9]], [1, 9]),
+        (lambda old, new: (old or "") + new, [["a", "b"], ["c", "d"]], ["ac", "bd"]),
+    ], ids=["sum", "count", "min", "max", "replace", "function"])
+    def test_multi_combine(self, backing, kind, combiner, batches, expected):
+        m = MAPS[kind](backing)
+        for txid, values in enumerate(batches, start=1):
+            m.begin_commit(txid)
+            m.multi_combine(["x", "y"], values, combiner)
+            m.multi_combine(["x", "y"], values, combiner)  # a replay within the txid: no effect
+            m.commit(txid)
+        assert m.multi_get(["x", "y"]) == expected
+
+    def test_multi_combine_rejects_unknown_combiner(self, backing):
+        m = TransactionalMap(backing)
+        m.begin_commit(1)
+        with pytest.raises(ValueError, match="unknown combiner 'avg'"):
+            m.multi_combine(["x"], [1], "avg")
+
+    @pytest.mark.parametrize("kind", MAPS)
+    def test_one_read_and_one_write_per_multi_update(self, backing, kind):
+        m = MAPS[kind](backing)
+        keys = [f"k{i}" for i in range(300)]
+        before = backing.round_trips
+        commit(m, 1, keys, add(1))
+        assert backing.round_trips - before == 2
+        before = backing.round_trips
+        commit(m, 1, keys, add(1))  # a replay: Transactional skips every key, no write
+        assert backing.round_trips - before == (1 if kind == "transactional" else 2)
+
+
+# -- Redis only ----------------------------------------------------------------------------------
+
+def _cmdstats(client) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    d = {k: after[k] - before.get(k, 0) for k in after}
+    return {k: v for k, v in d.items() if v and k != "info"}
+
+
+# what LUA_FENCED_MSET runs on the server (counted by commandstats, not round trips)
+SCRIPT_INNER = {"get", "set", "type", "mset"}
+
+
+class TestRedisBacking:
+    @pytest.mark.parametrize("kind", MAPS)
+    @pytest.mark.parametrize("nkeys", [3, 2500])
+    def test_commandstats_one_read_one_write_whatever_the_key_count(
+            self, redis_server, redis_url, redis_namespace, kind, nkeys):
+        probe = redis_server.client()
+        m = MAPS[kind](RedisMapBacking.from_url(redis_url, redis_namespace))
+        keys = [f"k{i}" for i in range(nkeys)]
+        for txid in (1, 2):
+            before = _cmdstats(probe)
+            commit(m, txid, keys, add(1))
+            d = _delta(_cmdstats(probe), before)
+            sent = {k: v for k, v in d.items() if k not in SCRIPT_INNER}
+            assert sent == {"mget": 1, "evalsha": 1}, d
+            # inside the script: one fence GET/SET, MSET in chunks of 1000, TYPE per key
+            assert d.get("get", 0) == 1 and d.get("set", 0) == 1, d
+            assert d["mset"] == math.ceil(nkeys / 1000), d
+        assert m.multi_get(keys[:2]) == [2, 2]
+
+    def test_commandstats_replay_of_transactional_batch_only_reads(self, redis_server, redis_url, redis_namespace):
+        probe = redis_server.client()
+        m = TransactionalMap(RedisMapBacking.from_url(redis_url, redis_namespace))
+        commit(m, 1, ["a", "b"], add(1))
+        before = _cmdstats(probe)
+        commit(m, 1, ["a", "b"], add(1))
+        assert _delta(_cmdstats(probe), before) == {"mget": 1}
+
+    def test_key_layout_and_value_forms(self, redis_server, redis_url):
+        client = redis_server.client()
+        t = TransactionalMap(RedisMapBacking.from_url(redis_url, "wc:counts"))
+        o = OpaqueMap(RedisMapBacking.from_url(redis_url, "wc:opaque"))
+        commit(t, 1, ["apple", 7, ("a", 1)], add(3))
+        commit(o, 1, ["apple"], add(3))
+        commit(o, 2, ["apple"], add(2))
+        assert client.get("wc:counts:apple") == b'{"txid":1,"val":3}'
+        assert client.get("wc:counts:~j7") == b'{"txid":1,"val":3}'
+        assert client.get('wc:counts:~j["a",1]') == b'{"txid":1,"val":3}'
+        assert client.get("wc:opaque:apple") == b'{"txid":2,"curr":5,"prev":3}'
+        assert client.get("wc:counts:~fence") == b"1" and client.get("wc:opaque:~fence") == b"2"
+        assert sorted(k.decode() for k in client.keys("wc:*")) == sorted([
+            "wc:counts:apple", "wc:counts:~j7", 'wc:counts:~j["a",1]', "wc:counts:~fence",
+            "wc:opaque:apple", "wc:opaque:~fence"])
+
+    @pytest.mark.parametrize("key", ["a", "~a", "", "a:b", 0, -1, 2.5, True, None, ("x", (1, 2)), b"\xff"])
+    def test_encode_key_round_trips(self, key):
+        back = decode_key(encode_key(key))
+        norm = (lambda k: [norm(x) for x in k] if isinstance(k, (list, tuple)) else k)
+        assert norm(back) == norm(key) and type(back) is (list if isinstance(key, tuple) else type(key))
+
+    def test_encode_key_rejects_unstorable_keys(self):
+        with pytest.raises(TypeError, match="cannot be stored in Redis"):
+            encode_key(object())
+
+    def test_scan_and_clear(self, redis_url, redis_namespace):
+        b = RedisMapBacking.from_url(redis_url, redis_namespace)
+        commit(TransactionalMap(b), 1, ["a", 2, ("t", 1)], add(1))
+        assert b.scan() == {"a": {"txid": 1, "val": 1}, 2: {"txid": 1, "val": 1},
+                            ("t", 1): {"txid": 1, "val": 1}}
+        assert b.clear() == 4  # three keys and the fence
+        assert b.scan() == {}
+
+    def test_namespaces_are_isolated(self, redis_url):
+        a = TransactionalMap(RedisMapBacking.from_url(redis_url, "topo-a:counts"))
+        b = TransactionalMap(RedisMapBacking.from_url(redis_url, "topo-b:counts"))
+        commit(a, 5, ["k"], add(1))
+        commit(b, 1, ["k"], add(2))  # a different namespace has its own txids and fence
+        assert a.get("k") == 1 and b.get("k") == 2
+
+    def test_stale_writer_is_fenced_atomically(self, redis_url, redis_namespace):
+        new = TransactionalMap(RedisMapBacking.from_url(redis_url, redis_namespace))
+        stale_backing = RedisMapBacking.from_url(redis_url, redis_namespace)
+        stale = TransactionalMap(stale_backing)
+        commit(new, 3, ["a"], add(1))
+        commit(new, 3, ["c"], add(1))  # another task of the same txid: allowed
+        # a stale driver still on txid 2 writes keys the new one never touched
+        with pytest.raises(StateAheadError, match=rf"{redis_namespace}.*txid 3.*txid 2"):
+            commit(stale, 2, ["b", "d"], add(100))
+        assert stale_backing.multi_get(["b", "d"]) == [None, None]  # nothing written
+        unfenced = RedisMapBacking.from_url(redis_url, redis_namespace, fenced=False)
+        commit(TransactionalMap(unfenced), 2, ["b"], add(100))
+        assert new.get("b") == 100
+
+    def test_non_string_redis_value_is_never_overwritten(self, redis_server, redis_url, redis_namespace):
+        client = redis_server.client()
+        client.hset(f"{redis_namespace}:h", "f", "1")
+        b = RedisMapBacking.from_url(redis_url, redis_namespace)
+        with pytest.raises(StateCorruptError, match=rf"'{redis_namespace}:h'.*hash"):
+            commit(OpaqueMap(b), 1, ["a", "h", "z"], add(1))
+        assert client.hgetall(f"{redis_namespace}:h") == {b"f": b"1"}
+        assert b.multi_get(["a", "z"]) == [None, None]  # the whole batch was refused
+
+    def test_unreadable_bytes_are_corrupt_naming_the_key(self, redis_server, redis_url, redis_namespace):
+        redis_server.client().set(f"{redis_namespace}:a", b"\x80\x04not json")
+        m = TransactionalMap(RedisMapBacking.from_url(redis_url, redis_namespace))
+        with pytest.raises(StateCorruptError, match=rf"'{redis_namespace}:a'.*JSON cannot read"):
+            commit(m, 1, ["a"], add(1))
+
+    def test_pluggable_serializer(self, redis_server, redis_url, redis_namespace):
+        class Upper:
+            """JSON, stored upper-cased, to see the serializer is used both ways."""
+
+            def dumps(self, v: Any) -> bytes:
+                return JSON.dumps(v).upper()
+
+            def loads(self, data: bytes) -> Any:
+                return JSON.loads(data.lower())
+
+        m = TransactionalMap(RedisMapBacking.from_url(redis_url, redis_namespace, serializer=Upper()))
+        commit(m, 1, ["a"], add(2))
+        assert redis_server.client().get(f"{redis_namespace}:a") == b'{"TXID":1,"VAL":2}'
+        assert m.get("a") == 2
+        with pytest.raises(ConfigError, match="dumps"):
+            RedisMapBacking.from_url(redis_url, redis_namespace, serializer=object())
+
+    def test_pickles_without_its_connection_and_reconnects_lazily(self, redis_factory):
+        server = redis_factory(password="pickle-pw")
+        b = RedisMapBacking.from_url(server.url, "p:counts", serializer=pickle)
+        commit(OpaqueMap(b), 1, ["a"], add(4))
+        server.stop()
+        copy = pickle.loads(pickle.dumps(b))  # no connection is made while unpickling
+        assert copy.round_trips == 0 and copy.serializer is pickle
+        with pytest.raises(StateUnavailableError, match=f"127.0.0.1:{server.port}"):
+            copy.multi_get(["a"])
+        server.start()
+        assert OpaqueMap(copy).get("a") == 4
+        from_client = RedisMapBacking(server.client(), "p:counts", serializer=pickle)
+        again = pickle.loads(pickle.dumps(from_client))
+        assert OpaqueMap(again).get("a") == 4
+        assert "pickle-pw" not in repr(again) and "pickle-pw" not in again.address
+
+    def test_open_map_backing_selects_redis(self, redis_url, redis_namespace):
+        b = open_map_backing(redis_url, redis_namespace)
+        assert isinstance(b, RedisMapBacking) and b.namespace == redis_namespace
+        with pytest.raises(ConfigError, match="redis://"):
+            RedisMapBacking.from_url("http://127.0.0.1:1/0", redis_namespace)
+        with pytest.raises(ConfigError, match="namespace"):
+            RedisMapBacking.from_url(redis_url, "")
+
+    # -- auth, TLS, unreachable ----------------------------------------------------------------
+    def test_password_auth(self, redis_factory):
+        server = redis_factory(password="s3cret:/@x", appendonly=False)
+        m = TransactionalMap(RedisMapBacking.from_url(server.url, "a:counts"))
+        commit(m, 1, ["a"], add(1))
+        assert m.get("a") == 1
+
+    @pytest.mark.parametrize("how", ["wrong", "missing"])
+    def test_bad_password_is_a_clear_config_error(self, redis_factory, how):
+        server = redis_factory(password="s3cret", appendonly=False)
+        url = server.url_for(password="not-it") if how == "wrong" else f"redis://127.0.0.1:{server.port}/0"
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError) as e:
+            RedisMapBacking.from_url(url, "a:counts")
+        msg = str(e.value)
+        assert f"127.0.0.1:{server.port}" in msg and "password" in msg
+        assert "not-it" not in msg and "s3cret" not in msg
+        assert time.monotonic() - t0 < 5
+
+    def test_acl_user(self, redis_factory):
+        server = redis_factory(password="admin", appendonly=False)
+        server.client().acl_setuser("alice", enabled=True, passwords=["+alice-pw"],
+                                    keys=["acl:*"], commands=["+@all"])
+        m = OpaqueMap(RedisMapBacking.from_url(server.url_for(username="alice", password="alice-pw"), "acl:counts"))
+        commit(m, 1, ["a"], add(1))
+        assert m.get("a") == 1
+        with pytest.raises(ConfigError, match=rf"alice@127.0.0.1:{server.port}"):
+            RedisMapBacking.from_url(server.url_for(username="alice", password="nope"), "acl:counts")
+        denied = RedisMapBacking.from_url(server.url_for(username="alice", password="alice-pw"), "other:counts")
+        with pytest.raises(StateUnavailableError, match=r"alice@.*no permissions"):
+            commit(TransactionalMap(denied), 1, ["a"], add(1))
+
+    def test_tls(self, redis_factory, tmp_path):
+        import shutil
+
+        if shutil.which("openssl") is None:
+            pytest.skip("openssl CLI not installed")
+        from transactional.testing.redis import make_tls_files
+
+        server = redis_factory(tls=make_tls_files(tmp_path), appendonly=False)
+        b = RedisMapBacking.from_url(server.url, "tls:counts")
+        assert b.address.startswith("rediss://")
+        commit(TransactionalMap(b), 1, ["a"], add(1))
+        assert TransactionalMap(b).get("a") == 1
+        with pytest.raises(StateUnavailableError, match="ssl_ca_certs"):  # CA not trusted
+            RedisMapBacking.from_url(server.url.split("?")[0], "tls:counts", connect_timeout=3)
+
+    def test_unreachable_is_a_clear_error_naming_the_address(self):
+        port = free_port()  # nothing listens there
+        t0 = time.monotonic()
+        with pytest.raises(StateUnavailableError, match=rf"127.0.0.1:{port}.*start redis-server"):
+            RedisMapBacking.from_url(f"redis://:pw@127.0.0.1:{port}/3", "x:counts")
+        assert time.monotonic() - t0 < 10
+
+    def test_silent_server_times_out_within_connect_timeout(self):
+        with socket.socket() as silent:  # accepts TCP connections, never answers
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            port = silent.getsockname()[1]
+            t0 = time.monotonic()
+            with pytest.raises(StateUnavailableError, match=rf"127.0.0.1:{port}"):
+                RedisMapBacking.from_url(f"redis://127.0.0.1:{port}/0", "x:counts", connect_timeout=1.0)
+            assert time.monotonic() - t0 < 5
+
+    # -- restarts and failures mid-commit -------------------------------------------------------
+    @pytest.mark.parametrize("how", ["stop", "kill"])
+    def test_restart_with_aof_keeps_values(self, redis_factory, how):
+        server = redis_factory(appendonly=True)
+        t = TransactionalMap(RedisMapBacking.from_url(server.url, "r:t"))
+        o = OpaqueMap(RedisMapBacking.from_url(server.url, "r:o"))
+        keys = [f"k{i}" for i in range(50)]
+        for txid in range(1, 4):
+            commit(t, txid, keys, add(txid))
+            commit(o, txid, keys, add(txid))
+        getattr(server, how)()
+        server.start()
+        # the same objects carry on: stale pooled connections are replaced, the write
+        # script is loaded again (the script cache does not survive a restart)
+        assert commit(t, 4, keys, add(4)) == [10] * 50
+        assert commit(o, 4, keys, add(4)) == [10] * 50
+        assert commit(o, 4, keys[:1], add(1)) == [7]  # prev survived the restart too
+
+    def test_redis_down_mid_commit_fails_the_batch_and_the_replay_is_exact(self, redis_factory):
+        server = redis_factory(appendonly=True)
+        backing = RedisMapBacking.from_url(server.url, "d:counts")
+        m = OpaqueMap(backing)
+        commit(m, 1, ["a", "b"], add(1))
+        server.kill()
+        t0 = time.monotonic()
+        with pytest.raises(StateUnavailableError, match=rf"127.0.0.1:{server.port}.*replayed"):
+            commit(m, 2, ["a", "b"], add(5))
+        assert time.monotonic() - t0 < 5  # fails fast; the engine replays
+        server.start()
+        assert commit(m, 2, ["a", "b"], add(5)) == [6, 6]
+
+    def test_many_keys_batch(self, redis_url, redis_namespace):
+        m = OpaqueMap(RedisMapBacking.from_url(redis_url, redis_namespace))
+        keys = [f"w{i}" for i in range(10_000)]
+        commit(m, 1, keys, add(1))
+        assert commit(m, 2, keys, add(2))[-1] == 3
+        assert m.multi_get(keys[::1000]) == [3] * 10
+
+
+# -- the pure rules, as properties ---------------------------------------------------------
+
+stored_txids = st.integers(min_value=1, max_value=1000)
+values = st.one_of(st.none(), st.integers(-10**6, 10**6))
+increments = st.integers(-1000, 1000)
+batch = st.dictionaries(st.sampled_from("abcdef"), increments, max_size=6)
+
+
+class TestRules:
+    @given(prior=st.one_of(st.none(), st.builds(lambda t, v: {"txid": t, "val": v}, stored_txids, values)),
+           gap=st.integers(1, 5), inc=increments)
+    def test_transactional_applying_batch_t_twice_equals_once(self, prior, gap, inc):
+        txid = (prior["txid"] if prior else 0) + gap
+        once, val1, changed1 = transactional_apply("k", prior, txid, add(inc))
+        twice, val2, changed2 = transactional_apply("k", once, txid, add(inc))
+        assert twice == once and val2 == val1 and changed1 and not changed2
+        assert val1 == ((prior["val"] if prior else None) or 0) + inc
+
+    @given(prior=st.one_of(st.none(), st.builds(lambda t, c, p: {"txid": t, "curr": c, "prev": p},
+                                                stored_txids, values, values)),
+           gap=st.integers(1, 5), first=st.lists(increments, max_size=4), final=increments)
+    def test_opaque_a_different_replay_of_t_after_a_crash_builds_on_prev(self, prior, gap, first, final):
+        txid = (prior["txid"] if prior else 0) + gap
+        clean, clean_val, _ = opaque_apply("k", prior, txid, add(final))
+        s = prior
+        for inc in first:  # earlier attempts of t, each with other tuples, then a crash
+            s, _, _ = opaque_apply("k", s, txid, add(inc))
+        replayed, val, _ = opaque_apply("k", s, txid, add(final))
+        assert replayed == clean and val == clean_val
+
+    @given(stored=stored_txids, behind=st.integers(1, 50), kind=st.sampled_from(["t", "o"]))
+    def test_a_newer_stored_txid_always_raises(self, stored, behind, kind):
+        value = {"txid": stored, "val": 1} if kind == "t" else {"txid": stored, "curr": 1, "prev": 0}
+        apply = transactional_apply if kind == "t" else opaque_apply
+        with pytest.raises(StateAheadError):
+            apply("k", value, stored - behind, add(1))
+
+    @given(batches=st.lists(batch, min_size=1, max_size=6), data=st.data())
+    def test_transactional_crash_replays_count_each_batch_once(self, batches, data):
+        m = TransactionalMap(MemoryMapBacking())
+        for txid, b in enumerate(batches, start=1):
+            keys = sorted(b)
+            partial = data.draw(st.lists(st.sampled_from(keys), unique=True) if keys else st.just([]))
+            if partial:  # the driver died after writing some keys of this batch
+                commit(m, txid, partial, [add(b[k]) for k in partial])
+            commit(m, txid, keys, [add(b[k]) for k in keys])  # the replay, identical batch
+        expected = {k: sum(b.get(k, 0) for b in batches) for k in "abcdef" if any(k in b for b in batches)}
+        assert dict(zip(expected, m.multi_get(list(expected)))) == expected
+
+    @given(batches=st.lists(st.tuples(batch, batch), min_size=1, max_size=6))
+    def test_opaque_crash_replays_with_other_batches_count_only_the_last(self, batches):
+        m = OpaqueMap(MemoryMapBacking())
+        for txid, (first, final) in enumerate(batches, start=1):
+            if first:  # first attempt emitted `first`, wrote it, died before the record
+                commit(m, txid, sorted(first), [add(first[k]) for k in sorted(first)])
+            keys = sorted(set(first) | set(final))  # the replay touches what it emits
+            commit(m, txid, keys, [add(final.get(k, 0)) for k in keys])
+        touched = {k for f, g in batches for k in (*f, *g)}
+        got = dict(zip(sorted(touched), m.multi_get(sorted(touched))))
+        assert got == {k: sum(g.get(k, 0) for _, g in batches) for k in sorted(touched)}
+
+    def test_transactional_map_is_wrong_when_a_replay_differs(self):
+        """Why OpaqueMap exists: TransactionalMap keeps the first attempt's value."""
+        t, o = TransactionalMap(MemoryMapBacking()), OpaqueMap(MemoryMapBacking())
+        for m in (t, o):
+            commit(m, 1, ["a"], add(5))  # attempt 1 of txid 1 saw 5 tuples, then died
+            commit(m, 1, ["a"], add(3))  # the opaque replay of txid 1 emits 3
+        assert o.get("a") == 3 and t.get("a") == 5
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.tuples(batch, batch), min_size=1, max_size=5))
+def test_opaque_crash_replays_on_redis(redis_url, batches):
+    """The same property through the Redis backing (a fresh namespace per example)."""
+    m = OpaqueMap(RedisMapBacking.from_url(redis_url, f"h-{uuid.uuid4().hex[:8]}:c", check=False))
+    for txid, (first, final) in enumerate(batches, start=1):
+        if first:
+            commit(m, txid, sorted(first), [add(first[k]) for k in sorted(first)])
+        keys = sorted(set(first) | set(final))
+        if keys:
+            commit(m, txid, keys, [add(final.get(k, 0)) for k in keys])
+    touched = sorted({k for f, g in batches for k in (*f, *g)})
+    assert dict(zip(touched, m.multi_get(touched))) == {
+        k: sum(g.get(k, 0) for _, g in batches) for k in touched}
