@@ -148,7 +148,7 @@ class Engine:
 
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:
-        t0 = time.monotonic()
+        t0 = self.started = time.monotonic()
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         state = open_transactional_state(self.config.coordination, self.topology.topology_id,
                                          **self._coordination_options())
@@ -424,9 +424,10 @@ class Engine:
 
     def _log_progress(self) -> None:
         r = self.result
-        secs = max(1e-9, time.monotonic() - 0) if False else None
-        log.info("%s: committed txid %d (%d batches, %d attempts, %d failed), %s spout tuples",
-                 r.topology_id, r.last_txid, r.batches_committed, r.attempts, len(r.failures), r.tuples)
+        secs = time.monotonic() - self.started
+        log.info("%s: committed txid %d: %d batches, %d attempts (%d failed), %d tuples, %.0f tuples/s",
+                 r.topology_id, r.last_txid, r.batches_committed, r.attempts, len(r.failures), r.tuples,
+                 r.tuples / secs if secs > 0 else 0.0)
 
 
 def _advance(parts: dict | None, meta: Any) -> dict:

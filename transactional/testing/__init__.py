@@ -1,0 +1,147 @@
+"""Test harness, shipped as public API (as ``bytewax.testing`` and ``kazoo.testing``).
+
+* ``FaultPlan`` + ``with_faults(bolt, plan)``: FailedException at seeded-random tasks and
+  txids, deterministic across processes, never beyond ``max_attempt`` so runs finish.
+* ``EventLog``: a file that tasks in executors and the driver append JSON events to,
+  to observe order and overlap across processes.
+* ``ListSink``: a committer that records what reached the commit phase, per txid.
+* Managed servers for integration tests: ``transactional.testing.zookeeper``,
+  ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional._faults``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
+from transactional.exceptions import FailedException
+from transactional.tuples import Fields, Values
+
+__all__ = ["FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS"]
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which (component, task, txid, attempt) raise ``FailedException``.
+
+    Each combination fails with probability ``rate`` (seeded, the same in every process),
+    only for ``attempt_id <= max_attempt`` (so a run with ``max_attempts > max_attempt``
+    always finishes), at ``where`` = "prepare", "execute" or "finish_batch".
+    ``txids``: only these txids (None: any).
+    """
+
+    seed: int
+    rate: float = 0.2
+    max_attempt: int = 2
+    where: str = "finish_batch"
+    txids: frozenset[int] | None = None
+
+    def should_fail(self, component: str, task: int, txid: int, attempt_id: int) -> bool:
+        if attempt_id > self.max_attempt or (self.txids is not None and txid not in self.txids):
+            return False
+        h = zlib.crc32(f"{self.seed}:{component}:{task}:{txid}:{attempt_id}".encode())
+        return (h % 10_000) < self.rate * 10_000
+
+
+class _Faulty(BaseBatchBolt):
+    def __init__(self, inner: Any, plan: FaultPlan, basic: bool) -> None:
+        self.inner, self.plan, self.basic = inner, plan, basic
+
+    def _maybe_fail(self, where: str) -> None:
+        if where == self.plan.where and self.plan.should_fail(
+                self.context.component_id, self.context.task_index, self.attempt.txid, self.attempt.attempt_id):
+            raise FailedException(f"injected failure in {where} of {self.context.component_id} "
+                                  f"task {self.context.task_index}, txid {self.attempt.txid} "
+                                  f"attempt {self.attempt.attempt_id}")
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        self.context, self.attempt, self.collector = context, id, collector
+        self._maybe_fail("prepare")
+        if self.basic:
+            self.inner.prepare(conf, context)
+        else:
+            self.inner.prepare(conf, context, collector, id)
+        self._fired = False
+
+    def execute(self, tuple: Any) -> None:
+        if not self._fired:
+            self._fired = True
+            self._maybe_fail("execute")
+        if self.basic:
+            self.inner.execute(tuple, self.collector)
+        else:
+            self.inner.execute(tuple)
+
+    def finish_batch(self) -> None:
+        self._maybe_fail("finish_batch")
+        if not self.basic:
+            self.inner.finish_batch()
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        self.inner.declare_output_fields(declarer)
+
+
+class _FaultyCommitter(_Faulty, Committer):
+    pass
+
+
+def with_faults(bolt: Any, plan: FaultPlan) -> BaseBatchBolt:
+    """Wrap ``bolt`` so that it raises ``FailedException`` where ``plan`` says; a
+    committer stays a committer."""
+    cls = _FaultyCommitter if isinstance(bolt, Committer) else _Faulty
+    return cls(bolt, plan, isinstance(bolt, BaseBasicBolt))
+
+
+class EventLog:
+    """Append-only JSON-lines file shared by the driver and executor processes.
+
+    >>> import tempfile; log = EventLog(tempfile.mktemp())
+    >>> log.record("commit", txid=1); [e["txid"] for e in log.events("commit")]
+    [1]
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+
+    def record(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields}) + "\n"
+        with open(self.path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.write(line)
+
+    def events(self, event: str | None = None) -> list[dict]:
+        try:
+            with open(self.path) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+        return [r for r in rows if event is None or r["event"] == event]
+
+
+SINKS: dict[str, list[tuple[int, tuple]]] = {}
+_sinks_guard = threading.Lock()
+
+
+class ListSink(BaseBatchBolt, Committer):
+    """A committer that appends ``(txid, values[1:])`` of every tuple it receives to
+    ``SINKS[name]`` in the commit phase (on the driver), then emits nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        self.attempt, self.rows = id, []
+
+    def execute(self, tuple: Any) -> None:
+        self.rows.append(tuple.values[1:])
+
+    def finish_batch(self) -> None:
+        with _sinks_guard:
+            SINKS.setdefault(self.name, []).extend((self.attempt.txid, r) for r in self.rows)
