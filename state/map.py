@@ -6,9 +6,14 @@ gets them:
 * ``TransactionalMap`` stores ``{"txid": t, "val": v}``. A key whose stored txid equals
   the batch's was already updated by this batch (a replay after a crash mid-commit):
   the update is skipped.
-* ``OpaqueMap`` stores ``{"txid": t, "curr": c, "prev": p}``. Same txid: the batch was
-  (partly) applied by an earlier attempt that may have seen *different* tuples, so
-  ``curr = update(prev)``. New txid: ``prev = curr; curr = update(curr)``.
+* ``OpaqueMap`` stores ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. Same txid:
+  the batch was (partly) applied by an earlier attempt that may have seen *different*
+  tuples, so ``curr = update(prev)``. New txid: ``prev = curr; curr = update(curr)`` --
+  unless attempt ``a`` of txid ``t`` is *superseded*: its commit started and failed, and
+  another attempt of ``t`` committed without touching this key (it emitted a different
+  batch). Then ``curr`` holds tuples that were never committed, and the committed value
+  is ``prev``. (Trident's OpaqueMap lacks this and counts such tuples twice; the
+  coordinator records superseded attempts, see ``transactional/_store.py``.)
 * In both, a stored txid newer than the batch's raises ``StateAheadError``.
 
 The ``==`` test is sound because commits are strictly ordered and only the newest
@@ -18,7 +23,8 @@ uncommitted txid can have partial writes.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Generic, Hashable, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import (Any, Callable, Container, Generic, Hashable, Mapping, Protocol, Sequence, TypeVar,
+                    runtime_checkable)
 from urllib.parse import urlparse
 
 from transactional.exceptions import ConfigError, StateAheadError, StateCorruptError
@@ -67,7 +73,8 @@ class MemoryMapBacking:
 
 # -- the rules, as pure functions over stored values ------------------------------------
 
-def transactional_apply(key: Any, stored: Any, txid: int, update: Updater) -> tuple[Any, Any, bool]:
+def transactional_apply(key: Any, stored: Any, txid: int, update: Updater, attempt: int | None = None,
+                        superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
     """Apply ``update`` for batch ``txid`` to a stored ``{txid, val}``.
 
     Returns ``(new_stored, user_value, changed)``.
@@ -88,11 +95,14 @@ def transactional_apply(key: Any, stored: Any, txid: int, update: Updater) -> tu
     return {"txid": txid, "val": val}, val, True
 
 
-def opaque_apply(key: Any, stored: Any, txid: int, update: Updater) -> tuple[Any, Any, bool]:
-    """Apply ``update`` for batch ``txid`` to a stored ``{txid, curr, prev}``."""
+def opaque_apply(key: Any, stored: Any, txid: int, update: Updater, attempt: int | None = None,
+                 superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
+    """Apply ``update`` for attempt ``attempt`` of batch ``txid`` to a stored
+    ``{txid, attempt, curr, prev}``; ``superseded`` maps txid -> attempts whose commit
+    failed and was redone by another attempt."""
     if stored is None:
         val = update(None)
-        return {"txid": txid, "curr": val, "prev": None}, val, True
+        return {"txid": txid, "attempt": attempt, "curr": val, "prev": None}, val, True
     if not isinstance(stored, dict) or not {"txid", "curr", "prev"} <= stored.keys():
         raise StateCorruptError(f"key {key!r} holds {stored!r}, not an OpaqueMap value "
                                 "{'txid': ..., 'curr': ..., 'prev': ...}; was it written by "
@@ -101,12 +111,19 @@ def opaque_apply(key: Any, stored: Any, txid: int, update: Updater) -> tuple[Any
     if st == txid:  # an earlier attempt of this batch wrote here: rebuild on prev
         prev = stored["prev"]
         val = update(prev)
-        return {"txid": txid, "curr": val, "prev": prev}, val, True
+        return {"txid": txid, "attempt": attempt, "curr": val, "prev": prev}, val, True
     if st > txid:
         raise StateAheadError(_ahead(key, st, txid))
-    curr = stored["curr"]
-    val = update(curr)
-    return {"txid": txid, "curr": val, "prev": curr}, val, True
+    base = opaque_committed(stored, superseded)
+    val = update(base)
+    return {"txid": txid, "attempt": attempt, "curr": val, "prev": base}, val, True
+
+
+def opaque_committed(stored: dict, superseded: Mapping[int, Container[int]]) -> Any:
+    """The committed value of a stored opaque value of an older txid."""
+    if stored.get("attempt") is not None and stored["attempt"] in superseded.get(stored["txid"], ()):
+        return stored["prev"]
+    return stored["curr"]
 
 
 def _ahead(key: Any, stored_txid: int, txid: int) -> str:
@@ -139,9 +156,16 @@ class MapState(Generic[V]):
     def __init__(self, backing: MapBacking) -> None:
         self.backing = backing
         self._txid: int | None = None
+        self._attempt: int | None = None
+        self.superseded: dict[int, set[int]] = {}
 
-    def begin_commit(self, txid: int) -> None:
-        self._txid = txid
+    def begin_commit(self, txid: int, attempt: int | None = None,
+                     superseded: Mapping[int, Container[int]] | None = None) -> None:
+        """Start applying batch ``txid`` (attempt ``attempt``; ``superseded`` as in
+        ``opaque_apply``, kept by the coordinator)."""
+        self._txid, self._attempt = txid, attempt
+        if superseded is not None:
+            self.superseded = superseded  # type: ignore[assignment]
 
     def commit(self, txid: int) -> None:
         self._txid = None
@@ -149,9 +173,11 @@ class MapState(Generic[V]):
     def multi_get(self, keys: Sequence) -> list[V | None]:
         """Current user values (the wrapper's txid/prev stripped); None where absent."""
         keys = list(keys)
-        k = self._user_value_key
-        return [None if s is None else self._check(key, s)[k]
+        return [None if s is None else self._user_value(self._check(key, s))
                 for key, s in zip(keys, self.backing.multi_get(keys))]
+
+    def _user_value(self, stored: dict) -> Any:
+        return stored[self._user_value_key]
 
     def multi_update(self, keys: Sequence, updaters: Sequence[Updater] | Updater) -> list[V]:
         """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
@@ -165,10 +191,10 @@ class MapState(Generic[V]):
         if len(updaters) != len(keys):
             raise ValueError(f"{len(keys)} keys but {len(updaters)} updaters")
         stored = self.backing.multi_get(keys)
-        txid, apply = self._txid, type(self)._apply
+        txid, attempt, superseded, apply = self._txid, self._attempt, self.superseded, type(self)._apply
         out_keys, out_vals, result = [], [], []
         for key, s, up in zip(keys, stored, updaters):
-            new_stored, val, changed = apply(key, s, txid, up)
+            new_stored, val, changed = apply(key, s, txid, up, attempt, superseded)
             result.append(val)
             if changed:
                 out_keys.append(key)
@@ -232,6 +258,11 @@ class OpaqueMap(MapState[V]):
 
     _apply = staticmethod(opaque_apply)
     _user_value_key = "curr"
+
+    def _user_value(self, stored: dict) -> Any:
+        if self._txid is not None and stored["txid"] == self._txid:
+            return stored["curr"]
+        return opaque_committed(stored, self.superseded)
 
 
 # -- backings by URL -----------------------------------------------------------------------

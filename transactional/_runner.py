@@ -59,6 +59,8 @@ class StateRegistry:
         self.topology_id = topology_id
         self.maps: dict[str, MapState] = {}
         self.txid: int | None = None
+        self.attempt: int | None = None
+        self.superseded: dict[int, set[int]] = {}
 
     def map_state(self, name: str, opaque: bool = False) -> MapState:
         m = self.maps.get(name)
@@ -66,11 +68,12 @@ class StateRegistry:
         if m is None:
             backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}", **self.config.state_options)
             m = self.maps[name] = kind(backing)
+            m.superseded = self.superseded
         elif type(m) is not kind:
             raise ConfigError(f"map state {name!r} is used both as {type(m).__name__} and as "
                               f"{kind.__name__}; one name, one kind")
         if self.txid is not None and m._txid != self.txid:
-            m.begin_commit(self.txid)
+            m.begin_commit(self.txid, self.attempt, self.superseded)
         return m
 
     def existing(self, name: str, opaque: bool | None = None) -> MapState:
@@ -78,10 +81,10 @@ class StateRegistry:
             self.map_state(name, bool(opaque))
         return self.maps[name]
 
-    def begin(self, txid: int) -> None:
-        self.txid = txid
+    def begin(self, txid: int, attempt: int) -> None:
+        self.txid, self.attempt = txid, attempt
         for m in self.maps.values():
-            m.begin_commit(txid)
+            m.begin_commit(txid, attempt, self.superseded)
 
     def commit(self, txid: int) -> None:
         for m in self.maps.values():
@@ -185,6 +188,8 @@ class Engine:
         # transactional spouts replay stored metadata unchanged; opaque ones plan again
         replay = {} if planner.kind == "opaque" else {t: r["meta"] for t, r in rec.pending.items()}
         attempts = {t: r.get("attempts", 0) for t, r in rec.pending.items()}
+        commit_started = {t: list(r.get("commit_started") or []) for t, r in rec.pending.items()}
+        self.states.superseded.update(rec.superseded)
         failures_of: dict[int, int] = {}
         limit = None if max_batches is None else committed + max_batches
         if rec.pending:
@@ -252,7 +257,7 @@ class Engine:
                             break
                         meta, parts = planned
                     attempts[txid] = attempts.get(txid, 0) + 1
-                    store.write_pending(txid, meta, attempts[txid])   # durable before any task runs
+                    store.write_pending(txid, meta, attempts[txid], commit_started.get(txid, ()))  # durable before any task runs
                     crash_point("process.after_meta", txid=txid)
                     f = InFlight(txid, TransactionAttempt(txid, attempts[txid]), meta, parts,
                                  f"trident-{self.topology.topology_id}-{txid}-{attempts[txid]}-{uuid.uuid4().hex[:6]}",
@@ -293,7 +298,7 @@ class Engine:
                             # the emitter delivered less: record what it did, re-plan later txids
                             f.meta = {p: r.actual.get(p, m) for p, m in f.meta.items()}
                             f.partitions = _advance(prev_of(f.txid)[1], f.meta)
-                            store.write_pending(f.txid, f.meta, attempts[f.txid])
+                            store.write_pending(f.txid, f.meta, attempts[f.txid], commit_started.get(f.txid, ()))
                             later = [g for g in inflight if g.txid > f.txid]
                             if later:
                                 fail_from(later[0].txid, TaskFailure(
@@ -321,12 +326,13 @@ class Engine:
                     if planner.kind == "opaque" and r.actual and {p: r.actual.get(p, m) for p, m in f.meta.items()} != f.meta:
                         break  # handled above on the next pass
                     try:
-                        self._commit(f, r, store, planner, state)
+                        self._commit(f, r, store, planner, state, commit_started.setdefault(f.txid, []))
                     except _Failure as e:
                         fail_from(f.txid, e.failure)
                         break
                     inflight.pop(0)
                     committed, committed_meta, committed_parts = f.txid, f.meta, f.partitions
+                    commit_started.pop(f.txid, None)
                     failures_of.pop(f.txid, None)
                     if self.progress and time.monotonic() - last_progress > 2:
                         last_progress = time.monotonic()
@@ -352,7 +358,7 @@ class Engine:
 
     # -- commit (main thread) ----------------------------------------------------------------
     def _commit(self, f: InFlight, r: ProcessingResult, store: CoordinatorStore,
-                planner: SpoutPlanner, state: TransactionalState) -> None:
+                planner: SpoutPlanner, state: TransactionalState, commit_started: list[int]) -> None:
         txid, t0 = f.txid, time.monotonic()
         # Step 1. txid-1 is committed: the main loop commits strictly in order.
         # Step 2. this driver still holds the lock.
@@ -360,9 +366,12 @@ class Engine:
             state.check_lock()
         except LeadershipLostError:
             raise
+        # Step 3. committers and the bolts downstream of them, maps in begin_commit(txid);
+        # first note durably that this attempt's commit began (it may write user state).
+        commit_started.append(f.attempt.attempt_id)
+        store.write_pending(txid, f.meta, f.attempt.attempt_id, commit_started)
         crash_point("commit.before", txid=txid)
-        # Step 3. committers and the bolts downstream of them, maps in begin_commit(txid).
-        self.states.begin(txid)
+        self.states.begin(txid, f.attempt.attempt_id)
         executed, emitted = dict(r.executed), dict(r.emitted)
         try:
             self._run_commit_components(f.attempt, r.records, executed, emitted)
@@ -372,7 +381,12 @@ class Engine:
             self.states.abort()
             raise
         crash_point("commit.before_record", txid=txid)
-        # Step 5. record txid as committed, with its metadata and the partition state.
+        # Step 5. record txid as committed, with its metadata and the partition state
+        # (first, attempts of txid whose commit began and failed, if any).
+        failed_commits = set(commit_started) - {f.attempt.attempt_id}
+        if failed_commits:
+            self.states.superseded[txid] = failed_commits
+            store.record_superseded(self.states.superseded)
         store.record_commit(txid, f.meta, f.partitions)
         crash_point("commit.after_record", txid=txid)
         # Step 6. drop its metadata.

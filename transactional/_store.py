@@ -1,7 +1,12 @@
 """The coordinator's records in ``TransactionalState`` (layout in ``state/base.py``)::
 
     committed      {"txid": t, "meta": <meta of t>, "partitions": {p: latest meta}}
-    meta/<txid>    {"meta": ..., "attempts": n}     uncommitted txids, written before they run
+    meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}
+                   uncommitted txids: written before they run; ``commit_started`` lists the
+                   attempts whose commit phase began (written before it writes user state)
+    superseded     {"<txid>": [a, ...]}  attempts whose commit began, failed, and was redone
+                   by another attempt of the txid; ``OpaqueMap`` reads values they left
+                   behind as never committed (see ``state/map.py``)
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ class Recovered:
     last_committed: int = 0
     committed_meta: Any = None
     partitions: dict | None = None
-    pending: dict[int, dict] = field(default_factory=dict)   # txid -> {"meta", "attempts"}
+    pending: dict[int, dict] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
+    superseded: dict[int, set[int]] = field(default_factory=dict)
 
 
 class CoordinatorStore:
@@ -39,10 +45,14 @@ class CoordinatorStore:
                 self.state.delete(f"meta/{txid}")
             else:
                 rec.pending[txid] = self.state.get(f"meta/{txid}")
+        rec.superseded = {int(t): set(a) for t, a in (self.state.get("superseded") or {}).items()}
         return rec
 
-    def write_pending(self, txid: int, meta: Any, attempts: int) -> None:
-        self.state.set(f"meta/{txid}", {"meta": meta, "attempts": attempts})
+    def write_pending(self, txid: int, meta: Any, attempts: int, commit_started: list[int] = ()) -> None:
+        self.state.set(f"meta/{txid}", {"meta": meta, "attempts": attempts, "commit_started": list(commit_started)})
+
+    def record_superseded(self, superseded: dict[int, set[int]]) -> None:
+        self.state.set("superseded", {str(t): sorted(a) for t, a in superseded.items()})
 
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")

@@ -26,20 +26,27 @@ Record = tuple   # (key, Payload)
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError)
 
 
+_GOLDEN = 0x9E3779B1
+
+
 def stable_hash(value: Any) -> int:
-    """A hash equal in every process and run (unlike ``hash`` of a str)."""
+    """A hash equal in every process and run (unlike ``hash`` of a str).
+
+    CRC-32 of the value's bytes, spread by Fibonacci hashing (CRC-32 alone maps "w0" ..
+    "w4" to one residue mod 3)."""
     if isinstance(value, str):
-        return zlib.crc32(value.encode())
-    if isinstance(value, int):
-        return value & 0xFFFFFFFF
-    if isinstance(value, bytes):
-        return zlib.crc32(value)
-    if isinstance(value, tuple):
+        h = zlib.crc32(value.encode())
+    elif isinstance(value, bool) or not isinstance(value, (int, bytes, tuple)):
+        h = zlib.crc32(repr(value).encode())
+    elif isinstance(value, int):
+        h = value & 0xFFFFFFFF
+    elif isinstance(value, bytes):
+        h = zlib.crc32(value)
+    else:
         h = 17
         for v in value:
             h = (h * 31 + stable_hash(v)) & 0xFFFFFFFF
-        return h
-    return zlib.crc32(repr(value).encode())
+    return ((h * _GOLDEN) & 0xFFFFFFFF) >> 7
 
 
 @dataclass
@@ -165,9 +172,9 @@ def _route(grouping: str, lists: list[list], field_idx: list[int]) -> Callable[[
         if len(field_idx) == 1:
             fi = field_idx[0]
 
-            def by_field(v: tuple, h=stable_hash, crc=zlib.crc32) -> None:
+            def by_field(v: tuple, h=stable_hash, crc=zlib.crc32, g=_GOLDEN) -> None:
                 x = v[fi]
-                appends[(crc(x.encode()) if type(x) is str else h(x)) % n](v)
+                appends[((((crc(x.encode()) * g) & 0xFFFFFFFF) >> 7) if type(x) is str else h(x)) % n](v)
             return by_field
 
         def by_fields(v: tuple) -> None:

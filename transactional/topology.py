@@ -314,22 +314,44 @@ def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> 
 
 
 def _pickle(cid: str, obj: Any) -> bytes:
-    """Pickle a component for executors; classes from scripts and test modules (not
-    importable on a worker) go by value."""
-    for cls in type(obj).__mro__:
-        mod = sys.modules.get(cls.__module__)
-        if mod is None or cls.__module__ in ("builtins", "__main__"):
-            continue
-        top = cls.__module__.split(".")[0]
-        f = getattr(mod, "__file__", "") or ""
-        if top not in _OWN_PACKAGES and "site-packages" not in f and "/lib/python" not in f:
-            try:
-                cloudpickle.register_pickle_by_value(mod)
-            except (ValueError, TypeError):
-                pass
+    """Pickle a component for executors. Classes and functions from scripts and test
+    modules (which a worker cannot import) go by value."""
+    _by_value(obj, 3, set())
     try:
         return cloudpickle.dumps(obj)
     except Exception as e:  # noqa: BLE001 - reported with the component's name
         raise TopologyError(f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
                             f"shipped to Spark executors: {e}. Create connections and other "
                             "unpicklable members in prepare(), not in __init__") from e
+
+
+def _by_value(obj: Any, depth: int, seen: set[int]) -> None:
+    """Register for pickling by value the modules of ``obj``'s classes, and of the
+    classes and functions it holds (a wrapped bolt, a callback), that are neither ours
+    nor installed."""
+    if id(obj) in seen or depth < 0:
+        return
+    seen.add(id(obj))
+    targets = [obj] if callable(obj) and not isinstance(obj, type) and hasattr(obj, "__module__") else []
+    targets += list(type(obj).__mro__) if not isinstance(obj, type) else list(obj.__mro__)
+    for t in targets:
+        name = getattr(t, "__module__", None)
+        mod = sys.modules.get(name or "")
+        if mod is None or name in ("builtins", "__main__"):
+            continue
+        f = getattr(mod, "__file__", "") or ""
+        if name.split(".")[0] not in _OWN_PACKAGES and "site-packages" not in f and "/lib/python" not in f:
+            try:
+                cloudpickle.register_pickle_by_value(mod)
+            except (ValueError, TypeError):
+                pass
+    children: list[Any] = []
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        children = list(vars(obj).values())
+    for c in children:
+        if not isinstance(c, (str, bytes, int, float, bool, type(None))):
+            _by_value(c, depth - 1, seen)

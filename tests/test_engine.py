@@ -1,0 +1,411 @@
+"""The transactional engine on a real local Spark context, memory state (DESIGN §3-§6)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
+from transactional import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
+                           TopologyConfig, TopologyFailedError, TransactionalTopologyBuilder, Values,
+                           run_topology)
+from transactional.testing import SINKS, EventLog, FaultPlan, ListSink, with_faults
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import global_count  # noqa: E402
+import transactional_words  # noqa: E402
+
+
+def uid(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def config(**kw) -> TopologyConfig:
+    kw.setdefault("message_timeout_secs", 60)
+    kw.setdefault("progress", False)
+    return TopologyConfig(**kw)
+
+
+def rebuild(builder: TransactionalTopologyBuilder, topology_id: str) -> TransactionalTopologyBuilder:
+    builder.topology_id = topology_id
+    return builder
+
+
+# -- the examples, exact, with and without injected failures ---------------------------------
+
+def global_count_topology(tid: str, plan: FaultPlan | None = None) -> TransactionalTopologyBuilder:
+    spout = MemoryTransactionalSpout(global_count.DATA, Fields("word"), global_count.PARTITION_TAKE_PER_BATCH)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 3)
+    partial, total = global_count.BatchCount(), global_count.UpdateGlobalCount()
+    if plan:
+        partial, total = with_faults(partial, plan), with_faults(total, plan)
+    b.set_bolt("partial-count", partial, 5).shuffle_grouping("spout")
+    b.set_bolt("sum", total).global_grouping("partial-count")
+    return b
+
+
+@pytest.mark.parametrize("pending", [1, 4])
+def test_global_count_is_exact(spark_context, pending):
+    r = run_topology(global_count_topology(uid("gc")), config(max_spout_pending=pending))
+    assert r.map_state("global-count").get("count") == 18
+    assert (r.batches_committed, r.first_txid, r.last_txid) == (3, 1, 3)
+    assert r.failures == [] and r.attempts == 3
+
+
+@pytest.mark.parametrize("pending,seed", list(itertools.product([1, 4], range(3))))
+def test_global_count_is_exact_under_injected_failures(spark_context, pending, seed):
+    plan = FaultPlan(seed=seed, rate=0.25, max_attempt=2)
+    r = run_topology(global_count_topology(uid("gcf"), plan), config(max_spout_pending=pending, max_attempts=4))
+    assert r.map_state("global-count").get("count") == 18
+    assert r.batches_committed == 3
+    assert r.attempts == 3 + len(r.failures) + r.attempts - 3 - len(r.failures)  # bookkeeping is consistent
+    assert len(r.failures) > 0, "the plan injected no failure; pick another seed"
+    assert all("injected failure" in f for f in r.failures)
+
+
+def words_topology(tid: str, plan: FaultPlan | None = None) -> TransactionalTopologyBuilder:
+    tw = transactional_words
+    b = tw.build_topology(tid)
+    if plan:
+        b = TransactionalTopologyBuilder(tid, "spout", b.spout, 2)
+        b.set_bolt("count", with_faults(tw.KeyedCountUpdater(), plan), 3).fields_grouping("spout", Fields("word"))
+        b.set_bolt("bucketize", with_faults(tw.Bucketize(), plan), 2).shuffle_grouping("count")
+        b.set_bolt("buckets", with_faults(tw.BucketCountUpdater(), plan), 2).fields_grouping("bucketize", Fields("bucket"))
+    return b
+
+
+@pytest.mark.parametrize("pending,seed,where", [(1, 0, "finish_batch"), (4, 1, "finish_batch"),
+                                                (4, 2, "execute"), (1, 3, "prepare")])
+def test_transactional_words_is_exact_under_injected_failures(spark_context, pending, seed, where):
+    plan = FaultPlan(seed=seed, rate=0.15, max_attempt=2, where=where)
+    r = run_topology(words_topology(uid("tw"), plan), config(max_spout_pending=pending, max_attempts=4))
+    assert transactional_words.read_results(r) == transactional_words.expected()
+    assert len(r.failures) > 0
+    assert r.batches_committed == 9
+
+
+# -- commit order and pipelining -------------------------------------------------------------
+
+class RecordingCommitter(BaseTransactionalBolt, Committer):
+    """Logs the start and end of every commit-phase finish_batch."""
+
+    def __init__(self, log_path: str, wait_for: str | None = None) -> None:
+        self.log, self.wait_for = EventLog(log_path), wait_for
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt = attempt
+
+    def finish_batch(self):
+        self.log.record("commit-start", txid=self.attempt.txid, attempt=self.attempt.attempt_id)
+        if self.wait_for and self.attempt.txid == 1:
+            deadline = time.time() + 30
+            while time.time() < deadline and not self.log.events(self.wait_for):
+                time.sleep(0.02)
+        self.log.record("commit-end", txid=self.attempt.txid)
+
+
+class SignallingBolt(BaseBatchBolt):
+    """In txid 2, waits until the commit of txid 1 has started, then says so."""
+
+    def __init__(self, log_path: str) -> None:
+        self.log = EventLog(log_path)
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.collector = attempt, collector
+
+    def execute(self, tuple):
+        pass
+
+    def finish_batch(self):
+        if self.attempt.txid == 2:
+            deadline = time.time() + 30
+            while time.time() < deadline and not self.log.events("commit-start"):
+                time.sleep(0.02)
+            if self.log.events("commit-start"):
+                self.log.record("processed-during-commit", txid=2)
+        self.collector.emit(Values(self.attempt, 1))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "n"))
+
+
+def test_commits_are_strictly_ordered_and_once_per_txid(spark_context, tmp_path):
+    log = str(tmp_path / "events")
+    data = {p: list(range(40)) for p in range(3)}
+    b = TransactionalTopologyBuilder(uid("order"), "spout", MemoryTransactionalSpout(data, Fields("n"), 4), 3)
+    b.set_bolt("work", with_faults(SignallingBolt(log), FaultPlan(seed=5, rate=0.2)), 2).shuffle_grouping("spout")
+    b.set_bolt("commit", with_faults(RecordingCommitter(log), FaultPlan(seed=6, rate=0.2)), 1).global_grouping("work")
+    r = run_topology(b, config(max_spout_pending=4, max_attempts=4))
+    events = EventLog(log).events()
+    ends = [e["txid"] for e in events if e["event"] == "commit-end"]
+    assert ends == list(range(1, 11)), "each txid committed once, in increasing order"
+    assert r.last_txid == 10 and len(r.failures) > 0
+    # never two at once: every commit-start is followed by its own commit-end
+    phases = [(e["event"], e["txid"]) for e in events if e["event"].startswith("commit-")]
+    for (ev1, t1), (ev2, t2) in zip(phases, phases[1:]):
+        if ev1 == "commit-start":
+            assert ev2 in ("commit-end", "commit-start") and (ev2 == "commit-start") <= (t2 == t1)
+
+
+def test_processing_of_a_later_batch_overlaps_the_commit_of_an_earlier_one(spark_context, tmp_path):
+    log = str(tmp_path / "events")
+    data = {0: list(range(9))}
+    b = TransactionalTopologyBuilder(uid("overlap"), "spout", MemoryTransactionalSpout(data, Fields("n"), 3), 1)
+    b.set_bolt("work", SignallingBolt(log), 1).shuffle_grouping("spout")
+    b.set_bolt("commit", RecordingCommitter(log, wait_for="processed-during-commit"), 1).global_grouping("work")
+    r = run_topology(b, config(max_spout_pending=3))
+    assert r.last_txid == 3
+    ev = EventLog(log).events()
+    names = [(e["event"], e.get("txid")) for e in ev]
+    # txid 2 was processed while txid 1 was committing: commit 1 started, then txid 2's
+    # processing signalled, then commit 1 ended
+    assert names.index(("commit-start", 1)) < names.index(("processed-during-commit", 2)) < names.index(("commit-end", 1))
+
+
+# -- the seed's A -> B (committer) -> C -> D (committer) ---------------------------------------
+
+class PhaseBolt(BaseTransactionalBolt):
+    def __init__(self, log_path: str, emit: bool = True) -> None:
+        self.log, self.emit = EventLog(log_path), emit
+
+    def prepare(self, conf, context, collector, attempt):
+        self.context, self.collector, self.attempt, self.n = context, collector, attempt, 0
+
+    def execute(self, tuple):
+        self.n += 1
+
+    def finish_batch(self):
+        self.log.record("finish", component=self.context.component_id, phase=self.context.phase,
+                        txid=self.attempt.txid, task=self.context.task_index, n=self.n)
+        if self.emit:
+            self.collector.emit(Values(self.attempt, self.n))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "n"))
+
+
+class PhaseCommitter(PhaseBolt, Committer):
+    pass
+
+
+def test_seed_four_bolt_example_runs_committers_and_downstream_in_the_commit_phase(spark_context, tmp_path):
+    log = str(tmp_path / "events")
+    data = {0: list(range(6)), 1: list(range(6))}
+    b = TransactionalTopologyBuilder(uid("abcd"), "spout", MemoryTransactionalSpout(data, Fields("n"), 2), 2)
+    b.set_bolt("A", PhaseBolt(log), 2).shuffle_grouping("spout")
+    b.set_bolt("B", PhaseCommitter(log), 1).global_grouping("A")
+    b.set_bolt("C", PhaseBolt(log), 1).global_grouping("B").global_grouping("A")
+    b.set_bolt("D", PhaseCommitter(log, emit=False), 1).global_grouping("C")
+    topo = b.build()
+    assert topo.commit_components == {"B", "C", "D"}
+    r = run_topology(topo, config(max_spout_pending=3))
+    assert r.last_txid == 3
+    ev = EventLog(log).events("finish")
+    assert {e["phase"] for e in ev if e["component"] == "A"} == {"processing"}
+    assert {e["phase"] for e in ev if e["component"] in "BCD"} == {"commit"}
+    commit_seq = [(e["component"], e["txid"]) for e in ev if e["component"] in "BCD"]
+    assert commit_seq == [(c, t) for t in (1, 2, 3) for c in "BCD"], "B, then C, then D, per commit"
+    # C saw B's tuple and A's two tuples of each batch: it ran after B's finish_batch
+    assert [e["n"] for e in ev if e["component"] == "C"] == [3, 3, 3]
+
+
+def test_a_task_that_receives_no_tuples_still_gets_prepare_and_finish_batch(spark_context, tmp_path):
+    log = str(tmp_path / "events")
+    b = TransactionalTopologyBuilder(uid("empty"), "spout", MemoryTransactionalSpout({0: [1, 2, 3]}, Fields("n"), 3), 1)
+    b.set_bolt("g", PhaseBolt(log, emit=False), 4).global_grouping("spout")
+    r = run_topology(b, config())
+    assert r.last_txid == 1
+    ev = EventLog(log).events("finish")
+    assert sorted((e["task"], e["n"]) for e in ev) == [(0, 3), (1, 0), (2, 0), (3, 0)]
+
+
+# -- timeouts and failures that stop the run ------------------------------------------------------
+
+class SlowOnce(BaseBatchBolt):
+    """Blocks for a long time in the first attempt of txid 2."""
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt = attempt
+
+    def execute(self, tuple):
+        pass
+
+    def finish_batch(self):
+        if self.attempt == (2, 1):
+            time.sleep(120)
+
+
+def test_a_timed_out_attempt_is_cancelled_and_replayed(spark_context):
+    tid = uid("timeout")
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: list(range(9))}, Fields("n"), 3), 1)
+    b.set_bolt("slow", SlowOnce(), 1).shuffle_grouping("spout")
+    b.set_bolt("sink", ListSink(tid), 1).global_grouping("spout")
+    t0 = time.monotonic()
+    r = run_topology(b, config(message_timeout_secs=4, max_spout_pending=2))
+    assert time.monotonic() - t0 < 60
+    assert r.last_txid == 3
+    assert any("message_timeout_secs" in f and "txid 2 (attempt 1)" in f for f in r.failures)
+    assert sorted(v for _, (v,) in SINKS[tid]) == list(range(9)), "every tuple once"
+    assert [t for t, _ in SINKS[tid]] == sorted(t for t, _ in SINKS[tid])
+
+
+class Boom(BaseBatchBolt):
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.task = attempt, context.task_index
+
+    def execute(self, tuple):
+        if self.attempt.txid == 2 and self.task == 1:
+            raise ValueError("boom in the bolt")
+
+
+def test_a_batch_that_always_fails_stops_the_run_naming_txid_component_task_and_cause(spark_context):
+    tid = uid("always")
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: list(range(12))}, Fields("n"), 4), 1)
+    b.set_bolt("boom", Boom(), 2).shuffle_grouping("spout")
+    b.set_bolt("sink", ListSink(tid), 1).global_grouping("spout")
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(b, config(max_attempts=3, max_spout_pending=1))
+    msg = str(e.value)
+    assert "txid 2 failed 3 times" in msg and "'boom'" in msg and "task 1" in msg and "boom in the bolt" in msg
+    assert (e.value.txid, e.value.component, e.value.task) == (2, "boom", 1)
+    assert sorted(v for _, (v,) in SINKS[tid]) == list(range(4)), "only txid 1 committed"
+
+
+# -- opaque spouts: the seed's scenario ------------------------------------------------------------
+
+class CountPerValue(BaseTransactionalBolt, Committer):
+    """Counts each value into a map; fails the first commit of txid 1 after task 0 wrote."""
+
+    def __init__(self, opaque: bool) -> None:
+        self.opaque = opaque
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.task, self.counts = attempt, context.task_index, {}
+        self.map = context.map_state("per-value", opaque=self.opaque)
+
+    def execute(self, tuple):
+        self.counts[tuple[1]] = self.counts.get(tuple[1], 0) + 1
+
+    def finish_batch(self):
+        from transactional import FailedException
+
+        if self.attempt == (1, 1) and self.task == 1:
+            raise FailedException("commit of txid 1 fails after task 0 wrote its keys")
+        self.map.multi_combine(list(self.counts), list(self.counts.values()), "sum")
+
+
+def _short_first_replay(tx, partition, start, end):
+    """txid 1 (attempts 1 and 2) delivers 10; its replay, attempt 2, only 8: a broker is down."""
+    return start + 8 if tx == (1, 2) else end
+
+
+@pytest.mark.parametrize("opaque", [True, False])
+def test_opaque_scenario_is_exact_with_opaque_map_and_wrong_with_transactional_map(spark_context, opaque):
+    tid = uid("opaque")
+    data = {0: list(range(40))}
+    spout = OpaqueMemoryTransactionalSpout(data, Fields("n"), 10, deliver=_short_first_replay)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 1)
+    b.set_bolt("count", CountPerValue(opaque), 2).fields_grouping("spout", Fields("n"))
+    r = run_topology(b, config(max_spout_pending=3))
+    counts = r.map_state("per-value").multi_get(list(range(40)))
+    assert len(r.failures) >= 1
+    if opaque:
+        assert counts == [1] * 40, "every value counted exactly once"
+    else:
+        # TransactionalMap skipped task 0's keys on the replay of txid 1 although that replay
+        # emitted a different batch: values 8 and 9 were counted by the failed attempt only,
+        # and are counted again by txid 2, which now starts at 8
+        assert counts != [1] * 40
+
+
+# -- bad input, caught before anything is committed ------------------------------------------------
+
+class EmitsWithoutAttempt(BaseBatchBolt):
+    def prepare(self, conf, context, collector, attempt):
+        self.collector = collector
+
+    def execute(self, tuple):
+        self.collector.emit(Values(tuple[1]))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("n"))
+
+
+def test_a_bolt_emitting_without_the_attempt_stops_the_run_at_once(spark_context):
+    tid = uid("noattempt")
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: [1, 2]}, Fields("n"), 1), 1)
+    b.set_bolt("bad", EmitsWithoutAttempt(), 1).shuffle_grouping("spout")
+    b.set_bolt("sink", ListSink(tid), 1).global_grouping("bad")
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(b, config(max_attempts=5))
+    assert "'bad' task 0 emitted a tuple without its TransactionAttempt as the first field" in str(e.value)
+    assert "emit Values(self.id, ...)" in str(e.value)
+    assert e.value.txid == 1 and tid not in SINKS
+
+
+def test_resume_in_the_same_process_continues_at_the_next_txid(spark_context):
+    tid = uid("resume")
+    b = global_count_topology(tid)
+    r1 = run_topology(b, config(), max_batches=2)
+    assert (r1.first_txid, r1.last_txid) == (1, 2)
+    r2 = run_topology(b, config())
+    assert (r2.first_txid, r2.last_txid) == (3, 3)
+    assert r2.map_state("global-count").get("count") == 18
+
+
+# -- groupings ----------------------------------------------------------------------------------------
+
+class Router(BaseBatchBolt):
+    """Emits each value on 'default' and on a direct stream to task value % 3."""
+
+    def prepare(self, conf, context, collector, attempt):
+        self.collector, self.attempt = collector, attempt
+
+    def execute(self, tuple):
+        self.collector.emit(Values(self.attempt, f"w{tuple[1] % 5}"))
+        self.collector.emit(Values(self.attempt, tuple[1]), stream="side")
+        self.collector.emit_direct(tuple[1] % 3, Values(self.attempt, tuple[1]), stream="direct")
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word"))
+        declarer.declare_stream("side", Fields("id", "n"))
+        declarer.declare(Fields("id", "n"), stream="direct", direct=True)
+
+
+class TaskRecorder(BaseBatchBolt, Committer):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def prepare(self, conf, context, collector, attempt):
+        self.task, self.rows = context.task_index, []
+
+    def execute(self, tuple):
+        self.rows.append((tuple.source_stream, tuple[1], self.task))
+
+    def finish_batch(self):
+        from transactional.testing import SINKS  # the driver's, not a pickled copy
+
+        SINKS.setdefault(self.name, []).extend(self.rows)
+
+
+def test_groupings_fields_all_direct_and_named_streams(spark_context):
+    tid = uid("groupings")
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: list(range(30)), 1: list(range(30, 60))}, Fields("n"), 10), 2)
+    b.set_bolt("route", Router(), 3).shuffle_grouping("spout")
+    b.set_bolt("by-word", TaskRecorder(tid + "f"), 3).fields_grouping("route", Fields("word"))
+    b.set_bolt("all", TaskRecorder(tid + "a"), 2).all_grouping("route", "side")
+    b.set_bolt("direct", TaskRecorder(tid + "d"), 3).direct_grouping("route", "direct")
+    run_topology(b, config(max_spout_pending=2))
+    fields = SINKS[tid + "f"]
+    assert len(fields) == 60
+    assert all(len({t for _, w2, t in fields if w2 == w}) == 1 for w in {w for _, w, _ in fields}), \
+        "one task per word"
+    assert len({t for _, _, t in fields}) > 1, "words spread over several tasks"
+    side = SINKS[tid + "a"]
+    assert sorted(side) == sorted(("side", n, t) for n in range(60) for t in range(2))
+    assert sorted(SINKS[tid + "d"]) == sorted(("direct", n, n % 3) for n in range(60))
