@@ -493,12 +493,25 @@ class KafkaEmitter(PartitionedEmitter):
             low, high = self._consumer().get_watermark_offsets(
                 TopicPartition(self.spout.topic, partition), timeout=min(self.spout.metadata_timeout_secs, 2.0),
                 cached=False)
-        except KafkaException:
+        except KafkaException as e:
+            if e.args and e.args[0].code() in _GONE and self._partition_missing(partition):
+                self._gone(tx, partition, start, end, "the topic or partition no longer exists")
             return  # the broker does not answer: unavailable, not gone
         if low > pos:
             self._gone(tx, partition, start, end, f"the log now starts at offset {low} (retention)")
         if high < end and not self.spout.opaque:
             self._gone(tx, partition, start, end, f"the partition ends at offset {high}")
+
+    def _partition_missing(self, partition: int) -> bool:
+        """True if fresh metadata from the broker lacks the topic or the partition."""
+        try:
+            md = self._consumer().list_topics(self.spout.topic, timeout=min(self.spout.metadata_timeout_secs, 2.0))
+        except KafkaException:
+            return False
+        t = md.topics.get(self.spout.topic)
+        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return True
+        return t.error is None and partition not in t.partitions
 
     def _short(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int, why: str) -> None:
         """The read stopped at ``pos`` before ``end``: decide whether the range is gone
