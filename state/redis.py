@@ -54,6 +54,7 @@ FENCE_SUFFIX = "~fence"
 # ARGV[1]        the lowest txid among the values, or '' to write without fencing
 # ARGV[2]        the highest txid among the values
 # ARGV[3..n+2]   the serialized values, in KEYS order
+# ARGV[n+3]      how many pairs to write per MSET (MSET_CHUNK)
 # return {0} when every key was written;
 #        {1, fence} when the namespace already holds a newer txid (nothing written);
 #        {2, key, type} when a data key holds a non-string Redis value (nothing written)
@@ -89,7 +90,6 @@ if fenced and tonumber(ARGV[2]) > fence then
 end
 return {0}
 """
-# (the last ARGV is MSET_CHUNK, passed so the script text does not depend on it)
 
 _SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
 
