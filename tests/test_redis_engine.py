@@ -267,7 +267,7 @@ def test_redis_down_stops_the_run_after_max_attempts_naming_redis(spark_context,
     assert "StateUnavailableError" in msg and e.value.component == "counts"
 
 
-def test_wrong_password_is_a_clear_error_before_any_batch(spark_context, redis_factory):
+def test_wrong_password_stops_the_run_with_a_clear_error(spark_context, redis_factory):
     server = redis_factory(password="right", appendonly=False)
     url = server.url_for(password="pw-WRONG-42")
     committed = []
@@ -285,11 +285,10 @@ def test_wrong_password_is_a_clear_error_before_any_batch(spark_context, redis_f
                    "it should open (PING) the configured state once at run start, before any batch")
 def test_wrong_password_stops_the_run_before_any_batch_is_processed(spark_context, redis_factory):
     server = redis_factory(password="right", appendonly=False)
-    emitted = []
     with pytest.raises(ConfigError, match="refused the credentials"):
         run_topology(build_topology(new_id("auth2"), make_data(4)),
                      config(server.url_for(password="pw-WRONG-42"), max_attempts=2),
-                     spark_context=spark_context, on_commit=lambda t, r: emitted.append(t))
+                     spark_context=spark_context)
 
 
 @pytest.mark.parametrize("example, check", [
