@@ -31,6 +31,7 @@ from transactional.exceptions import ConfigError, StateAheadError, StateCorruptE
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
+Combine = Callable[[Any, Any], Any]   # fn(old_or_None, arg) -> new
 
 
 @runtime_checkable
@@ -73,14 +74,21 @@ class MemoryMapBacking:
 
 # -- the rules, as pure functions over stored values ------------------------------------
 
-def transactional_apply(key: Any, stored: Any, txid: int, update: Updater, attempt: int | None = None,
+_ONE = object()   # "fn takes one argument": transactional_apply(key, stored, txid, updater)
+
+
+def transactional_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
+                        attempt: int | None = None,
                         superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
-    """Apply ``update`` for batch ``txid`` to a stored ``{txid, val}``.
+    """Apply ``fn(old, arg)`` (or ``fn(old)`` when no ``arg``) for batch ``txid`` to a
+    stored ``{txid, val}``.
 
     Returns ``(new_stored, user_value, changed)``.
     """
+    if arg is _ONE:
+        fn, arg = _call, fn
     if stored is None:
-        val = update(None)
+        val = fn(None, arg)
         return {"txid": txid, "val": val}, val, True
     if not isinstance(stored, dict) or "txid" not in stored or "val" not in stored:
         raise StateCorruptError(f"key {key!r} holds {stored!r}, not a TransactionalMap value "
@@ -91,17 +99,20 @@ def transactional_apply(key: Any, stored: Any, txid: int, update: Updater, attem
         return stored, stored["val"], False  # this batch was already applied
     if st > txid:
         raise StateAheadError(_ahead(key, st, txid))
-    val = update(stored["val"])
+    val = fn(stored["val"], arg)
     return {"txid": txid, "val": val}, val, True
 
 
-def opaque_apply(key: Any, stored: Any, txid: int, update: Updater, attempt: int | None = None,
+def opaque_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
+                 attempt: int | None = None,
                  superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
-    """Apply ``update`` for attempt ``attempt`` of batch ``txid`` to a stored
-    ``{txid, attempt, curr, prev}``; ``superseded`` maps txid -> attempts whose commit
-    failed and was redone by another attempt."""
+    """Apply ``fn(old, arg)`` (or ``fn(old)``) for attempt ``attempt`` of batch ``txid``
+    to a stored ``{txid, attempt, curr, prev}``; ``superseded`` maps txid -> attempts
+    whose commit failed and was redone by another attempt."""
+    if arg is _ONE:
+        fn, arg = _call, fn
     if stored is None:
-        val = update(None)
+        val = fn(None, arg)
         return {"txid": txid, "attempt": attempt, "curr": val, "prev": None}, val, True
     if not isinstance(stored, dict) or not {"txid", "curr", "prev"} <= stored.keys():
         raise StateCorruptError(f"key {key!r} holds {stored!r}, not an OpaqueMap value "
@@ -110,12 +121,12 @@ def opaque_apply(key: Any, stored: Any, txid: int, update: Updater, attempt: int
     st = stored["txid"]
     if st == txid:  # an earlier attempt of this batch wrote here: rebuild on prev
         prev = stored["prev"]
-        val = update(prev)
+        val = fn(prev, arg)
         return {"txid": txid, "attempt": attempt, "curr": val, "prev": prev}, val, True
     if st > txid:
         raise StateAheadError(_ahead(key, st, txid))
     base = opaque_committed(stored, superseded)
-    val = update(base)
+    val = fn(base, arg)
     return {"txid": txid, "attempt": attempt, "curr": val, "prev": base}, val, True
 
 
@@ -150,7 +161,7 @@ class MapState(Generic[V]):
     ``commit(txid)``. Each ``multi_update`` is one read and one write of the backing.
     """
 
-    _apply: Callable[[Any, Any, int, Updater], tuple[Any, Any, bool]]
+    _apply: Callable[..., tuple[Any, Any, bool]]
     _user_value_key: str
 
     def __init__(self, backing: MapBacking) -> None:
@@ -182,28 +193,14 @@ class MapState(Generic[V]):
     def multi_update(self, keys: Sequence, updaters: Sequence[Updater] | Updater) -> list[V]:
         """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
         exactly once across replays; returns the new values. One updater may serve all."""
-        if self._txid is None:
-            raise RuntimeError("multi_update outside a commit: call it from a committer's "
-                               "finish_batch (the framework calls begin_commit around it)")
         keys = list(keys)
         if callable(updaters):
-            updaters = [updaters] * len(keys)
+            return self._apply_all(keys, _call, [updaters] * len(keys))
         if len(updaters) != len(keys):
             raise ValueError(f"{len(keys)} keys but {len(updaters)} updaters")
-        stored = self.backing.multi_get(keys)
-        txid, attempt, superseded, apply = self._txid, self._attempt, self.superseded, type(self)._apply
-        out_keys, out_vals, result = [], [], []
-        for key, s, up in zip(keys, stored, updaters):
-            new_stored, val, changed = apply(key, s, txid, up, attempt, superseded)
-            result.append(val)
-            if changed:
-                out_keys.append(key)
-                out_vals.append(new_stored)
-        if out_keys:
-            self.backing.multi_put(out_keys, out_vals)
-        return result
+        return self._apply_all(keys, _call, updaters)
 
-    def multi_combine(self, keys: Sequence, values: Sequence, combiner: str | Callable[[Any, Any], Any] = "sum") -> list[V]:
+    def multi_combine(self, keys: Sequence, values: Sequence, combiner: str | Combine = "sum") -> list[V]:
         """Fold ``values[i]`` into ``keys[i]`` with a combiner: ``"sum"``, ``"count"``
         (sum of counts), ``"min"``, ``"max"``, ``"replace"`` or ``f(old_or_None, new)``.
 
@@ -216,7 +213,28 @@ class MapState(Generic[V]):
         fn = COMBINERS.get(combiner) if isinstance(combiner, str) else combiner
         if fn is None:
             raise ValueError(f"unknown combiner {combiner!r}; use one of {sorted(COMBINERS)} or a function")
-        return self.multi_update(keys, [_bind(fn, v) for v in values])
+        keys = list(keys)
+        if len(values) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        return self._apply_all(keys, fn, values)
+
+    def _apply_all(self, keys: list, fn: Combine, args: Sequence) -> list[V]:
+        """One read and (when anything changed) one write of the backing."""
+        if self._txid is None:
+            raise RuntimeError("map updated outside a commit: update it from a committer's "
+                               "finish_batch (the framework calls begin_commit around it)")
+        stored = self.backing.multi_get(keys)
+        txid, attempt, superseded, apply = self._txid, self._attempt, self.superseded, type(self)._apply
+        out_keys, out_vals, result = [], [], []
+        for key, s, arg in zip(keys, stored, args):
+            new_stored, val, changed = apply(key, s, txid, fn, arg, attempt, superseded)
+            result.append(val)
+            if changed:
+                out_keys.append(key)
+                out_vals.append(new_stored)
+        if out_keys:
+            self.backing.multi_put(out_keys, out_vals)
+        return result
 
     def get(self, key: Any) -> V | None:
         return self.multi_get([key])[0]
@@ -228,8 +246,8 @@ class MapState(Generic[V]):
         return stored
 
 
-def _bind(fn: Callable[[Any, Any], Any], v: Any) -> Updater:
-    return lambda old: fn(old, v)
+def _call(old: Any, update: Updater) -> Any:
+    return update(old)
 
 
 class TransactionalMap(MapState[V]):

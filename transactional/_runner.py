@@ -280,12 +280,13 @@ class Engine:
                 idle_since = None
 
                 # -- wait for the oldest batch, any failure, or a timeout
-                oldest = inflight[0]
-                deadline = min(f.started + cfg.message_timeout_secs for f in inflight)
-                timeout = max(0.0, deadline - time.monotonic())
-                if planner.kind != "plain" and len(inflight) < cfg.max_spout_pending:
-                    timeout = min(timeout, cfg.poll_interval_secs)   # keep planning new data
-                cf.wait([f.future for f in inflight], timeout=timeout, return_when=cf.FIRST_COMPLETED)
+                if not inflight[0].future.done():
+                    running = [f.future for f in inflight if not f.future.done()]
+                    deadline = min(f.started + cfg.message_timeout_secs for f in inflight)
+                    timeout = max(0.0, deadline - time.monotonic())
+                    if len(inflight) < cfg.max_spout_pending:
+                        timeout = min(timeout, cfg.poll_interval_secs)   # keep planning new data
+                    cf.wait(running, timeout=timeout, return_when=cf.FIRST_COMPLETED)
 
                 failed = None
                 for f in inflight:

@@ -11,6 +11,7 @@ spouts' actual metadata come back through an accumulator, as data.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import time
@@ -35,6 +36,10 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
     if active is not None:
         return active
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    if "JAVA_HOME" not in os.environ:  # Spark 4 runs on Java 17/21; prefer 17 when present
+        for jdk in sorted(glob.glob("/usr/lib/jvm/java-17-openjdk-*")):
+            os.environ["JAVA_HOME"] = jdk
+            break
     conf = (SparkConf().setMaster(config.spark_master).setAppName(config.app_name or app_name)
             .set("spark.ui.enabled", "false")
             .set("spark.ui.showConsoleProgress", "false")

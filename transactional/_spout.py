@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spouts.base import (OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout,
-                         TransactionalSpout)
 from transactional.exceptions import TopologyError
 from transactional.tuples import TransactionAttempt
 
@@ -27,6 +25,10 @@ class SpoutContext:
 
 def spout_kind(spout: Any) -> str:
     """"opaque", "partitioned" or "plain"."""
+    # imported here: spouts.base imports transactional.tuples, which loads this package
+    from spouts.base import (OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout,
+                             TransactionalSpout)
+
     if isinstance(spout, OpaquePartitionedTransactionalSpout) or (
             isinstance(spout, PartitionedTransactionalSpout) and getattr(spout, "opaque", False)):
         return "opaque"

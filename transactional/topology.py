@@ -346,10 +346,9 @@ def _by_value(obj: Any, depth: int, seen: set[int]) -> None:
             except (ValueError, TypeError):
                 pass
     children: list[Any] = []
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = list(obj)
+    if isinstance(obj, (dict, list, tuple, set, frozenset)):
+        if len(obj) <= 32:  # settings and wrapped components, not data
+            children = list(obj.values() if isinstance(obj, dict) else obj)
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
         children = list(vars(obj).values())
     for c in children:

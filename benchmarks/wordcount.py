@@ -1,0 +1,171 @@
+"""Reference workload: exactly-once word count vs. the same counting as bare PySpark.
+
+    python benchmarks/wordcount.py [--sentences 1000000] [--batch 50000] [--master local[2]]
+
+Topology (default ``--topology split-count``): spout -> split (splits sentences and counts
+words of its share of the batch, Storm's BatchCount idiom) -> fields grouping on word ->
+commit (committer; sums partial counts and updates a TransactionalMap once per txid).
+``--topology per-word`` emits one tuple per word from a BaseBasicBolt split instead, to
+show the cost of the per-tuple path. The bare job: per batch, ``flatMap`` +
+``reduceByKey`` + ``collect`` into a dict. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import time
+from collections import Counter
+from operator import add
+
+from spouts import MemoryTransactionalSpout
+from transactional import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
+                           TopologyConfig, TransactionalTopologyBuilder, Values, run_topology)
+from transactional._spark import get_or_create_context
+from transactional.result import percentile
+
+
+def make_corpus(n_sentences, vocab=50_000, words_per_sentence=10, seed=42):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    cum = list(itertools.accumulate(1.0 / (i + 1) ** 1.1 for i in range(vocab)))
+    return [" ".join(rng.choices(words, cum_weights=cum, k=words_per_sentence)) for _ in range(n_sentences)]
+
+
+class SplitCount(BaseBatchBolt):
+    """Splits its sentences and counts the words of its share of the batch."""
+
+    def prepare(self, conf, context, collector, id):
+        self.collector, self.id, self.counts = collector, id, Counter()
+
+    def execute(self, tuple):                      # ("tx", "sentence")
+        self.counts.update(tuple[1].split())
+
+    def finish_batch(self):
+        emit, id = self.collector.emit, self.id
+        for w, n in self.counts.items():
+            emit((id, w, n))                       # ("id", "word", "count")
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word", "count"))
+
+
+class Split(BaseBasicBolt):
+    def execute(self, tuple, collector):           # ("tx", "sentence")
+        tx, emit = tuple[0], collector.emit
+        for w in tuple[1].split():
+            emit((tx, w, 1))                       # ("id", "word", "count")
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word", "count"))
+
+
+class PartialCount(BaseBatchBolt):
+    def prepare(self, conf, context, collector, id):
+        self.collector, self.id, self.counts = collector, id, Counter()
+
+    def execute(self, tuple):
+        self.counts[tuple[1]] += tuple[2]
+
+    def finish_batch(self):
+        for w, n in self.counts.items():
+            self.collector.emit((self.id, w, n))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word", "count"))
+
+
+class CommitCounts(BaseTransactionalBolt, Committer):
+    """Sums partial counts per word; applies them to the map once per txid."""
+
+    def prepare(self, conf, context, collector, attempt):
+        self.counts = {}
+        self.map = context.map_state("word-counts")
+
+    def execute(self, tuple):                      # ("id", "word", "count")
+        w = tuple[1]
+        self.counts[w] = self.counts.get(w, 0) + tuple[2]
+
+    def finish_batch(self):
+        self.map.multi_combine(list(self.counts), list(self.counts.values()), "sum")
+
+
+def build(topology_id, corpus, batch, parallelism, committers, kind):
+    per_partition = -(-len(corpus) // parallelism)
+    data = {p: [(s,) for s in corpus[p * per_partition:(p + 1) * per_partition]] for p in range(parallelism)}
+    spout = MemoryTransactionalSpout(data, Fields("sentence"), max(1, batch // parallelism))
+    b = TransactionalTopologyBuilder(topology_id, "spout", spout, parallelism)
+    if kind == "split-count":
+        b.set_bolt("split", SplitCount(), parallelism).shuffle_grouping("spout")
+        last = "split"
+    else:
+        b.set_bolt("split", Split(), parallelism).shuffle_grouping("spout")
+        b.set_bolt("count", PartialCount(), parallelism).fields_grouping("split", Fields("word"))
+        last = "count"
+    b.set_bolt("commit", CommitCounts(), committers).fields_grouping(last, Fields("word"))
+    return b
+
+
+def bare(sc, corpus, batch, parallelism):
+    counts: dict[str, int] = {}
+    lat = []
+    t0 = time.monotonic()
+    for i in range(0, len(corpus), batch):
+        b0 = time.monotonic()
+        part = (sc.parallelize(corpus[i:i + batch], parallelism)
+                .flatMap(str.split).map(lambda w: (w, 1)).reduceByKey(add).collect())
+        for w, n in part:
+            counts[w] = counts.get(w, 0) + n
+        lat.append(time.monotonic() - b0)
+    return time.monotonic() - t0, counts, lat
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sentences", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=50_000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--max-spout-pending", type=int, default=3)
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--committers", type=int, default=1)
+    ap.add_argument("--topology", choices=["split-count", "per-word"], default="split-count")
+    ap.add_argument("--state", default="memory://")
+    ap.add_argument("--skip-bare", action="store_true")
+    args = ap.parse_args()
+
+    corpus = make_corpus(args.sentences)
+    words = sum(s.count(" ") + 1 for s in corpus)
+    cfg = TopologyConfig(spark_master=args.master, max_spout_pending=args.max_spout_pending,
+                         state=args.state, progress=False, message_timeout_secs=600)
+    sc = get_or_create_context(cfg)
+    sc.parallelize(range(4), 2).count()  # start the Python workers before timing
+    tid = f"bench-wordcount-{int(time.time())}"
+    topo = build(tid, corpus, args.batch, args.parallelism, args.committers, args.topology)
+    t0 = time.monotonic()
+    r = run_topology(topo, cfg)
+    wall = time.monotonic() - t0
+
+    check = dict.fromkeys(["w0", "w1", "w77", "w4999"])
+    got = dict(zip(check, r.map_state("word-counts").multi_get(list(check))))
+    line = {
+        "benchmark": "wordcount", "topology": args.topology, "sentences": args.sentences, "words": words,
+        "batches": r.batches_committed, "batch_sentences": args.batch, "wall_secs": round(wall, 2),
+        "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
+        "commit_latency_p99_ms": round(r.latency_ms(99), 1),
+        "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),
+        "max_spout_pending": args.max_spout_pending, "master": args.master, "parallelism": args.parallelism,
+        "state": args.state, "failed_attempts": len(r.failures),
+    }
+    if not args.skip_bare:
+        bwall, bcounts, blat = bare(sc, corpus, args.batch, args.parallelism)
+        exact = all(got[w] == bcounts.get(w) for w in check)
+        line.update({"bare_wall_secs": round(bwall, 2), "bare_words_per_sec": round(words / bwall),
+                     "bare_batch_p50_ms": round(percentile(blat, 50) * 1000, 1),
+                     "ratio_framework_to_bare": round(bwall / wall, 2), "counts_match_bare": exact})
+    print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
