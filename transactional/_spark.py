@@ -47,6 +47,7 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
             .set("spark.python.task.killTimeout", "1s")
             .set("spark.scheduler.mode", "FAIR"))
     if config.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, before the JVM starts
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     for k, v in config.spark_conf.items():
         conf.set(k, v)
