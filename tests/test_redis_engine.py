@@ -280,9 +280,6 @@ def test_wrong_password_stops_the_run_with_a_clear_error(spark_context, redis_fa
     assert committed == []
 
 
-@pytest.mark.xfail(strict=True, reason="the engine opens map backings lazily, in the committer's "
-                   "prepare during the first commit, and retries a ConfigError as a batch failure; "
-                   "it should open (PING) the configured state once at run start, before any batch")
 def test_wrong_password_stops_the_run_before_any_batch_is_processed(spark_context, redis_factory):
     server = redis_factory(password="right", appendonly=False)
     with pytest.raises(ConfigError, match="refused the credentials"):

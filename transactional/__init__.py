@@ -11,7 +11,6 @@ from transactional.exceptions import (ConfigError, FailedException, InvalidTuple
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
-from transactional._runner import run_topology
 
 __all__ = [
     "TransactionalTopologyBuilder", "Topology", "TransactionAttempt", "Fields", "Values", "Tuple",
@@ -20,3 +19,12 @@ __all__ = [
     "TopologyConfig", "run_topology", "RunResult",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
 ]
+
+
+def __getattr__(name: str):
+    # imported on first use: the runner imports state/ and spouts/, which import this package
+    if name == "run_topology":
+        from transactional._runner import run_topology
+
+        return run_topology
+    raise AttributeError(f"module 'transactional' has no attribute {name!r}")

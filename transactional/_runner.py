@@ -66,7 +66,7 @@ class StateRegistry:
         m = self.maps.get(name)
         kind = OpaqueMap if opaque else TransactionalMap
         if m is None:
-            backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}", **self.config.state_options)
+            backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}", **self.options())
             m = self.maps[name] = kind(backing)
             m.superseded = self.superseded
         elif type(m) is not kind:
@@ -75,6 +75,17 @@ class StateRegistry:
         if self.txid is not None and m._txid != self.txid:
             m.begin_commit(self.txid, self.attempt, self.superseded)
         return m
+
+    def options(self) -> dict:
+        opts = dict(self.config.state_options)
+        if not self.config.state.startswith("memory:"):
+            opts.setdefault("connect_timeout", self.config.connect_timeout_secs)
+        return opts
+
+    def check(self) -> None:
+        """Reach the configured state once before any batch (clear error when it cannot)."""
+        if not self.config.state.startswith("memory:"):
+            open_map_backing(self.config.state, f"{self.topology_id}:~check", **self.options())
 
     def existing(self, name: str, opaque: bool | None = None) -> MapState:
         if name not in self.maps:
@@ -158,6 +169,7 @@ class Engine:
         try:
             wait = self.config.lock_wait_secs
             state.acquire_lock(owner, wait=wait != 0, timeout=wait)
+            self.states.check()
             planner = SpoutPlanner(self.topology.spout.new_instance(), self.conf, self.topology.topology_id,
                                    self.topology.spout_id, self.topology.spout.parallelism)
             try:

@@ -181,8 +181,9 @@ class JobPlanner:
                 for src in dict.fromkeys(s.source for s in c.inputs):
                     inputs.append(rdds[src].filter(lambda kv, ci=ci: kv[0] // KEY_STRIDE == ci))
                 u = inputs[0] if len(inputs) == 1 else sc.union(inputs)
-                rdds[c.id] = u.partitionBy(c.parallelism, _task_of).mapPartitionsWithIndex(
-                    _bolt_stage(self.bc, c.id, attempt, self.conf, acc))
+                if not self.topology.is_local(c):   # local_or_shuffle: task i reads task i, no shuffle
+                    u = u.partitionBy(c.parallelism, _task_of)
+                rdds[c.id] = u.mapPartitionsWithIndex(_bolt_stage(self.bc, c.id, attempt, self.conf, acc))
             if self.uses[c.id] > 1:
                 rdds[c.id].persist()
                 persisted.append(rdds[c.id])

@@ -15,15 +15,17 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from transactional.exceptions import (FailedException, InvalidTupleError, StateAheadError,
-                                      StateCorruptError, SpoutError, TopologyFailedError)
+from transactional.exceptions import (ConfigError, FailedException, InvalidTupleError, LeadershipLostError,
+                                      StateAheadError, StateCorruptError, SpoutError, TopologyFailedError)
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import TransactionAttempt, Tuple
 
 KEY_STRIDE = 1 << 20
 Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
-FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError)
+# programming and configuration errors, and state that must not be written: no replay helps
+FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
+         ConfigError, LeadershipLostError)
 
 
 _GOLDEN = 0x9E3779B1
@@ -99,6 +101,8 @@ class Router:
                 self._outputs.append((index[consumer.id], stream, lists))
                 if sub.grouping == "direct":
                     direct_targets.append(lists)
+                elif topology.is_local(consumer):
+                    routes.append(lists[task].append)   # the same task index, no shuffle
                 else:
                     routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields]))
             self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)

@@ -39,6 +39,9 @@ def load_topology_file(path: str) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(p.resolve().parent))
     spec.loader.exec_module(module)
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)   # executors cannot import a file by path
     if not hasattr(module, "build_topology"):
         raise SystemExit(f"trident: {path} defines no build_topology(); it must return a "
                          "TransactionalTopologyBuilder")

@@ -19,7 +19,7 @@ from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, C
 from transactional.exceptions import TopologyError
 from transactional.tuples import Fields
 
-GROUPINGS = ("shuffle", "fields", "global", "all", "none", "direct")
+GROUPINGS = ("shuffle", "local_or_shuffle", "fields", "global", "all", "none", "direct")
 _OWN_PACKAGES = ("transactional", "spouts", "state")
 
 
@@ -89,6 +89,14 @@ class Topology:
     def bolts(self) -> tuple[ComponentSpec, ...]:
         return self.components[1:]
 
+    def is_local(self, component: ComponentSpec) -> bool:
+        """True when ``component`` runs in the same Spark tasks as its one source
+        (``local_or_shuffle`` grouping, equal parallelism, both in the processing phase)."""
+        if len(component.inputs) != 1 or component.inputs[0].grouping != "local_or_shuffle":
+            return False
+        src = self.component(component.inputs[0].source)
+        return (src.parallelism == component.parallelism and component.id not in self.commit_components)
+
     def consumers(self, source: str) -> list[tuple[ComponentSpec, Subscription]]:
         """Who reads ``source``, with the subscription."""
         return [(c, s) for c in self.components for s in c.inputs if s.source == source]
@@ -142,6 +150,12 @@ class InputDeclarer:
     def shuffle_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
         """Tuples spread evenly over the bolt's tasks."""
         return self._add(source, stream, "shuffle")
+
+    def local_or_shuffle_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+        """Storm's localOrShuffleGrouping: when this bolt reads only ``source`` and has
+        the same parallelism, task i reads what task i of ``source`` emitted, in the same
+        Spark task (no shuffle); otherwise as shuffle."""
+        return self._add(source, stream, "local_or_shuffle")
 
     def fields_grouping(self, source: str, fields: Fields | tuple[str, ...] | str,
                         stream: str = "default") -> "InputDeclarer":
