@@ -98,10 +98,10 @@ def build(topology_id, corpus, batch, parallelism, committers, kind):
     spout = MemoryTransactionalSpout(data, Fields("sentence"), max(1, batch // parallelism))
     b = TransactionalTopologyBuilder(topology_id, "spout", spout, parallelism)
     if kind == "split-count":
-        b.set_bolt("split", SplitCount(), parallelism).shuffle_grouping("spout")
+        b.set_bolt("split", SplitCount(), parallelism).local_or_shuffle_grouping("spout")
         last = "split"
     else:
-        b.set_bolt("split", Split(), parallelism).shuffle_grouping("spout")
+        b.set_bolt("split", Split(), parallelism).local_or_shuffle_grouping("spout")
         b.set_bolt("count", PartialCount(), parallelism).fields_grouping("split", Fields("word"))
         last = "count"
     b.set_bolt("commit", CommitCounts(), committers).fields_grouping(last, Fields("word"))
@@ -155,6 +155,8 @@ def main():
         "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
         "commit_latency_p99_ms": round(r.latency_ms(99), 1),
         "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),
+        "processing_job_p50_ms": round(percentile(r.processing_secs, 50) * 1000, 1),
+        "first_job_ms": round(r.processing_secs[0] * 1000, 1),
         "max_spout_pending": args.max_spout_pending, "master": args.master, "parallelism": args.parallelism,
         "state": args.state, "failed_attempts": len(r.failures),
     }

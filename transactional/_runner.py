@@ -42,8 +42,7 @@ from transactional._spout import SpoutPlanner
 from transactional._store import CoordinatorStore
 from transactional._task import KEY_STRIDE, TaskFailure, run_task
 from transactional.config import TopologyConfig
-from transactional.exceptions import (ConfigError, LeadershipLostError, StateError,
-                                      TopologyFailedError, TridentError)
+from transactional.exceptions import ConfigError, TopologyFailedError
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
@@ -363,22 +362,17 @@ class Engine:
         try:
             return jobs.run(f.attempt, f.meta, cleanup_before, f.group)
         except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
-            msg = _spark_error(e)
-            kind = "error"
             return ProcessingResult(f.attempt, failures=[TaskFailure(
-                "(spark job)", -1, f.txid, f.attempt.attempt_id, kind, type(e).__name__,
-                "cancelled" if f.cancelled else msg, "")])
+                "(spark job)", -1, f.txid, f.attempt.attempt_id, "error", type(e).__name__,
+                "cancelled" if f.cancelled else _spark_error(e), "")])
 
     # -- commit (main thread) ----------------------------------------------------------------
     def _commit(self, f: InFlight, r: ProcessingResult, store: CoordinatorStore,
                 planner: SpoutPlanner, state: TransactionalState, commit_started: list[int]) -> None:
         txid, t0 = f.txid, time.monotonic()
         # Step 1. txid-1 is committed: the main loop commits strictly in order.
-        # Step 2. this driver still holds the lock.
-        try:
-            state.check_lock()
-        except LeadershipLostError:
-            raise
+        # Step 2. this driver still holds the lock (LeadershipLostError stops the run).
+        state.check_lock()
         # Step 3. committers and the bolts downstream of them, maps in begin_commit(txid);
         # first note durably that this attempt's commit began (it may write user state).
         commit_started.append(f.attempt.attempt_id)
@@ -416,6 +410,7 @@ class Engine:
         now = time.monotonic()
         res.commit_latencies.append(now - f.first_emitted)
         res.commit_phase_secs.append(now - t0)
+        res.processing_secs.append(r.seconds)
         for k, v in executed.items():
             res.executed[k] = res.executed.get(k, 0) + v
         for k, v in emitted.items():
@@ -436,13 +431,8 @@ class Engine:
                 try:
                     out, n, e = run_task(topo, comp, task, attempt, inbox.pop(ci * KEY_STRIDE + task, ()),
                                          self.conf, "commit", self.states)
-                except LeadershipLostError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - becomes a batch failure
-                    failure = TaskFailure.of(exc, comp.id, task, attempt)
-                    if isinstance(exc, StateError) and failure.kind == "fatal":
-                        failure.kind = "fatal"
-                    raise _Failure(failure) from exc
+                except Exception as exc:  # noqa: BLE001 - becomes a batch failure (fatal kinds stop the run)
+                    raise _Failure(TaskFailure.of(exc, comp.id, task, attempt)) from exc
                 crash_point("commit.after_task", txid=attempt.txid, component=comp.id, task=task)
                 executed[comp.id] = executed.get(comp.id, 0) + n
                 emitted[comp.id] = emitted.get(comp.id, 0) + e

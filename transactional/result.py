@@ -36,6 +36,7 @@ class RunResult:
     wall_secs: float = 0.0
     commit_latencies: list[float] = field(default_factory=list)   # batch emitted -> committed, s
     commit_phase_secs: list[float] = field(default_factory=list)  # time in the commit phase, s
+    processing_secs: list[float] = field(default_factory=list)    # processing job of the committed attempt, s
     stopped_because: str = ""
     _states: Any = field(default=None, repr=False)
 
