@@ -28,7 +28,7 @@ from typing import Any, Union
 
 from transactional.testing._process import ManagedProcess, port_open, wait_until
 
-__all__ = ["ManagedKafka", "tansu_binary", "Record"]
+__all__ = ["ManagedKafka", "tansu_binary", "produce", "create_topic", "Record"]
 
 log = logging.getLogger("trident.testing.kafka")
 _quiet = logging.getLogger("trident.testing.kafka.client")
@@ -93,10 +93,7 @@ class ManagedKafka(ManagedProcess):
 
     def create_topic(self, name: str, partitions: int, timeout: float = 10.0) -> None:
         """Create ``name`` with ``partitions`` partitions (replication factor 1)."""
-        from confluent_kafka.admin import NewTopic
-        for _, f in self.admin().create_topics([NewTopic(name, partitions, 1)],
-                                               operation_timeout=timeout).items():
-            f.result(timeout)
+        create_topic(self.bootstrap, name, partitions, timeout, admin=self.admin())
 
     def delete_topic(self, name: str, timeout: float = 10.0) -> None:
         for _, f in self.admin().delete_topics([name], operation_timeout=timeout).items():
@@ -145,52 +142,8 @@ class ManagedKafka(ManagedProcess):
     # -- data -------------------------------------------------------------------------------------
     def produce(self, topic: str, records_by_partition: Mapping[int, Iterable[Record]],
                 timeout: float = 60.0) -> dict[int, int]:
-        """Append records to partitions (a record is a value, or a ``(key, value)`` pair;
-        str is UTF-8 encoded) and return each partition's end offset afterwards.
-
-        The last record of each partition goes in a record batch of its own (flush, then
-        send it alone) so Tansu's ListOffsets(latest) answers the true high watermark."""
-        from confluent_kafka import Producer
-        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "logger": _quiet,
-                      "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
-        errors: list[str] = []
-        ends: dict[int, int] = {}
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-            else:
-                ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
-
-        def send(partition: int, rec: Record) -> None:
-            key, value = rec if isinstance(rec, tuple) else (None, rec)
-            while True:
-                try:
-                    p.produce(topic, value=_b(value), key=_b(key), partition=partition, on_delivery=on_delivery)
-                    return
-                except BufferError:
-                    p.poll(0.05)
-
-        lasts: dict[int, Record] = {}
-        for partition, recs in records_by_partition.items():
-            it = iter(recs)
-            prev: Any = _NONE
-            for rec in it:
-                if prev is not _NONE:
-                    send(partition, prev)
-                prev = rec
-            if prev is not _NONE:
-                lasts[partition] = prev
-        if p.flush(timeout):
-            raise TimeoutError(f"produce to {topic!r} at {self.bootstrap} not acknowledged within {timeout}s")
-        for partition, rec in lasts.items():
-            send(partition, rec)
-            if p.flush(timeout):
-                raise TimeoutError(f"produce to {topic!r} at {self.bootstrap} not acknowledged within {timeout}s")
-        if errors:
-            raise RuntimeError(f"produce to {topic!r} failed: {errors[:5]}")
-        return {partition: ends[partition] if partition in ends else self.end_offset(topic, partition)
-                for partition in records_by_partition}
+        """``produce(self.bootstrap, ...)``: see the module function."""
+        return produce(self.bootstrap, topic, records_by_partition, timeout)
 
     def end_offset(self, topic: str, partition: int, timeout: float = 10.0) -> int:
         """The partition's high watermark, read from a Fetch response (right on Tansu even
@@ -247,6 +200,81 @@ class ManagedKafka(ManagedProcess):
             return {tp.partition: tp.offset for tp in got}
         finally:
             c.close()
+
+
+
+def produce(bootstrap: str, topic: str, records_by_partition: Mapping[int, Iterable[Record]],
+            timeout: float = 60.0) -> dict[int, int]:
+    """Append records to partitions (a record is a value, or a ``(key, value)`` pair;
+    str is UTF-8 encoded) and return each partition's end offset afterwards.
+
+    The last record of each partition goes in a record batch of its own (flush, then
+    send it alone) so Tansu's ListOffsets(latest) answers the true high watermark."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _quiet,
+                  "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
+    errors: list[str] = []
+    ends: dict[int, int] = {}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+        else:
+            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+    def send(partition: int, rec: Record) -> None:
+        key, value = rec if isinstance(rec, tuple) else (None, rec)
+        while True:
+            try:
+                p.produce(topic, value=_b(value), key=_b(key), partition=partition, on_delivery=on_delivery)
+                return
+            except BufferError:
+                p.poll(0.05)
+
+    lasts: dict[int, Record] = {}
+    for partition, recs in records_by_partition.items():
+        it = iter(recs)
+        prev: Any = _NONE
+        for rec in it:
+            if prev is not _NONE:
+                send(partition, prev)
+            prev = rec
+        if prev is not _NONE:
+            lasts[partition] = prev
+    if p.flush(timeout):
+        raise TimeoutError(f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s")
+    for partition, rec in lasts.items():
+        send(partition, rec)
+        if p.flush(timeout):
+            raise TimeoutError(f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s")
+    if errors:
+        raise RuntimeError(f"produce to {topic!r} failed: {errors[:5]}")
+    missing = [partition for partition in records_by_partition if partition not in ends]
+    if missing:   # nothing produced to them now: their end offset is unchanged
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-testing", "logger": _quiet})
+        try:
+            for partition in missing:
+                ends[partition] = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout,
+                                                          cached=False)[1]
+        finally:
+            c.close()
+    return {partition: ends[partition] for partition in records_by_partition}
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10.0, *,
+                 exist_ok: bool = False, admin: Any = None) -> bool:
+    """Create topic ``name`` (replication factor 1); False if it existed and ``exist_ok``."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+    try:
+        for _, f in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout).items():
+            f.result(timeout)
+    except KafkaException as e:
+        if exist_ok and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise
+    return True
 
 
 _NONE = object()
