@@ -223,11 +223,31 @@ class Engine:
             f.future = pool.submit(self._process, jobs, f, committed)
             res.attempts += 1
 
-        def fail_from(txid: int, failure: TaskFailure) -> None:
-            """Fail ``txid`` and every later txid in flight; queue them for re-emission."""
+        def fail_from(txid: int, failure: TaskFailure | None) -> None:
+            """Fail ``txid`` and every later txid in flight; queue them for re-emission.
+            ``failure`` None: not a failure of ``txid`` itself (an earlier batch ended
+            short), so it does not count towards ``max_attempts``."""
             nonlocal next_txid
-            res.failures.append(failure.describe())
-            log.warning("batch failed: %s", failure.describe())
+            doomed = [f for f in inflight if f.txid >= txid]
+            for f in doomed:
+                f.cancelled = True
+                jobs.cancel(f.group)
+            if failure is not None:
+                res.failures.append(failure.describe())
+                log.warning("batch failed: %s", failure.describe())
+                count_failure(txid, failure)
+            for f in doomed:
+                try:
+                    f.future.result()
+                except Exception:  # noqa: BLE001 - a cancelled job raises; it is being replayed
+                    pass
+                inflight.remove(f)
+                if planner.kind != "opaque":
+                    replay[f.txid] = f.meta
+            next_txid = txid
+
+        def count_failure(txid: int, failure: TaskFailure) -> None:
+            """Stop the run on a fatal failure or the ``max_attempts``-th failure of txid."""
             if failure.kind == "fatal":
                 raise TopologyFailedError(f"stopped: {failure.describe()}", txid=failure.txid,
                                           component=failure.component, task=failure.task,
@@ -238,19 +258,6 @@ class Engine:
                     f"txid {txid} failed {failures_of[txid]} times (max_attempts={cfg.max_attempts}); "
                     f"last failure: {failure.describe()}\n{failure.traceback}",
                     txid=txid, component=failure.component, task=failure.task, cause=failure.message)
-            doomed = [f for f in inflight if f.txid >= txid]
-            for f in doomed:
-                f.cancelled = True
-                jobs.cancel(f.group)
-            for f in doomed:
-                try:
-                    f.future.result()
-                except Exception:  # noqa: BLE001 - a cancelled job raises; it is being replayed
-                    pass
-                inflight.remove(f)
-                if planner.kind != "opaque":
-                    replay[f.txid] = f.meta
-            next_txid = txid
 
         try:
             while True:
@@ -313,12 +320,9 @@ class Engine:
                             store.write_pending(f.txid, f.meta, attempts[f.txid], commit_started.get(f.txid, ()))
                             later = [g for g in inflight if g.txid > f.txid]
                             if later:
-                                fail_from(later[0].txid, TaskFailure(
-                                    self.topology.spout_id, -1, later[0].txid, later[0].attempt.attempt_id,
-                                    "replan", "ShortBatch", f"txid {f.txid} emitted less than planned; "
-                                    "later batches are planned again from where it ended", ""))
-                                failures_of[later[0].txid] -= 1   # not the later batch's fault
-                                res.failures.pop()
+                                log.info("txid %d emitted less than planned; txids %d.. are planned "
+                                         "again from where it ended", f.txid, later[0].txid)
+                                fail_from(later[0].txid, None)
                             break
                     elif time.monotonic() - f.started >= cfg.message_timeout_secs:
                         failed = (f.txid, TaskFailure("(spark job)", -1, f.txid, f.attempt.attempt_id, "error",
