@@ -1,0 +1,129 @@
+"""Reference word count read from Kafka: the corpus of benchmarks/wordcount.py produced to
+a 4-partition topic, counted exactly once into Redis by a KafkaTransactionalSpout topology.
+
+    python benchmarks/kafka_wordcount.py [--sentences 1000000] [--batch 50000] [--master local[2]]
+        [--bootstrap HOST:PORT] [--redis redis://HOST:PORT/0] [--opaque]
+
+Starts its own Tansu broker unless ``--bootstrap`` is given, and its own ``redis-server``
+unless ``--redis`` is given. Topology: Kafka spout (``--parallelism`` tasks over 4
+partitions, ``--batch / 4`` records per partition and batch) -> split (counts its share of
+the batch, local-or-shuffle) -> commit (committer, fields on word, a TransactionalMap in
+Redis; OpaqueMap with ``--opaque``). Every count is checked against the corpus. Prints one
+JSON line: words/s, commit latency p50/p99 and the configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wordcount import CommitCounts, SplitCount, make_corpus  # noqa: E402 - the reference workload
+
+from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout  # noqa: E402
+from state.map import OpaqueMap, TransactionalMap  # noqa: E402
+from state.redis import RedisMapBacking  # noqa: E402
+from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology  # noqa: E402
+from transactional._spark import get_or_create_context  # noqa: E402
+from transactional.result import percentile  # noqa: E402
+from transactional.testing.kafka import ManagedKafka, create_topic, produce  # noqa: E402
+
+PARTITIONS = 4
+
+
+class OpaqueCommitCounts(CommitCounts):
+    def prepare(self, conf, context, collector, attempt):
+        self.counts = {}
+        self.map = context.map_state("word-counts", opaque=True)
+
+
+def build(topology_id: str, bootstrap: str, topic: str, batch: int, parallelism: int, committers: int,
+          opaque: bool) -> TransactionalTopologyBuilder:
+    cls = OpaqueKafkaTransactionalSpout if opaque else KafkaTransactionalSpout
+    spout = cls(bootstrap, topic, max_records_per_partition=max(1, batch // PARTITIONS),
+                field_names=("sentence",))
+    b = TransactionalTopologyBuilder(topology_id, "spout", spout, parallelism)
+    b.set_bolt("split", SplitCount(), parallelism).local_or_shuffle_grouping("spout")
+    b.set_bolt("commit", OpaqueCommitCounts() if opaque else CommitCounts(), committers) \
+        .fields_grouping("split", Fields("word"))
+    return b
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sentences", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=50_000, help="sentences per batch (over all partitions)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--max-spout-pending", type=int, default=3)
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--committers", type=int, default=1)
+    ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
+    ap.add_argument("--redis", help="redis://host:port/db (default: start redis-server)")
+    ap.add_argument("--opaque", action="store_true", help="OpaqueKafkaTransactionalSpout + OpaqueMap")
+    args = ap.parse_args()
+
+    servers = []
+    try:
+        bootstrap = args.bootstrap
+        if not bootstrap:
+            broker = ManagedKafka().start()
+            servers.append(broker)
+            bootstrap = broker.bootstrap
+        redis_url = args.redis
+        if not redis_url:
+            from transactional.testing.redis import ManagedRedis
+            redis = ManagedRedis(appendonly=False).start()
+            servers.append(redis)
+            redis_url = redis.url
+
+        corpus = make_corpus(args.sentences)
+        words = sum(s.count(" ") + 1 for s in corpus)
+        topic = f"bench-sentences-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, PARTITIONS)
+        t0 = time.monotonic()
+        produce(bootstrap, topic, {p: corpus[p::PARTITIONS] for p in range(PARTITIONS)})
+        produce_secs = time.monotonic() - t0
+
+        cfg = TopologyConfig(spark_master=args.master, max_spout_pending=args.max_spout_pending,
+                             state=redis_url, progress=False, message_timeout_secs=600)
+        sc = get_or_create_context(cfg)
+        sc.parallelize(range(4), 2).count()  # start the Python workers before timing
+        tid = f"bench-kafka-wordcount-{uuid.uuid4().hex[:8]}"
+        topo = build(tid, bootstrap, topic, args.batch, args.parallelism, args.committers, args.opaque)
+        t0 = time.monotonic()
+        r = run_topology(topo, cfg)
+        wall = time.monotonic() - t0
+
+        want = Counter(w for s in corpus for w in s.split())
+        keys = list(want)
+        kind = OpaqueMap if args.opaque else TransactionalMap
+        got = kind(RedisMapBacking.from_url(redis_url, f"{tid}:word-counts")).multi_get(keys)
+        exact = all(g == want[k] for k, g in zip(keys, got))
+        line = {
+            "benchmark": "kafka_wordcount", "spout": "opaque" if args.opaque else "transactional",
+            "sentences": args.sentences, "words": words, "partitions": PARTITIONS,
+            "batches": r.batches_committed, "batch_sentences": args.batch, "wall_secs": round(wall, 2),
+            "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
+            "commit_latency_p99_ms": round(r.latency_ms(99), 1),
+            "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),
+            "produce_secs": round(produce_secs, 2), "exact": exact, "failed_attempts": len(r.failures),
+            "max_spout_pending": args.max_spout_pending, "master": args.master,
+            "parallelism": args.parallelism, "committers": args.committers,
+            "broker": "tansu (started)" if not args.bootstrap else bootstrap,
+            "state": "redis (started)" if not args.redis else TopologyConfig(state=redis_url).redacted()["state"],
+        }
+        print(json.dumps(line), flush=True)
+        if not exact:
+            sys.exit("counts in Redis differ from the corpus")
+    finally:
+        for s in reversed(servers):
+            s.destroy()
+
+
+if __name__ == "__main__":
+    main()
