@@ -124,6 +124,10 @@ def _check_name(name: str, what: str) -> None:
                           "characters, not '.' or '..')")
 
 
+class _Unavailable(Exception):
+    """No connection came back before the retry deadline."""
+
+
 class ZooKeeperTransactionalState(TransactionalState):
     """Coordinator state in ZooKeeper. Open it with ``from_url``; users do not subclass it.
 
@@ -139,7 +143,8 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     def __init__(self, client: KazooClient, *, hosts: str, root: str, topology_id: str,
                  secure: bool, session_timeout: float, retry_deadline: float,
-                 sleep_func: Callable[[float], None] = time.sleep) -> None:
+                 sleep_func: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """Wrap a *started* kazoo client; prefer ``from_url``."""
         _check_name(topology_id, "topology_id")
         self.topology_id = topology_id
@@ -150,6 +155,10 @@ class ZooKeeperTransactionalState(TransactionalState):
         self.session_timeout = session_timeout
         self.retry_deadline = retry_deadline
         self._client = client
+        self._clock = clock
+        self._connected = threading.Event()
+        if client.connected:
+            self._connected.set()
         self._retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
                                  max_jitter=0.2, deadline=retry_deadline,
                                  sleep_func=sleep_func, ignore_expire=True)
@@ -210,7 +219,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         try:
             return cls(client, hosts=hosts, root=root, topology_id=topology_id,
                        secure=auth is not None, session_timeout=session_timeout,
-                       retry_deadline=retry_deadline, sleep_func=sleep_func)
+                       retry_deadline=retry_deadline, sleep_func=sleep_func, clock=clock)
         except BaseException:
             _stop(client)
             raise
@@ -218,21 +227,21 @@ class ZooKeeperTransactionalState(TransactionalState):
     def _ensure_base(self) -> None:
         # Parents of the topology znode stay open (other topologies share the root);
         # the topology's own znodes take the client's default ACL.
-        self._client.ensure_path(self.root, acl=OPEN_ACL_UNSAFE)
-        self._client.ensure_path(self.base)
+        self._wait(self._client.ensure_path_async(self.root, acl=OPEN_ACL_UNSAFE))
+        self._wait(self._client.ensure_path_async(self.base))
         if self.secure:
             self._tighten_acls()
 
     def _tighten_acls(self) -> None:
         """A tree created without auth gets the creator-all, world-read ACL now."""
-        acls, _ = self._client.get_acls(self.base)
+        acls, _ = self._wait(self._client.get_acls_async(self.base))
         if not any(a.id.scheme == "world" and a.perms & Permissions.WRITE for a in acls):
             return
         log.warning("securing %s: it was created without auth; setting ACL creator-all, "
                     "world-read on its znodes", self.base)
         for path in [self.base, *self._subtree(self.base)]:
             try:
-                self._client.set_acls(path, self._client.default_acl)
+                self._wait(self._client.set_acls_async(path, self._client.default_acl))
             except NoNodeError:
                 pass
 
@@ -240,6 +249,10 @@ class ZooKeeperTransactionalState(TransactionalState):
     def _on_state(self, state: str) -> bool:
         """kazoo listener (its thread; must not block). LOST while holding the lock means
         ZooKeeper dropped our session and with it our ephemeral lock znode."""
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
         if state == KazooState.LOST and self._fence is not None and not self._closed:
             log.error("ZooKeeper session of topology %r lost: its driver lock is gone; "
                       "no further commit is allowed", self.topology_id)
@@ -250,14 +263,26 @@ class ZooKeeperTransactionalState(TransactionalState):
         return False
 
     def _call(self, func: Callable[..., T], *args: Any, what: str, **kwargs: Any) -> T:
-        """Run ``func`` with retries while the connection is down; errors named for users."""
+        """Run ``func`` until it succeeds while the connection comes and goes.
+
+        Each try first waits for the client to be connected (so no request sits in
+        kazoo's queue of a dead connection), then runs; a try cut by a connection loss is
+        retried. After ``retry_deadline`` seconds: ``StateUnavailableError``.
+        """
         if self._closed:
             raise StateError(f"coordinator state of topology {self.topology_id!r} is closed")
+        deadline = self._clock() + self.retry_deadline
+
+        def attempt() -> T:
+            if not self._connected.wait(max(0.0, deadline - self._clock())):
+                raise _Unavailable()
+            return func(*args, **kwargs)
+
         try:
-            return self._retry.copy()(func, *args, **kwargs)
-        except RetryFailedError:
+            return self._retry.copy()(attempt)
+        except (RetryFailedError, _Unavailable, KazooTimeoutError):
             raise StateUnavailableError(
-                f"ZooKeeper at {self.hosts} did not answer for {self.retry_deadline:.0f}s "
+                f"ZooKeeper at {self.hosts} did not answer for {self.retry_deadline:g}s "
                 f"while {what} (topology {self.topology_id!r}); check that the ensemble "
                 "is up and reachable") from None
         except NoAuthError:
@@ -268,6 +293,10 @@ class ZooKeeperTransactionalState(TransactionalState):
         except ConnectionClosedError:
             raise StateError(f"coordinator state of topology {self.topology_id!r} is "
                              "closed") from None
+
+    def _wait(self, result: Any) -> Any:
+        """The value of a kazoo async result, waiting at most ``retry_deadline``."""
+        return result.get(timeout=self.retry_deadline)
 
     # -- paths and values -----------------------------------------------------------------
     def _abs(self, path: str) -> str:
@@ -300,7 +329,7 @@ class ZooKeeperTransactionalState(TransactionalState):
     def _subtree(self, path: str) -> list[str]:
         """Descendants of ``path``, deepest first (children before parents)."""
         out: list[str] = []
-        for child in self._client.get_children(path):
+        for child in self._wait(self._client.get_children_async(path)):
             full = f"{path}/{child}"
             out.extend(self._subtree(full))
             out.append(full)
@@ -326,7 +355,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         if fence is not None:
             tx.check(fence, -1)
         ops(tx)
-        results = tx.commit()
+        results = self._wait(tx.commit_async())
         if fence is not None and isinstance(results[0], (NoNodeError, BadVersionError)):
             raise self._lost_error("its lock znode is gone: the session expired")
         for r in results:
@@ -341,7 +370,8 @@ class ZooKeeperTransactionalState(TransactionalState):
     def get(self, path: str) -> JSON | None:
         full = self._abs(path)
         try:
-            data, _ = self._call(self._client.get, full, what=f"reading {full}")
+            data, _ = self._call(lambda: self._wait(self._client.get_async(full)),
+                                 what=f"reading {full}")
         except NoNodeError:
             return None
         return self._decode(full, data)
@@ -355,8 +385,8 @@ class ZooKeeperTransactionalState(TransactionalState):
 
         def attempt() -> None:
             fence = self._fence_path()
-            self._client.ensure_path(parent)
-            if self._client.exists(full) is None:
+            self._wait(self._client.ensure_path_async(parent))
+            if self._wait(self._client.exists_async(full)) is None:
                 self._commit(fence, lambda tx: tx.create(full, data))
             else:
                 self._commit(fence, lambda tx: tx.set_data(full, data))
@@ -388,7 +418,8 @@ class ZooKeeperTransactionalState(TransactionalState):
     def children(self, path: str) -> list[str]:
         full = self._abs(path)
         try:
-            return list(self._call(self._client.get_children, full, what=f"listing {full}"))
+            return list(self._call(lambda: self._wait(self._client.get_children_async(full)),
+                                  what=f"listing {full}"))
         except NoNodeError:
             return []
 
@@ -398,6 +429,7 @@ class ZooKeeperTransactionalState(TransactionalState):
             raise self._lost_error("its ZooKeeper session expired")
         if self._lock is not None:
             return  # already ours
+        self._call(lambda: None, what="waiting for the connection to take the lock")
         lock = self._client.Lock(f"{self.base}/{LOCK_NODE}", owner)
         try:
             if wait:
@@ -443,14 +475,14 @@ class ZooKeeperTransactionalState(TransactionalState):
 
         def holder() -> str | None:
             try:
-                names = self._client.get_children(lock_dir)
+                names = self._wait(self._client.get_children_async(lock_dir))
             except NoNodeError:
                 return None
             contenders = sorted((m.group(1), n) for n in names
                                 if (m := _CONTENDER.search(n)) is not None)
             for _, name in contenders:
                 try:
-                    data, _ = self._client.get(f"{lock_dir}/{name}")
+                    data, _ = self._wait(self._client.get_async(f"{lock_dir}/{name}"))
                 except NoNodeError:
                     continue
                 return data.decode("utf-8", "replace")
@@ -470,7 +502,8 @@ class ZooKeeperTransactionalState(TransactionalState):
         if fence is None:
             raise LeadershipLostError(f"this driver does not hold the lock of topology "
                                       f"{self.topology_id!r}; call acquire_lock first")
-        stat = self._call(self._client.exists, fence, what=f"checking {fence}")
+        stat = self._call(lambda: self._wait(self._client.exists_async(fence)),
+                          what=f"checking {fence}")
         session = self._client.client_id
         if stat is None or session is None or stat.ephemeralOwner != session[0]:
             raise self._lost_error("its lock znode is gone: the session expired")
