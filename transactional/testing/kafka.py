@@ -30,8 +30,18 @@ from transactional.testing._process import ManagedProcess, port_open, wait_until
 
 __all__ = ["ManagedKafka", "tansu_binary", "produce", "create_topic", "Record"]
 
-log = logging.getLogger("trident.testing.kafka")
-_quiet = logging.getLogger("trident.testing.kafka.client")
+
+
+class _Quiet:
+    """librdkafka's log lines of the helpers' clients, at DEBUG."""
+
+    _log = logging.getLogger("trident.testing.kafka.client")
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        self._log.debug(msg, *args)
+
+
+_quiet = _Quiet()
 
 #: A record to produce: a value (bytes or str) or a ``(key, value)`` pair.
 Record = Union[bytes, str, tuple]
