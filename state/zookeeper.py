@@ -462,12 +462,22 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._lost = False
 
     def release_lock(self) -> None:
-        lock, self._lock, self._fence = self._lock, None, None
-        if lock is None or self._closed or self._lost:
+        """Delete our lock znode (idempotent). Without a connection this does not wait:
+        the znode is ephemeral and goes with the session, which ``close`` ends."""
+        lock, fence = self._lock, self._fence
+        self._lock = self._fence = None
+        if lock is None or fence is None or self._closed or self._lost:
+            return
+        lock.is_acquired = False
+        if not self._connected.is_set():
+            log.warning("releasing the lock of topology %r without a connection: it goes "
+                        "when the session ends", self.topology_id)
             return
         try:
-            lock.release()
-        except KazooException as e:  # the ephemeral znode goes with the session anyway
+            self._wait(self._client.delete_async(fence))
+        except NoNodeError:
+            pass
+        except (KazooException, KazooTimeoutError) as e:
             log.warning("could not release the lock of topology %r: %r", self.topology_id, e)
 
     def lock_holder(self) -> str | None:
