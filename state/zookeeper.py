@@ -143,6 +143,7 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     def __init__(self, client: KazooClient, *, hosts: str, root: str, topology_id: str,
                  secure: bool, session_timeout: float, retry_deadline: float,
+                 read_only: bool = False,
                  sleep_func: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Wrap a *started* kazoo client; prefer ``from_url``."""
@@ -152,6 +153,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         self.root = "/" + root
         self.base = f"{self.root}/{topology_id}"
         self.secure = secure
+        self.read_only = read_only
         self.session_timeout = session_timeout
         self.retry_deadline = retry_deadline
         self._client = client
@@ -167,13 +169,14 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._lost = False              # sticky: lock lost, never write again
         self._closed = False
         client.add_listener(self._on_state)
-        self._call(self._ensure_base, what="creating the topology's root znode")
+        if not read_only:
+            self._call(self._ensure_base, what="creating the topology's root znode")
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
     def from_url(cls, url: str, topology_id: str, *, auth: str | None = None,
                  connect_timeout: float = 10.0, session_timeout: float | None = None,
-                 retry_deadline: float = 60.0,
+                 retry_deadline: float = 60.0, read_only: bool = False,
                  sleep_func: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> "ZooKeeperTransactionalState":
         """Connect to ``zk://h:p[,h:p]/<root>`` and open ``topology_id``'s state.
@@ -184,6 +187,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         (default 10 s, or ``?session_timeout=`` in the URL): how long ZooKeeper keeps the
         session -- and so the lock -- of a driver it no longer hears from.
         ``retry_deadline``: how long an operation keeps retrying while disconnected.
+        ``read_only``: create nothing and refuse writes and the lock (``trident status``).
         """
         hosts, root, options = parse_zk_url(url)
         if session_timeout is None:
@@ -219,7 +223,8 @@ class ZooKeeperTransactionalState(TransactionalState):
         try:
             return cls(client, hosts=hosts, root=root, topology_id=topology_id,
                        secure=auth is not None, session_timeout=session_timeout,
-                       retry_deadline=retry_deadline, sleep_func=sleep_func, clock=clock)
+                       retry_deadline=retry_deadline, read_only=read_only,
+                       sleep_func=sleep_func, clock=clock)
         except BaseException:
             _stop(client)
             raise
@@ -376,7 +381,13 @@ class ZooKeeperTransactionalState(TransactionalState):
             return None
         return self._decode(full, data)
 
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StateError(f"coordinator state of topology {self.topology_id!r} was opened "
+                             "read-only")
+
     def set(self, path: str, value: JSON) -> None:
+        self._writable()
         full = self._abs(path)
         if full == self.base:
             raise ValueError("set() needs a path below the topology root, e.g. 'committed'")
@@ -394,6 +405,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._call(attempt, what=f"writing {full}")
 
     def delete(self, path: str) -> None:
+        self._writable()
         full = self._abs(path)
 
         def attempt() -> None:
@@ -425,6 +437,7 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     # -- the driver lock ------------------------------------------------------------------
     def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        self._writable()
         if self._lost:
             raise self._lost_error("its ZooKeeper session expired")
         if self._lock is not None:
@@ -481,24 +494,29 @@ class ZooKeeperTransactionalState(TransactionalState):
             log.warning("could not release the lock of topology %r: %r", self.topology_id, e)
 
     def lock_holder(self) -> str | None:
+        contenders = self.lock_contenders()
+        return contenders[0] if contenders else None
+
+    def lock_contenders(self) -> list[str]:
+        """Owners in the lock's queue, holder first, then the drivers waiting for it."""
         lock_dir = f"{self.base}/{LOCK_NODE}"
 
-        def holder() -> str | None:
+        def contenders() -> list[str]:
             try:
                 names = self._wait(self._client.get_children_async(lock_dir))
             except NoNodeError:
-                return None
-            contenders = sorted((m.group(1), n) for n in names
-                                if (m := _CONTENDER.search(n)) is not None)
-            for _, name in contenders:
+                return []
+            out = []
+            for _, name in sorted((m.group(1), n) for n in names
+                                  if (m := _CONTENDER.search(n)) is not None):
                 try:
                     data, _ = self._wait(self._client.get_async(f"{lock_dir}/{name}"))
                 except NoNodeError:
-                    continue
-                return data.decode("utf-8", "replace")
-            return None
+                    continue  # released meanwhile
+                out.append(data.decode("utf-8", "replace"))
+            return out
 
-        return self._call(holder, what=f"reading {lock_dir}")
+        return self._call(contenders, what=f"reading {lock_dir}")
 
     def check_lock(self) -> None:
         """Raise ``LeadershipLostError`` unless our lock znode still exists in our session.

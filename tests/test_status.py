@@ -1,0 +1,156 @@
+"""``topology_status`` / ``format_status`` / ``trident status`` against a real ZooKeeper,
+with the coordinator records written by the engine's own ``CoordinatorStore``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from state.base import MemoryTransactionalState
+from state.zookeeper import ZooKeeperTransactionalState, parse_zk_url
+from transactional._store import CoordinatorStore
+from transactional.cli import main as trident
+from transactional.exceptions import StateUnavailableError
+from transactional.status import format_status, topology_status
+from transactional.testing._process import free_port, wait_until
+from transactional.testing.zookeeper import ManagedZooKeeper
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def driver(zk_url: str) -> Iterator[ZooKeeperTransactionalState]:
+    """A 'driver' of topology ``words`` that committed txid 2 and has 3 and 4 in flight."""
+    s = ZooKeeperTransactionalState.from_url(zk_url, "words")
+    s.acquire_lock("host-a:4242:ab12cd", wait=False, timeout=None)
+    store = CoordinatorStore(s)
+    store.record_commit(2, {"0": [3, 6], "1": [2, 4]}, None)
+    store.write_pending(3, {"0": [6, 9], "1": [4, 6]}, 2, [1])
+    store.write_pending(4, {"0": [9, 12], "1": [6, 8]}, 0)
+    yield s
+    s.close()
+
+
+def test_status_reports_committed_uncommitted_and_lock(
+        zk_url: str, driver: ZooKeeperTransactionalState) -> None:
+    st = topology_status(zk_url, "words")
+    assert st["exists"] is True
+    assert st["last_committed_txid"] == 2
+    assert st["committed_meta"] == {"0": [3, 6], "1": [2, 4]}
+    assert st["uncommitted"] == [
+        {"txid": 3, "attempts": 2, "meta": {"0": [6, 9], "1": [4, 6]}, "commit_started": [1]},
+        {"txid": 4, "attempts": 0, "meta": {"0": [9, 12], "1": [6, 8]}, "commit_started": []},
+    ]
+    assert st["lock_holder"] == "host-a:4242:ab12cd" and st["lock_waiting"] == []
+    assert json.loads(json.dumps(st)) == st  # JSON-ready for --json
+
+    text = format_status(st)
+    assert "topology words" in text
+    assert "last committed txid: 2" in text
+    assert "lock: held by host-a:4242:ab12cd" in text
+    assert "uncommitted txids: 2" in text
+    assert 'txid 3: attempts 2, meta {"0": [6, 9], "1": [4, 6]}' in text
+    assert "commit started by attempt(s) [1]" in text
+
+
+def test_status_shows_waiting_driver_and_free_lock(
+        zk_url: str, driver: ZooKeeperTransactionalState) -> None:
+    other = ZooKeeperTransactionalState.from_url(zk_url, "words")
+    try:
+        import threading
+
+        waiter = threading.Thread(
+            target=lambda: other.acquire_lock("host-b:7:ef34gh", wait=True, timeout=10),
+            daemon=True)
+        waiter.start()
+        wait_until(lambda: topology_status(zk_url, "words")["lock_waiting"]
+                   == ["host-b:7:ef34gh"], 10, what="the waiting driver to queue")
+        assert "waiting: host-b:7:ef34gh" in format_status(topology_status(zk_url, "words"))
+        driver.release_lock()
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert topology_status(zk_url, "words")["lock_holder"] == "host-b:7:ef34gh"
+        other.release_lock()
+        st = topology_status(zk_url, "words")
+        assert st["lock_holder"] is None
+        assert "lock: free" in format_status(st)
+    finally:
+        other.close()
+
+
+def test_stale_metadata_of_committed_txid_is_set_apart(
+        zk_url: str, driver: ZooKeeperTransactionalState) -> None:
+    CoordinatorStore(driver).record_commit(3, {"0": [6, 9], "1": [4, 6]}, None)
+    st = topology_status(zk_url, "words")
+    assert st["last_committed_txid"] == 3
+    assert [u["txid"] for u in st["uncommitted"]] == [4]
+    assert st["stale_txids"] == [3]
+    assert "stale metadata of committed txids [3]" in format_status(st)
+
+
+def test_unknown_topology_is_reported_and_nothing_is_created(
+        zk_server: ManagedZooKeeper, zk_url: str) -> None:
+    st = topology_status(zk_url, "never-ran")
+    assert st["exists"] is False and st["last_committed_txid"] is None
+    assert st["uncommitted"] == [] and st["lock_holder"] is None
+    assert "never ran here" in format_status(st)
+    _, root, _ = parse_zk_url(zk_url)
+    raw = KazooClient(hosts=zk_server.hosts)
+    raw.start(timeout=10)
+    try:
+        assert raw.exists(f"/{root}/never-ran") is None  # status created no znode
+        assert raw.exists(f"/{root}") is None
+    finally:
+        raw.stop()
+        raw.close()
+
+
+def test_status_of_protected_topology_needs_no_credentials(zk_url: str) -> None:
+    s = ZooKeeperTransactionalState.from_url(zk_url, "secure", auth="app:s3cret")
+    try:
+        s.acquire_lock("host-a:1:x", wait=False, timeout=None)
+        CoordinatorStore(s).record_commit(7, {"0": [0, 1]}, None)
+        assert topology_status(zk_url, "secure")["last_committed_txid"] == 7
+        assert topology_status(zk_url, "secure", auth="app:s3cret")["lock_holder"] == "host-a:1:x"
+    finally:
+        s.close()
+
+
+def test_unreachable_zookeeper_names_the_address() -> None:
+    port = free_port()
+    t0 = time.monotonic()
+    with pytest.raises(StateUnavailableError, match=f"127.0.0.1:{port}"):
+        topology_status(f"zk://127.0.0.1:{port}/r", "words", connect_timeout=1.0)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_memory_backend_in_process() -> None:
+    s = MemoryTransactionalState("status-memory")
+    try:
+        CoordinatorStore(s).record_commit(1, [0, 3], None)
+        st = topology_status("memory://", "status-memory")
+        assert st["last_committed_txid"] == 1 and st["committed_meta"] == [0, 3]
+    finally:
+        MemoryTransactionalState.reset("status-memory")
+
+
+def test_cli_status_human_and_json(zk_url: str, driver: ZooKeeperTransactionalState,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert trident(["status", "words", "--coordination", zk_url]) == 0
+    out = capsys.readouterr().out
+    assert "last committed txid: 2" in out and "host-a:4242:ab12cd" in out
+    assert trident(["status", "words", "--coordination", zk_url, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["last_committed_txid"] == 2 and [u["txid"] for u in st["uncommitted"]] == [3, 4]
+
+
+def test_cli_status_unreachable_is_an_error_message(capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    t0 = time.monotonic()
+    assert trident(["status", "words", "--coordination", f"zk://127.0.0.1:{port}/r"]) == 1
+    assert f"127.0.0.1:{port}" in capsys.readouterr().err
+    assert time.monotonic() - t0 < 10.5
