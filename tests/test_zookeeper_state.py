@@ -10,7 +10,6 @@ A raw kazoo client appears here only to look at or poke the znodes from outside.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import uuid
@@ -32,7 +31,7 @@ from transactional.exceptions import (
     StateUnavailableError,
 )
 from transactional.testing._process import free_port, wait_until
-from transactional.testing.zookeeper import ManagedZooKeeper
+from transactional.testing.zookeeper import ManagedZooKeeper, TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -333,68 +332,6 @@ class TestConnection:
             s.close()
 
 
-class _Proxy:
-    """A TCP proxy to cut a client off from ZooKeeper (a network partition), in-process."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream = upstream_port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.cut_off = threading.Event()
-        self.conns: list[socket.socket] = []
-        self.guard = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.cut_off.is_set():
-                down.close()
-                continue
-            try:
-                up = socket.create_connection(("127.0.0.1", self.upstream))
-            except OSError:
-                down.close()
-                continue
-            with self.guard:
-                self.conns += [down, up]
-            for a, b in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self.cut_off.set()
-        with self.guard:
-            conns, self.conns = self.conns, []
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            c.close()
-
-    def heal(self) -> None:
-        self.cut_off.clear()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
 class TestLockAndFencing:
     def test_second_driver_waits_until_released(
             self, zk_open: Callable[..., ZooKeeperTransactionalState]) -> None:
@@ -432,7 +369,7 @@ class TestLockAndFencing:
         session, B takes the lock and commits; when A comes back, its pending commit and
         every later write are refused."""
         _, root, _ = parse_zk_url(zk_url)
-        proxy = _Proxy(zk_server.port)
+        proxy = TcpProxy(zk_server.port)
         try:
             a = zk_open(url=f"zk://127.0.0.1:{proxy.port}/{root}", session_timeout=1.0)
             b = zk_open()

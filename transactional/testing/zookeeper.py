@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 from transactional.testing._process import ManagedProcess
 
-__all__ = ["ManagedZooKeeper", "zookeeper_classpath"]
+__all__ = ["ManagedZooKeeper", "TcpProxy", "zookeeper_classpath"]
 
 #: Where Debian's ``zookeeper`` package puts its jars; ``zookeeper.jar`` names its own
 #: dependencies in its manifest's Class-Path, so only a logging binding is added.
@@ -135,3 +136,77 @@ class ManagedZooKeeper(ManagedProcess):
     def is_ready(self) -> bool:
         """True once the server answers ``ruok`` with ``imok`` and ``srvr`` shows it serving."""
         return self.four_letter("ruok", 0.5) == "imok" and "Mode:" in self.four_letter("srvr", 0.5)
+
+
+class TcpProxy:
+    """A loopback TCP proxy to a server, to cut clients off from it (a network partition)
+    while the server stays up -- e.g. to let ZooKeeper expire a driver's session.
+
+    >>> proxy = TcpProxy(zk.port)                     # doctest: +SKIP
+    >>> url = f"zk://127.0.0.1:{proxy.port}/trident"  # doctest: +SKIP
+    >>> proxy.cut(); ...; proxy.heal(); proxy.close()  # doctest: +SKIP
+
+    ``cut()`` closes every proxied connection and refuses new ones until ``heal()``.
+    """
+
+    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._cut = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._guard = threading.Lock()
+        threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            if self._cut.is_set():
+                down.close()
+                continue
+            try:
+                up = socket.create_connection(self.upstream, timeout=5)
+                up.settimeout(None)
+            except OSError:
+                down.close()
+                continue
+            with self._guard:
+                self._conns += [down, up]
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        """Drop every connection through the proxy and refuse new ones."""
+        self._cut.set()
+        with self._guard:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def heal(self) -> None:
+        """Accept and forward connections again."""
+        self._cut.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
