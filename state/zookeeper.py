@@ -128,6 +128,14 @@ class _Unavailable(Exception):
     """No connection came back before the retry deadline."""
 
 
+class _TreeChanged(ForceRetryError):
+    """A multi-op failed because a znode was (not) there; ``error`` says which."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
 class ZooKeeperTransactionalState(TransactionalState):
     """Coordinator state in ZooKeeper. Open it with ``from_url``; users do not subclass it.
 
@@ -167,6 +175,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._lock: Any = None          # kazoo Lock while held
         self._fence: str | None = None  # full path of our lock znode while held
         self._lost = False              # sticky: lock lost, never write again
+        self._known: set[str] = set()   # znodes this client wrote (a hint, not the truth)
         self._closed = False
         client.add_listener(self._on_state)
         if not read_only:
@@ -365,9 +374,7 @@ class ZooKeeperTransactionalState(TransactionalState):
             raise self._lost_error("its lock znode is gone: the session expired")
         for r in results:
             if isinstance(r, (NodeExistsError, NoNodeError, NotEmptyError)):
-                raise ForceRetryError()  # the tree changed under us: look again
-            if isinstance(r, NoAuthError):
-                raise r
+                raise _TreeChanged(r)  # the tree is not as planned: look again
             if isinstance(r, Exception) and not isinstance(r, RolledBackError):
                 raise r
 
@@ -395,12 +402,27 @@ class ZooKeeperTransactionalState(TransactionalState):
         parent = full.rsplit("/", 1)[0]
 
         def attempt() -> None:
+            # One round trip when the znode is known to exist (set_data) or its parent is
+            # (create); a wrong guess costs one more: NoNode -> create / make the parent,
+            # NodeExists -> set_data. Each try is one fenced multi-op.
             fence = self._fence_path()
-            self._wait(self._client.ensure_path_async(parent))
-            if self._wait(self._client.exists_async(full)) is None:
-                self._commit(fence, lambda tx: tx.create(full, data))
-            else:
-                self._commit(fence, lambda tx: tx.set_data(full, data))
+            update = full in self._known
+            for _ in range(4):
+                try:
+                    if update:
+                        self._commit(fence, lambda tx: tx.set_data(full, data))
+                    else:
+                        self._commit(fence, lambda tx: tx.create(full, data))
+                    self._known.add(full)
+                    return
+                except _TreeChanged as e:
+                    if isinstance(e.error, NodeExistsError):
+                        update = True
+                    elif update:
+                        update = False     # deleted meanwhile: create it
+                    else:
+                        self._wait(self._client.ensure_path_async(parent))
+            raise ForceRetryError()
 
         self._call(attempt, what=f"writing {full}")
 
@@ -424,6 +446,7 @@ class ZooKeeperTransactionalState(TransactionalState):
                     tx.delete(n)
 
             self._commit(fence, ops)
+            self._known.difference_update(nodes)
 
         self._call(attempt, what=f"deleting {full}")
 
