@@ -111,7 +111,7 @@ def format_status(status: dict[str, Any]) -> str:
     lines.append(f"  last committed txid: {last if last is not None else 'none yet'}")
     if last is not None:
         lines.append(f"  committed metadata: {_short(status['committed_meta'])}")
-    if status.get("partitions"):
+    if status.get("partitions") and status["partitions"] != status["committed_meta"]:
         lines.append(f"  partitions: {_short(status['partitions'])}")
     holder = status["lock_holder"]
     lines.append(f"  lock: {'held by ' + holder if holder else 'free (no driver running)'}")
