@@ -227,8 +227,9 @@ class ZooKeeperTransactionalState(TransactionalState):
         except KazooTimeoutError:
             raise StateUnavailableError(
                 f"cannot connect to ZooKeeper at {hosts} (coordination {url!r}) within "
-                f"{clock() - started:.1f}s: start ZooKeeper there, or fix the coordination "
-                "URL (TopologyConfig.coordination / --coordination)") from None
+                f"{connect_timeout:g}s (gave up after {clock() - started:.1f}s): start "
+                "ZooKeeper there, or fix the coordination URL (TopologyConfig.coordination "
+                "/ --coordination)") from None
         try:
             return cls(client, hosts=hosts, root=root, topology_id=topology_id,
                        secure=auth is not None, session_timeout=session_timeout,

@@ -270,6 +270,13 @@ class TestConnection:
         assert elapsed < 3.0, elapsed
         assert f"127.0.0.1:{port}" in str(e.value) and "start ZooKeeper" in str(e.value)
 
+    def test_unresolvable_host_gives_clear_error_in_time(self) -> None:
+        t0 = time.monotonic()
+        with pytest.raises(StateUnavailableError, match="no-such-host.invalid:2181"):
+            ZooKeeperTransactionalState.from_url("zk://no-such-host.invalid:2181/r", "topo",
+                                                 connect_timeout=1.5)
+        assert time.monotonic() - t0 < 1.5
+
     def test_default_connect_timeout_is_within_ten_seconds(self) -> None:
         import inspect
 
