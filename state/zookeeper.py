@@ -200,7 +200,11 @@ class ZooKeeperTransactionalState(TransactionalState):
         """
         hosts, root, options = parse_zk_url(url)
         if session_timeout is None:
-            session_timeout = float(options.get("session_timeout", 10.0))
+            try:
+                session_timeout = float(options.get("session_timeout", 10.0))
+            except ValueError:
+                raise ConfigError(f"coordination URL {url!r}: session_timeout must be a "
+                                  "number of seconds") from None
         for name, value in (("connect_timeout", connect_timeout),
                             ("session_timeout", session_timeout),
                             ("retry_deadline", retry_deadline)):

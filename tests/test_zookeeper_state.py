@@ -215,6 +215,7 @@ class TestUrlAndLayout:
         ("zk://h:1/r?retries=3", "unknown option"),
         ("zk://h:x/r", "not a number"),
         ("zk://h:1/zookeeper", "reserved"),
+        ("zk://h:1/r?session_timeout=soon", "number of seconds"),
     ])
     def test_bad_urls(self, url: str, words: str) -> None:
         with pytest.raises(ConfigError, match=words):
