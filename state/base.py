@@ -5,11 +5,12 @@ Paths are relative to the topology's root (``/<root>/<topology_id>/``) and use `
 between parts, e.g. ``"committed"`` or ``"meta/12"``. Values are JSON (dict, list, str,
 int, float, bool, None) -- never pickle: nothing read back is ever executed.
 
-The layout the engine keeps (see ``transactional/_coordinator.py``)::
+The layout the engine keeps (``transactional/_store.py`` writes it; docs/zookeeper.md)::
 
-    committed            {"txid": 12, "meta": <metadata of txid 12>}   last committed batch
-    meta/<txid>          {"meta": ..., "attempts": n, "actual": bool}  each uncommitted txid
-    lock                 the driver lock (backend specific)
+    committed      {"txid": 12, "meta": <meta of 12>, "partitions": {p: latest meta}}
+    meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}  uncommitted
+    superseded     {"<txid>": [a, ...]}  commit attempts that failed and were redone
+    lock           the driver lock (backend specific)
 
 Backends: ``memory://`` (this module; embedded default, not durable) and
 ``zk://host:port[,host:port]/<root>`` (``state/zookeeper.py``).

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-pytest_plugins = ["fixtures_redis", "fixtures_zookeeper", "fixtures_kafka"]
+pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "fixtures_kafka"]
 
 
 @pytest.fixture(scope="session")

@@ -17,25 +17,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from fixtures_servers import print_logs, private_servers, test_failed
+
 from transactional.testing.kafka import ManagedKafka, tansu_binary
-
-_REPORTS = pytest.StashKey[dict]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ARG001
-    rep = yield
-    item.stash.setdefault(_REPORTS, {})[rep.when] = rep
-    return rep
-
-
-def _failed(request: pytest.FixtureRequest) -> bool:
-    return any(r.failed for r in request.node.stash.get(_REPORTS, {}).values())
-
-
-def _print_logs(server: ManagedKafka, what: str) -> None:
-    print(f"\n----- {what} log ({server.log_path}) -----\n{server.logs()}")
-
 
 def _require_tansu() -> None:
     try:
@@ -58,8 +42,8 @@ def kafka_broker() -> Iterator[ManagedKafka]:
 def kafka_topic(kafka_broker: ManagedKafka, request: pytest.FixtureRequest) -> Iterator[str]:
     """A topic name of this test's own, e.g. ``t-3f9a1c20b4``."""
     yield f"t-{uuid.uuid4().hex[:10]}"
-    if _failed(request):
-        _print_logs(kafka_broker, "shared kafka")
+    if test_failed(request):
+        print_logs(kafka_broker, "shared kafka")
 
 
 @pytest.fixture
@@ -67,17 +51,4 @@ def kafka_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Mana
     """``kafka_factory()`` starts a private broker the test may stop or kill; all are
     destroyed after the test."""
     _require_tansu()
-    servers: list[ManagedKafka] = []
-
-    def make(**kwargs) -> ManagedKafka:
-        server = ManagedKafka(**kwargs)
-        servers.append(server)
-        server.start()
-        return server
-
-    yield make
-    failed = _failed(request)
-    for i, server in enumerate(servers):
-        if failed:
-            _print_logs(server, f"private kafka #{i}")
-        server.destroy()
+    yield from private_servers(request, ManagedKafka, "kafka")

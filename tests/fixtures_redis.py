@@ -18,25 +18,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from fixtures_servers import print_logs, private_servers, test_failed
+
 from transactional.testing.redis import ManagedRedis, redis_server_binary
-
-_REPORTS = pytest.StashKey[dict]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ARG001
-    rep = yield
-    item.stash.setdefault(_REPORTS, {})[rep.when] = rep
-    return rep
-
-
-def _failed(request: pytest.FixtureRequest) -> bool:
-    return any(r.failed for r in request.node.stash.get(_REPORTS, {}).values())
-
-
-def _print_logs(server: ManagedRedis, what: str) -> None:
-    print(f"\n----- {what} log ({server.log_path}) -----\n{server.logs()}")
-
 
 def _require_redis() -> None:
     if redis_server_binary() is None:
@@ -61,8 +45,8 @@ def redis_url(redis_server: ManagedRedis, request: pytest.FixtureRequest) -> Ite
     client.flushdb()
     client.connection_pool.disconnect()
     yield redis_server.url
-    if _failed(request):
-        _print_logs(redis_server, "shared redis")
+    if test_failed(request):
+        print_logs(redis_server, "shared redis")
 
 
 @pytest.fixture
@@ -76,17 +60,4 @@ def redis_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., Mana
     """``redis_factory(**kwargs)`` starts a private ``ManagedRedis`` the test may stop, kill
     and restart; all are destroyed after the test."""
     _require_redis()
-    servers: list[ManagedRedis] = []
-
-    def make(**kwargs) -> ManagedRedis:
-        server = ManagedRedis(**kwargs)
-        servers.append(server)
-        server.start()
-        return server
-
-    yield make
-    failed = _failed(request)
-    for i, server in enumerate(servers):
-        if failed:
-            _print_logs(server, f"private redis #{i}")
-        server.destroy()
+    yield from private_servers(request, ManagedRedis, "redis")

@@ -17,26 +17,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from fixtures_servers import print_logs, private_servers, test_failed
+
 from transactional.testing.zookeeper import ManagedZooKeeper
 
 TICK_MS = 250
-_REPORTS = pytest.StashKey[dict]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ARG001
-    rep = yield
-    item.stash.setdefault(_REPORTS, {})[rep.when] = rep
-    return rep
-
-
-def _failed(request: pytest.FixtureRequest) -> bool:
-    reports = request.node.stash.get(_REPORTS, {})
-    return any(r.failed for r in reports.values())
-
-
-def _print_logs(server: ManagedZooKeeper, what: str) -> None:
-    print(f"\n----- {what} log ({server.log_path}) -----\n{server.logs()}")
 
 
 @pytest.fixture(scope="session")
@@ -53,26 +38,16 @@ def zk_url(zk_server: ManagedZooKeeper, request: pytest.FixtureRequest) -> Itera
     """A coordination URL with a root of its own for this test."""
     url = zk_server.url(f"t-{uuid.uuid4().hex[:12]}")
     yield url
-    if _failed(request):
-        _print_logs(zk_server, "shared zookeeper")
+    if test_failed(request):
+        print_logs(zk_server, "shared zookeeper")
 
 
 @pytest.fixture
 def zk_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ManagedZooKeeper]]:
     """``zk_factory(**kwargs)`` starts a private ZooKeeper (``ManagedZooKeeper`` kwargs)
     that the test may stop, kill and restart; all are destroyed after the test."""
-    servers: list[ManagedZooKeeper] = []
-
     def make(**kwargs) -> ManagedZooKeeper:
         kwargs.setdefault("tick_time_ms", TICK_MS)
-        server = ManagedZooKeeper(**kwargs)
-        servers.append(server)
-        server.start()
-        return server
+        return ManagedZooKeeper(**kwargs)
 
-    yield make
-    failed = _failed(request)
-    for i, server in enumerate(servers):
-        if failed:
-            _print_logs(server, f"private zookeeper #{i}")
-        server.destroy()
+    yield from private_servers(request, make, "zookeeper")

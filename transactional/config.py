@@ -41,7 +41,7 @@ class TopologyConfig(BaseModel):
     max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
     idle_timeout_secs: float | None = Field(0.0, description="when the spout has nothing new, wait this long for data before ending the run (None: forever)")
     poll_interval_secs: float = Field(0.2, description="how often an idle spout is asked again")
-    lock_wait_secs: float | None = Field(0.0, description="another driver runs this topology: 0 fails at once naming it, None waits forever, N waits N s")
+    lock_wait_secs: float | None = Field(15.0, description="another driver holds this topology's lock: wait this long, then fail naming it (0: at once, None: forever); the default outlasts the ZooKeeper session of a driver killed with -9")
     connect_timeout_secs: float = Field(10.0, description="time allowed to reach ZooKeeper/Redis at start")
     progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
     conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")

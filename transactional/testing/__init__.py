@@ -24,7 +24,20 @@ from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import FailedException
 from transactional.tuples import Fields, Values
 
-__all__ = ["FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS"]
+__all__ = ["FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
+           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
+
+_SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
+            "ManagedKafka": "kafka", "free_port": "_process"}
+
+
+def __getattr__(name: str) -> Any:
+    """The managed servers, imported on use (each pulls in its client library)."""
+    if name in _SERVERS:
+        import importlib
+
+        return getattr(importlib.import_module(f"transactional.testing.{_SERVERS[name]}"), name)
+    raise AttributeError(name)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,17 @@ import time
 from pathlib import Path
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGKILL me when the process that started me dies (Linux), so a
+    killed test run leaves no server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -78,7 +89,8 @@ class ManagedProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workdir,
-                                     env=self.env(), start_new_session=True)
+                                     env=self.env(), start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         log.close()
 
         def ready() -> bool:
