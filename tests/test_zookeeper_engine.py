@@ -223,8 +223,10 @@ def test_sigkill_at_20_random_moments_then_exact_counts(
 
 def test_zookeeper_restarted_mid_run_keeps_counts_exact(
         tmp_path: Path, zk_factory, redis_url: str) -> None:
-    server: ManagedZooKeeper = zk_factory()
-    url = server.url("restart")
+    # a tick of 1 s lets the session last 15 s: a restart on a loaded machine (CI) can take
+    # several seconds to reconnect, and an expired session rightly stops the driver
+    server: ManagedZooKeeper = zk_factory(tick_time_ms=1000)
+    url = server.url("restart") + "?session_timeout=15"
     watch = Watch(url)
     try:
         d = Driver(tmp_path, "driver", url, redis_url)

@@ -202,6 +202,7 @@ class Engine:
         commit_started = {t: list(r.get("commit_started") or []) for t, r in rec.pending.items()}
         self.states.superseded.update(rec.superseded)
         failures_of: dict[int, int] = {}
+        not_before: dict[int, float] = {}   # txid -> earliest re-emit (backoff after failures)
         limit = None if max_batches is None else committed + max_batches
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
@@ -253,6 +254,8 @@ class Engine:
                                           component=failure.component, task=failure.task,
                                           cause=failure.message)
             failures_of[txid] = failures_of.get(txid, 0) + 1
+            not_before[txid] = time.monotonic() + min(
+                cfg.retry_backoff_max_secs, cfg.retry_backoff_secs * 2 ** (failures_of[txid] - 1))
             if failures_of[txid] >= cfg.max_attempts:
                 raise TopologyFailedError(
                     f"txid {txid} failed {failures_of[txid]} times (max_attempts={cfg.max_attempts}); "
@@ -262,8 +265,12 @@ class Engine:
         try:
             while True:
                 # -- emit: plan new txids while fewer than max_spout_pending are in flight
+                backing_off = False
                 while len(inflight) < cfg.max_spout_pending and (limit is None or next_txid <= limit):
                     txid = next_txid
+                    if time.monotonic() < not_before.get(txid, 0.0):
+                        backing_off = True   # a failed txid waits before its replay
+                        break
                     if txid in replay:
                         meta = replay.pop(txid)
                         _, prev_parts = prev_of(txid)
@@ -284,6 +291,9 @@ class Engine:
                     launch(f)
                     next_txid += 1
 
+                if not inflight and backing_off:
+                    time.sleep(max(0.0, min(cfg.poll_interval_secs, not_before[next_txid] - time.monotonic())))
+                    continue
                 if not inflight:
                     if limit is not None and next_txid > limit:
                         res.stopped_because = "max_batches"
@@ -350,6 +360,7 @@ class Engine:
                     committed, committed_meta, committed_parts = f.txid, f.meta, f.partitions
                     commit_started.pop(f.txid, None)
                     failures_of.pop(f.txid, None)
+                    not_before.pop(f.txid, None)
                     if self.progress and time.monotonic() - last_progress > 2:
                         last_progress = time.monotonic()
                         self._log_progress()

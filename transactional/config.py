@@ -39,6 +39,8 @@ class TopologyConfig(BaseModel):
     max_spout_pending: int = Field(3, description="txids emitted and not yet committed, at most (Storm's topology.max.spout.pending)")
     message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
     max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
+    retry_backoff_secs: float = Field(0.5, description="wait before re-emitting a failed txid; doubles with each failure of that txid")
+    retry_backoff_max_secs: float = Field(10.0, description="the longest wait before a re-emit")
     idle_timeout_secs: float | None = Field(0.0, description="when the spout has nothing new, wait this long for data before ending the run (None: forever)")
     poll_interval_secs: float = Field(0.2, description="how often an idle spout is asked again")
     lock_wait_secs: float | None = Field(15.0, description="another driver holds this topology's lock: wait this long, then fail naming it (0: at once, None: forever); the default outlasts the ZooKeeper session of a driver killed with -9")
@@ -66,7 +68,7 @@ class TopologyConfig(BaseModel):
             raise ValueError(f"must be > 0 seconds (got {v})")
         return v
 
-    @field_validator("idle_timeout_secs", "lock_wait_secs")
+    @field_validator("idle_timeout_secs", "lock_wait_secs", "retry_backoff_secs", "retry_backoff_max_secs")
     @classmethod
     def _non_negative(cls, v: float | None) -> float | None:
         if v is not None and v < 0:

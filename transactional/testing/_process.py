@@ -13,13 +13,15 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 
 def _die_with_parent() -> None:
     """In the child: SIGKILL me when the process that started me dies (Linux), so a
-    killed test run leaves no server behind."""
+    killed test run leaves no server behind. Linux ties this to the starting *thread*,
+    so it is only asked for from the main thread (see ``start``)."""
     try:
         import ctypes
 
@@ -90,7 +92,8 @@ class ManagedProcess:
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workdir,
                                      env=self.env(), start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=_die_with_parent
+                                     if threading.current_thread() is threading.main_thread() else None)
         log.close()
 
         def ready() -> bool:
