@@ -37,6 +37,7 @@ from typing import Any, Callable
 from state.base import TransactionalState, open_transactional_state
 from state.map import MapState, OpaqueMap, TransactionalMap, open_map_backing
 from transactional._faults import crash_point
+from transactional._gc import paused_gc
 from transactional._spark import JobPlanner, ProcessingResult, get_or_create_context
 from transactional._spout import SpoutPlanner
 from transactional._store import CoordinatorStore
@@ -396,7 +397,8 @@ class Engine:
         self.states.begin(txid, f.attempt.attempt_id)
         executed, emitted = dict(r.executed), dict(r.emitted)
         try:
-            self._run_commit_components(f.attempt, r.records, executed, emitted)
+            with paused_gc():
+                self._run_commit_components(f.attempt, r.records, executed, emitted)
             # Step 4. the maps' commit.
             self.states.commit(txid)
         except _Failure:

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark import SparkConf, SparkContext
 from pyspark.accumulators import AccumulatorParam
 
+from transactional._gc import paused_gc
 from transactional._spout import SpoutContext, emit_spout_task, spout_kind
 from transactional._task import KEY_STRIDE, Router, TaskFailure, run_task
 from transactional.config import TopologyConfig
@@ -84,17 +85,18 @@ def _task_of(key: int) -> int:
 def _emit_stage(bc: Any, run_id: str, attempt: TransactionAttempt, meta: Any, cleanup: int,
                 conf: dict, acc: Any):
     def run(task: int, _: Any):
-        topology: Topology = bc.value
-        spec = topology.spout
-        router = Router(topology, spec, task, attempt)
-        spout = _spout_instance(run_id, spec)
-        try:
-            actual = emit_spout_task(run_id, spout, spout_kind(spout), conf,
-                                     SpoutContext(topology.topology_id, spec.id, task, spec.parallelism),
-                                     attempt, meta, router, cleanup)
-        except Exception as e:  # noqa: BLE001 - reported to the driver as data
-            acc.add(_report(spec.id, failure=TaskFailure.of(e, spec.id, task, attempt)))
-            return iter(())
+        with paused_gc():   # loading the topology and emitting build many small objects
+            topology: Topology = bc.value
+            spec = topology.spout
+            router = Router(topology, spec, task, attempt)
+            try:
+                spout = _spout_instance(run_id, spec)
+                actual = emit_spout_task(run_id, spout, spout_kind(spout), conf,
+                                         SpoutContext(topology.topology_id, spec.id, task, spec.parallelism),
+                                         attempt, meta, router, cleanup)
+            except Exception as e:  # noqa: BLE001 - reported to the driver as data
+                acc.add(_report(spec.id, failure=TaskFailure.of(e, spec.id, task, attempt)))
+                return iter(())
         acc.add(_report(spec.id, 0, router.emitted, actual=actual))
         return iter(router.records())
     return run
@@ -117,7 +119,8 @@ def _bolt_stage(bc: Any, component_id: str, attempt: TransactionAttempt, conf: d
         topology: Topology = bc.value
         spec = topology.component(component_id)
         try:
-            out, n, e = run_task(topology, spec, task, attempt, (p for _, p in records), conf, "processing")
+            with paused_gc():   # also covers unpickling the input, which happens as it is read
+                out, n, e = run_task(topology, spec, task, attempt, (p for _, p in records), conf, "processing")
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
             acc.add(_report(component_id, failure=TaskFailure.of(exc, component_id, task, attempt)))
             return iter(())
@@ -192,7 +195,8 @@ class JobPlanner:
                 finals.append(rdds[c.id].filter(lambda kv, ix=commit_idx: kv[0] // KEY_STRIDE in ix))
         try:
             final = finals[0] if len(finals) == 1 else sc.union(finals)
-            records = final.collect()
+            with paused_gc():
+                records = final.collect()
         finally:
             for r in persisted:
                 r.unpersist(blocking=False)
