@@ -14,6 +14,7 @@ fi
 if [ "${1:-}" = "--test" ]; then
   [ -f /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   command -v redis-server >/dev/null || pkgs+=(redis-server)
+  command -v openssl >/dev/null || pkgs+=(openssl)
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${pkgs[*]}" >&2

@@ -8,7 +8,7 @@
 - ``redis_factory``: starts private servers (``ManagedRedis`` kwargs) for tests that stop,
   kill or restart one, or need a password or TLS; destroyed after the test.
 
-When a test using them fails, the servers' logs are printed. Never fakeredis.
+When a test using them fails, the servers' logs are printed. Always a real server.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Redis user state against a real redis-server (never fakeredis), and the pure
+"""Redis user state against a real redis-server, and the pure
 exactly-once rules of ``state/map.py`` as properties.
 
 - ``TestMapContract``: the TransactionalMap/OpaqueMap rules, parametrized over the
@@ -356,7 +356,7 @@ class TestRedisBacking:
         import shutil
 
         if shutil.which("openssl") is None:
-            pytest.skip("openssl CLI not installed")
+            pytest.fail("the TLS test needs the openssl CLI: apt-get install -y openssl (.ci/run installs it)")
         from transactional.testing.redis import make_tls_files
 
         server = redis_factory(tls=make_tls_files(tmp_path), appendonly=False)
