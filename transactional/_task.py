@@ -201,7 +201,11 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
     attempt = router.attempt
     comp, task = router.component, router.task
 
-    def bad(values: Any) -> None:
+    def slow_path(values: Any) -> tuple:
+        """``values`` failed the inline check: a list of the right form becomes a tuple;
+        anything else is an InvalidTupleError saying what is wrong."""
+        if type(values) is list and len(values) == nfields and values and values[0] == attempt:
+            return tuple(values)
         router._check(values, stream)
         raise InvalidTupleError(
             f"{comp!r} task {task} emitted {len(values)} values on stream {stream!r}, which "
@@ -213,16 +217,14 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
                                     "use emit_direct(task, values, stream)")
         return emit_on_direct
 
+    # the check is inlined in both variants: this is the per-tuple hot path
     if len(routes) == 1:
         route = routes[0]
 
         def emit1(values: tuple) -> None:
             if type(values) is not tuple or len(values) != nfields or (
                     values[0] is not attempt and values[0] != attempt):
-                if type(values) is list and len(values) == nfields and values and values[0] == attempt:
-                    values = tuple(values)
-                else:
-                    bad(values)
+                values = slow_path(values)
             route(values)
             router.emitted += 1
         return emit1
@@ -230,10 +232,7 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
     def emit(values: tuple) -> None:
         if type(values) is not tuple or len(values) != nfields or (
                 values[0] is not attempt and values[0] != attempt):
-            if type(values) is list and len(values) == nfields and values and values[0] == attempt:
-                values = tuple(values)
-            else:
-                bad(values)
+            values = slow_path(values)
         for r in routes:
             r(values)
         router.emitted += 1
