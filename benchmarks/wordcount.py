@@ -22,7 +22,7 @@ from operator import add
 
 from spouts import MemoryTransactionalSpout
 from transactional import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
-                           TopologyConfig, TransactionalTopologyBuilder, Values, run_topology)
+                           TopologyConfig, TransactionalTopologyBuilder, run_topology)
 from transactional._spark import get_or_create_context
 from transactional.result import percentile
 

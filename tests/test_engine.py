@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
-from transactional import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
+from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
                            TopologyConfig, TopologyFailedError, TransactionalTopologyBuilder, Values,
                            run_topology)
 from transactional.testing import SINKS, EventLog, FaultPlan, ListSink, with_faults

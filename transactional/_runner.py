@@ -28,7 +28,6 @@ import os
 import re
 import socket
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass

@@ -17,7 +17,6 @@ import argparse
 import importlib.util
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from types import ModuleType

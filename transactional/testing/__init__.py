@@ -22,7 +22,7 @@ from typing import Any
 
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import FailedException
-from transactional.tuples import Fields, Values
+
 
 __all__ = ["FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
            "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
