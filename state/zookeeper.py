@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -219,7 +220,7 @@ class ZooKeeperTransactionalState(TransactionalState):
             auth_data = [("digest", auth)]
             acl = list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
         client = KazooClient(
-            hosts=hosts, timeout=session_timeout, auth_data=auth_data, default_acl=acl,
+            hosts=_connect_hosts(hosts, session_timeout), timeout=session_timeout, auth_data=auth_data, default_acl=acl,
             connection_retry=dict(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
                                   max_jitter=0.2),
             command_retry=dict(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
@@ -600,3 +601,24 @@ def _stop(client: KazooClient) -> None:
     except Exception:  # pragma: no cover - best effort on shutdown
         pass
 
+
+
+CONNECT_ATTEMPT_SECS = 3.0
+
+
+def _connect_hosts(hosts: str, session_timeout: float) -> str:
+    """The server list as kazoo should see it: each server repeated so that one connect
+    attempt waits at most about ``CONNECT_ATTEMPT_SECS``.
+
+    kazoo waits ``session_timeout / len(hosts)`` for the answer to a connect request. With
+    one server, a reconnect that reaches a restarted ZooKeeper which has opened its port
+    but does not serve yet waits out the whole session timeout, and the session expires
+    although the server is back within a second (seen in CI when a restart coincided
+    with load). Repeating the server bounds each attempt, so the next one comes in time.
+    Sessions and the lock are unaffected: it is the same server.
+    """
+    servers = [h for h in hosts.split(",") if h]
+    want = math.ceil(session_timeout / CONNECT_ATTEMPT_SECS)
+    if not servers or len(servers) >= want:
+        return hosts
+    return ",".join(servers * math.ceil(want / len(servers)))
