@@ -13,9 +13,7 @@ show the cost of the per-tuple path. The bare job: per batch, ``flatMap`` +
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import random
 import time
 from collections import Counter
 from operator import add
@@ -25,13 +23,7 @@ from transactional import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt, 
                            TopologyConfig, TransactionalTopologyBuilder, run_topology)
 from transactional._spark import get_or_create_context
 from transactional.result import percentile
-
-
-def make_corpus(n_sentences, vocab=50_000, words_per_sentence=10, seed=42):
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(vocab)]
-    cum = list(itertools.accumulate(1.0 / (i + 1) ** 1.1 for i in range(vocab)))
-    return [" ".join(rng.choices(words, cum_weights=cum, k=words_per_sentence)) for _ in range(n_sentences)]
+from transactional.testing import make_corpus
 
 
 class SplitCount(BaseBatchBolt):

@@ -23,9 +23,9 @@ spout (Kafka, 2 tasks) -> split (2, local-or-shuffle) -> count (committer, 2, fi
 
 import atexit
 import os
-import random
-import itertools
 from collections import Counter
+
+from transactional.testing import make_corpus
 
 from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
                            TransactionalTopologyBuilder, Values)
@@ -40,14 +40,6 @@ SETTINGS = {
 }
 VOCAB = [f"w{i}" for i in range(1000)]
 PRODUCED: Counter = Counter()   # word -> count of what this run produced into a new topic
-
-
-def make_corpus(n_sentences, vocab=1000, words_per_sentence=10, seed=42):
-    """Zipf-distributed sentences (the reference corpus of benchmarks/wordcount.py)."""
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(vocab)]
-    cum = list(itertools.accumulate(1.0 / (i + 1) ** 1.1 for i in range(vocab)))
-    return [" ".join(rng.choices(words, cum_weights=cum, k=words_per_sentence)) for _ in range(n_sentences)]
 
 
 class SplitCount(BaseBatchBolt):
@@ -101,7 +93,7 @@ def _prepare_topic():
         c = Consumer({"bootstrap.servers": s["bootstrap"], "group.id": "kafka-word-count-setup"})
         n = len(c.list_topics(s["topic"], timeout=10).topics[s["topic"]].partitions)
         c.close()
-        corpus = make_corpus(s["produce"])
+        corpus = make_corpus(s["produce"], vocab=len(VOCAB))  # the benchmarks' corpus, 1,000 words
         produce(s["bootstrap"], s["topic"], {p: corpus[p::n] for p in range(n)})
         if created:
             PRODUCED.update(w for line in corpus for w in line.split())

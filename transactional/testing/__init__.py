@@ -24,7 +24,7 @@ from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import FailedException
 
 
-__all__ = ["FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
+__all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
            "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
 
 _SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
@@ -38,6 +38,23 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(f"transactional.testing.{_SERVERS[name]}"), name)
     raise AttributeError(name)
+
+
+def make_corpus(n_sentences: int, vocab: int = 50_000, words_per_sentence: int = 10,
+                seed: int = 42) -> list[str]:
+    """The reference corpus of the benchmarks: sentences of Zipf-distributed words
+    ``w0``, ``w1``, ... (deterministic for a seed).
+
+    >>> make_corpus(2, vocab=5, words_per_sentence=3, seed=1)
+    ['w0 w3 w2', 'w0 w1 w0']
+    """
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    cum = list(itertools.accumulate(1.0 / (i + 1) ** 1.1 for i in range(vocab)))
+    return [" ".join(rng.choices(words, cum_weights=cum, k=words_per_sentence)) for _ in range(n_sentences)]
 
 
 @dataclass(frozen=True)
