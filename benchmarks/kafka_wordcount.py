@@ -23,8 +23,6 @@ import uuid
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wordcount import CommitCounts, SplitCount, make_corpus  # noqa: E402 - the reference workload
-
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout  # noqa: E402
 from state.map import OpaqueMap, TransactionalMap  # noqa: E402
 from state.redis import RedisMapBacking  # noqa: E402
@@ -32,6 +30,8 @@ from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder, 
 from transactional._spark import get_or_create_context  # noqa: E402
 from transactional.result import percentile  # noqa: E402
 from transactional.testing.kafka import ManagedKafka, create_topic, produce  # noqa: E402
+
+from wordcount import CommitCounts, SplitCount, make_corpus  # noqa: E402 - the reference workload
 
 PARTITIONS = 4
 
@@ -103,7 +103,7 @@ def main() -> None:
         keys = list(want)
         kind = OpaqueMap if args.opaque else TransactionalMap
         got = kind(RedisMapBacking.from_url(redis_url, f"{tid}:word-counts")).multi_get(keys)
-        exact = all(g == want[k] for k, g in zip(keys, got))
+        exact = all(g == want[k] for k, g in zip(keys, got, strict=True))
         line = {
             "benchmark": "kafka_wordcount", "spout": "opaque" if args.opaque else "transactional",
             "sentences": args.sentences, "words": words, "partitions": PARTITIONS,

@@ -3,9 +3,8 @@
     trident run examples/global_count.py            # or: python examples/global_count.py
 """
 
-from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
-                           TransactionalTopologyBuilder, Values)
 from spouts import MemoryTransactionalSpout
+from transactional import BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder, Values
 
 DATA = {
     0: ["cat", "dog", "chicken", "cat", "dog", "apple"],

@@ -25,10 +25,8 @@ import atexit
 import os
 from collections import Counter
 
+from transactional import BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder, Values
 from transactional.testing import make_corpus
-
-from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
-                           TransactionalTopologyBuilder, Values)
 
 SETTINGS = {
     "bootstrap": os.environ.get("KAFKA_BOOTSTRAP", ""),
@@ -116,7 +114,7 @@ def build_topology(topology_id="kafka-word-count"):
 
 def report(result):
     counts = result.map_state("counts", opaque=SETTINGS["opaque"])
-    got = {w: n for w, n in zip(VOCAB, counts.multi_get(VOCAB)) if n is not None}
+    got = {w: n for w, n in zip(VOCAB, counts.multi_get(VOCAB), strict=True) if n is not None}
     top = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     print("top words:", ", ".join(f"{w} {n}" for w, n in top))
     if PRODUCED:

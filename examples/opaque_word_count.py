@@ -21,9 +21,8 @@ default ``memory://`` coordinator the second run starts again at txid 1 and stop
 
 import random
 
-from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields,
-                           TransactionalTopologyBuilder, Values)
 from spouts import OpaqueMemoryTransactionalSpout
+from transactional import BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder, Values
 
 WORDS = ["the", "cow", "jumped", "over", "moon", "apple", "storm", "spark"]
 RNG = random.Random(7)
@@ -97,7 +96,7 @@ def expected():
 
 def report(result):
     counts = result.map_state("counts", opaque=True)
-    got = {w: n for w, n in zip(WORDS, counts.multi_get(WORDS)) if n is not None}
+    got = {w: n for w, n in zip(WORDS, counts.multi_get(WORDS), strict=True) if n is not None}
     print("word counts:", dict(sorted(got.items())))
     print("exact:", got == expected())
 

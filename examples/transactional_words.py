@@ -9,9 +9,8 @@ spout -> count (committer, fields grouping on word) -> bucketize -> buckets (com
 import os
 import random
 
-from transactional import (BaseBasicBolt, BaseTransactionalBolt, Committer, Fields,
-                           TransactionalTopologyBuilder, Values)
 from spouts import MemoryTransactionalSpout
+from transactional import BaseBasicBolt, BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder, Values
 
 BUCKET_SIZE = 10
 WORDS = ["cat", "dog", "chicken", "apple", "banana", "zebra", "mouse", "horse", "goat", "lamb"]
@@ -43,7 +42,7 @@ class KeyedCountUpdater(BaseTransactionalBolt, Committer):
         keys = list(self.counts)
         updaters = [lambda old, n=self.counts[k]: {"count": (old["count"] if old else 0) + n,
                                                    "prev": old["count"] if old else None} for k in keys]
-        for word, v in zip(keys, self.words.multi_update(keys, updaters)):
+        for word, v in zip(keys, self.words.multi_update(keys, updaters), strict=True):
             self.collector.emit(Values(self.attempt, word, v["count"], v["prev"]))
 
     def declare_output_fields(self, declarer):
@@ -105,10 +104,10 @@ def expected():
 
 def read_results(result):
     words = result.map_state("words")
-    counts = {w: v["count"] for w, v in zip(WORDS, words.multi_get(WORDS)) if v is not None}
+    counts = {w: v["count"] for w, v in zip(WORDS, words.multi_get(WORDS), strict=True) if v is not None}
     bmap = result.map_state("buckets")
     keys = list(range(0, 1 + max(expected()[0].values()) // BUCKET_SIZE + 1))
-    buckets = {b: n for b, n in zip(keys, bmap.multi_get(keys)) if n}
+    buckets = {b: n for b, n in zip(keys, bmap.multi_get(keys), strict=True) if n}
     return counts, buckets
 
 

@@ -1,8 +1,16 @@
 """Spouts: the three transactional spout interfaces and the spouts that implement them."""
 
-from spouts.base import (Coordinator, Emitter, OpaquePartitionedTransactionalSpout,
-                         PartitionedCoordinator, PartitionedEmitter, PartitionedTransactionalSpout,
-                         TransactionalSpout)
+from typing import Any
+
+from spouts.base import (
+    Coordinator,
+    Emitter,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedCoordinator,
+    PartitionedEmitter,
+    PartitionedTransactionalSpout,
+    TransactionalSpout,
+)
 from spouts.memory import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 
 __all__ = [
@@ -13,7 +21,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # Kafka spouts need the optional Kafka client: import on use
+def __getattr__(name: str) -> Any:  # Kafka spouts need the optional Kafka client: import on use
     if name in ("KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout"):
         from spouts import kafka
 

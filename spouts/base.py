@@ -1,4 +1,4 @@
-"""Spout interfaces (DESIGN §6). Users subclass one of the three spout classes; the engine
+"""Spout interfaces (docs/design.md §6). Users subclass one of the three spout classes; the engine
 calls the coordinator on the driver and the emitters in Spark tasks.
 
 Metadata are JSON values (dict, list, str, int, float, bool, None). They are written to
@@ -28,15 +28,21 @@ class SpoutContext(Protocol):
 class EmitCollector(Protocol):
     """Given to emitters. Every tuple's first value must be the TransactionAttempt."""
 
-    def emit(self, values: tuple, stream: str = "default") -> None: ...
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> None:
+        """Send ``values`` (the TransactionAttempt first) to every subscriber of ``stream``."""
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None: ...
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default") -> None:
+        """Send ``values`` to task ``task`` of the subscribers of the direct ``stream``."""
 
 
 class OutputDeclarer(Protocol):
-    def declare(self, fields: Fields, stream: str = "default", direct: bool = False) -> None: ...
+    """Given to ``declare_output_fields``: names the fields of each output stream."""
 
-    def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None: ...
+    def declare(self, fields: Fields, stream: str = "default", direct: bool = False) -> None:
+        """Declare ``stream`` with ``fields`` (``direct``: consumers subscribe with direct grouping)."""
+
+    def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None:
+        """As ``declare``, with the stream named first."""
 
 
 # -- plain transactional spouts ---------------------------------------------------------
@@ -55,11 +61,11 @@ class Coordinator(abc.ABC):
         ``run_topology`` waits up to ``idle_timeout_secs`` for it, then ends the run."""
         return True
 
-    def committed(self, txid: int, meta: Meta) -> None:
+    def committed(self, txid: int, meta: Meta) -> None:  # noqa: B027 - an optional hook
         """Called on the driver after ``txid`` was recorded as committed (e.g. to publish
         offsets for monitoring). Failures here are logged, not retried."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook
         """Called once at the end of the run."""
 
 
@@ -73,10 +79,10 @@ class Emitter(abc.ABC):
         task (``context.task_index`` of ``context.num_tasks``). Each tuple is
         ``(tx, *values)``. Must emit the same tuples for the same ``meta``."""
 
-    def cleanup_before(self, txid: int) -> None:
+    def cleanup_before(self, txid: int) -> None:  # noqa: B027 - an optional hook
         """Every txid before ``txid`` committed: state kept for them may go."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook
         """Called when the emitter is dropped."""
 
 
@@ -86,10 +92,12 @@ class TransactionalSpout(abc.ABC):
     (one object may be both)."""
 
     @abc.abstractmethod
-    def get_coordinator(self, conf: dict, context: SpoutContext) -> Coordinator: ...
+    def get_coordinator(self, conf: dict[str, Any], context: SpoutContext) -> Coordinator:
+        """The coordinator, made once per run on the driver."""
 
     @abc.abstractmethod
-    def get_emitter(self, conf: dict, context: SpoutContext) -> Emitter: ...
+    def get_emitter(self, conf: dict[str, Any], context: SpoutContext) -> Emitter:
+        """An emitter, made in a Spark task (once per task and Python worker)."""
 
     @abc.abstractmethod
     def declare_output_fields(self, declarer: OutputDeclarer) -> None:
@@ -101,27 +109,56 @@ class TransactionalSpout(abc.ABC):
 
 class PartitionedCoordinator(abc.ABC):
     """Runs on the driver. Knows the partitions and *plans* each partition's next batch;
-    planning must be cheap (e.g. compare an offset with a high watermark)."""
+    planning must be cheap (e.g. compare an offset with a high watermark).
+
+    Optional: ``initial_meta(partition, new_partition) -> Meta | None``, where a
+    partition with no batch yet begins, for sources where that depends on *when* it is
+    decided (Kafka's ``start="latest"``: the high watermark at that moment). Define it as
+    a method to use it; left None (the default), a partition's first batch is planned
+    with ``plan_partition(partition, None)`` by every driver anew.
+
+    - Called on the driver, before ``plan_partition``, for a partition that has no batch
+      and no stored start yet. ``new_partition`` is True when the partition was not there
+      when the topology first planned (it was added to the source later, perhaps while no
+      driver ran); False for the partitions present then.
+    - Return the metadata of an *empty* batch that ends where the partition's first batch
+      must start (Kafka: ``{"start": s, "end": s}``), as JSON; or None when it cannot be
+      told now (the source does not answer): the partition sits out this batch and is
+      asked again before the next one.
+    - The engine stores the answer durably with the coordinator state before any batch
+      reads from it and passes it as ``last_meta`` to ``plan_partition`` from then on,
+      also after a driver restart; so each partition's start is decided once per
+      topology, not once per driver, and records that arrive while no driver runs are
+      read.
+    """
+
+    #: Optional method ``initial_meta(partition: int, new_partition: bool) -> Meta | None``;
+    #: see the class docstring. None: the coordinator does not place new partitions.
+    initial_meta: Any = None
 
     @abc.abstractmethod
     def num_partitions(self) -> int:
         """Partitions now; asked before every batch, so partitions added later are read
-        (a new partition is planned with ``last_meta=None``)."""
+        (a new partition's first batch continues from ``initial_meta``, or is planned with
+        ``last_meta=None`` by a coordinator without it)."""
 
     @abc.abstractmethod
     def plan_partition(self, partition: int, last_meta: Meta | None) -> Meta | None:
         """The metadata of ``partition``'s next batch, continuing from ``last_meta`` (that
-        of the partition's previous batch, None if it never had one). Return None when the
-        partition has nothing new now: it is left out of this batch."""
+        of the partition's previous batch, or what ``initial_meta`` returned for it; None
+        if it never had one and the coordinator has no ``initial_meta``). Return None when
+        the partition has nothing new now: it is left out of this batch."""
 
     def is_ready(self) -> bool:
+        """True when batches may be planned now (as ``Coordinator.is_ready``)."""
         return True
 
-    def committed(self, txid: int, meta: dict[str, Meta]) -> None:
+    def committed(self, txid: int, meta: dict[str, Meta]) -> None:  # noqa: B027 - an optional hook
         """After ``txid`` was recorded as committed; ``meta`` maps partition (as str) to
         its metadata in that batch."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:  # noqa: B027 - an optional hook
+        """Called once at the end of the run."""
 
 
 class PartitionedEmitter(abc.ABC):
@@ -138,9 +175,11 @@ class PartitionedEmitter(abc.ABC):
         same call) and return None. Opaque spouts may emit less (a broker down) and return
         the metadata of what they did emit."""
 
-    def cleanup_before(self, txid: int) -> None: ...
+    def cleanup_before(self, txid: int) -> None:  # noqa: B027 - an optional hook
+        """Every txid before ``txid`` committed: state kept for them may go."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:  # noqa: B027 - an optional hook
+        """Called when the emitter is dropped."""
 
 
 class PartitionedTransactionalSpout(abc.ABC):
@@ -151,13 +190,16 @@ class PartitionedTransactionalSpout(abc.ABC):
     opaque = False
 
     @abc.abstractmethod
-    def get_coordinator(self, conf: dict, context: SpoutContext) -> PartitionedCoordinator: ...
+    def get_coordinator(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedCoordinator:
+        """The coordinator, made once per run on the driver."""
 
     @abc.abstractmethod
-    def get_emitter(self, conf: dict, context: SpoutContext) -> PartitionedEmitter: ...
+    def get_emitter(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedEmitter:
+        """An emitter, made in a Spark task (once per task and Python worker)."""
 
     @abc.abstractmethod
-    def declare_output_fields(self, declarer: OutputDeclarer) -> None: ...
+    def declare_output_fields(self, declarer: OutputDeclarer) -> None:
+        """Declare the fields of the default stream, the TransactionAttempt field first."""
 
 
 class OpaquePartitionedTransactionalSpout(PartitionedTransactionalSpout):

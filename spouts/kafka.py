@@ -1,5 +1,5 @@
 """Kafka spouts: exact replay (``KafkaTransactionalSpout``) and opaque continuation
-(``OpaqueKafkaTransactionalSpout``) of the partitions of one topic (DESIGN §6).
+(``OpaqueKafkaTransactionalSpout``) of the partitions of one topic (docs/design.md §6).
 
 One spout partition per Kafka partition; a batch's metadata for a partition is its offset
 range ``{"start": a, "end": b}`` (``b`` exclusive). The coordinator *plans* ranges on the
@@ -11,14 +11,14 @@ same read.
 This is the only module that imports a Kafka client. It uses **confluent-kafka**
 (librdkafka), chosen by measurement: against the Tansu broker on this kind of machine it
 produced ≈300k msg/s and consumed ≈400-800k msg/s from one Python process, about ten
-times kafka-python (≈20k / ≈70k msg/s; ENVIRONMENT.md). Reading is the per-record hot
+times kafka-python (≈20k / ≈70k msg/s, measured here; docs/kafka.md). Reading is the per-record hot
 path of every batch and librdkafka decodes record batches in C: the emitter's loop reads
 reference sentences at the rate of a bare ``consume()`` loop (both ≈116k records/s of
 ≈60-byte sentences on a 2-core machine busy with other jobs).
 
 What is read is decided by Kafka's documented protocol only: ListOffsets (``latest``)
 for the high watermark, Fetch from an explicit offset, ``OFFSET_OUT_OF_RANGE`` and the
-partition-EOF event. A broker that answers ListOffsets short (Tansu, see ENVIRONMENT.md)
+partition-EOF event. A broker that answers ListOffsets short (Tansu, see docs/kafka.md)
 only makes the spout lag until more data arrives; it never makes it read a wrong range.
 """
 
@@ -28,13 +28,20 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from spouts.base import (EmitCollector, Meta, OpaquePartitionedTransactionalSpout, OutputDeclarer,
-                         PartitionedCoordinator, PartitionedEmitter, PartitionedTransactionalSpout,
-                         SpoutContext)
+from spouts.base import (
+    EmitCollector,
+    Meta,
+    OpaquePartitionedTransactionalSpout,
+    OutputDeclarer,
+    PartitionedCoordinator,
+    PartitionedEmitter,
+    PartitionedTransactionalSpout,
+    SpoutContext,
+)
 from transactional.exceptions import ConfigError, FailedException, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
@@ -81,7 +88,8 @@ def _deserializer(spec: str | Deserializer, what: str) -> Deserializer:
         return _utf8
     if spec == "json":
         return _json
-    raise ConfigError(f"{what} must be 'bytes', 'utf-8', 'json' or a callable(bytes) -> value; got {spec!r}")
+    msg = f"{what} must be 'bytes', 'utf-8', 'json' or a callable(bytes) -> value; got {spec!r}"
+    raise ConfigError(msg)
 
 
 def _identity(b: bytes | None) -> Any:
@@ -118,14 +126,18 @@ class _KafkaSpout:
         if not isinstance(bootstrap_servers, str):
             bootstrap_servers = ",".join(bootstrap_servers)
         if not bootstrap_servers:
-            raise ConfigError("bootstrap_servers is empty; e.g. '127.0.0.1:9092'")
+            msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
+            raise ConfigError(msg)
         if not isinstance(topic, str) or not topic:
-            raise ConfigError(f"topic must be a non-empty string; got {topic!r}")
+            msg = f"topic must be a non-empty string; got {topic!r}"
+            raise ConfigError(msg)
         if not isinstance(max_records_per_partition, int) or max_records_per_partition < 1:
-            raise ConfigError(f"max_records_per_partition must be an int >= 1; got {max_records_per_partition!r}")
+            msg = f"max_records_per_partition must be an int >= 1; got {max_records_per_partition!r}"
+            raise ConfigError(msg)
         for name, v in (("fetch_timeout_secs", fetch_timeout_secs), ("metadata_timeout_secs", metadata_timeout_secs)):
             if not (isinstance(v, (int, float)) and v > 0):
-                raise ConfigError(f"{name} must be > 0 seconds; got {v!r}")
+                msg = f"{name} must be > 0 seconds; got {v!r}"
+                raise ConfigError(msg)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.start = _check_start(start)
@@ -137,19 +149,23 @@ class _KafkaSpout:
         self.fields = tuple(fields)
         bad = [f for f in self.fields if f not in RECORD_FIELDS]
         if not self.fields or bad:
-            raise ConfigError(f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}")
+            msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
+            raise ConfigError(msg)
         self.field_names = tuple(field_names) if field_names is not None else self.fields
         if len(self.field_names) != len(self.fields):
-            raise ConfigError(f"field_names {self.field_names!r} must name each of fields {self.fields!r}")
+            msg = f"field_names {self.field_names!r} must name each of fields {self.fields!r}"
+            raise ConfigError(msg)
         Fields(tx_field, *self.field_names)  # validates the names
         self.tx_field = tx_field
         self.client_config = dict(client_config or {})
-        for k, v in _LOCKED.items():
-            if k in self.client_config and self.client_config[k] != v:
-                raise ConfigError(f"client_config may not set {k!r} (the spout needs {v!r}); "
-                                  f"got {self.client_config[k]!r}")
+        for k, needed in _LOCKED.items():
+            if k in self.client_config and self.client_config[k] != needed:
+                msg = (f"client_config may not set {k!r} (the spout needs {needed!r}); "
+                       f"got {self.client_config[k]!r}")
+                raise ConfigError(msg)
         if "bootstrap.servers" in self.client_config:
-            raise ConfigError("give the brokers as bootstrap_servers, not in client_config")
+            msg = "give the brokers as bootstrap_servers, not in client_config"
+            raise ConfigError(msg)
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
@@ -157,12 +173,12 @@ class _KafkaSpout:
         self.fetch_fault = fetch_fault
 
     # -- the roles -------------------------------------------------------------------------
-    def get_coordinator(self, conf: dict, context: SpoutContext) -> PartitionedCoordinator:
+    def get_coordinator(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedCoordinator:
         """The driver-side planner. Reaches the broker at once: raises ``SpoutError``
         naming ``bootstrap_servers`` within ``metadata_timeout_secs`` if it cannot."""
         return KafkaCoordinator(self)
 
-    def get_emitter(self, conf: dict, context: SpoutContext) -> PartitionedEmitter:
+    def get_emitter(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedEmitter:
         """A reader of planned ranges; its Kafka consumer is created on first use."""
         return KafkaEmitter(self)
 
@@ -189,19 +205,22 @@ class _KafkaSpout:
 
 def _check_start(start: Any) -> str | dict[int, int]:
     if start in ("earliest", "latest"):
-        return start
+        return str(start)
     if isinstance(start, Mapping):
         out = {}
         for p, o in start.items():
             try:
                 p_i = int(p)
             except (TypeError, ValueError):
-                raise ConfigError(f"start offsets must map partition -> offset; got key {p!r}") from None
+                msg = f"start offsets must map partition -> offset; got key {p!r}"
+                raise ConfigError(msg) from None
             if not isinstance(o, int) or o < 0 or p_i < 0:
-                raise ConfigError(f"start offset of partition {p!r} must be an int >= 0; got {o!r}")
+                msg = f"start offset of partition {p!r} must be an int >= 0; got {o!r}"
+                raise ConfigError(msg)
             out[p_i] = o
         return out
-    raise ConfigError(f"start must be 'earliest', 'latest' or a dict partition -> offset; got {start!r}")
+    msg = f"start must be 'earliest', 'latest' or a dict partition -> offset; got {start!r}"
+    raise ConfigError(msg)
 
 
 class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
@@ -218,8 +237,10 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
     Options:
 
     - ``start``: where a new topology begins: ``"earliest"`` (default), ``"latest"`` or
-      ``{partition: offset}`` (partitions not named start at earliest). Partitions added
-      to the topic later always start at earliest.
+      ``{partition: offset}`` (partitions not named start at earliest), for the
+      partitions present when it first plans. Partitions added to the topic later
+      always start at earliest. Each partition's start is decided once and stored with
+      the coordinator state (``initial_meta``), so a restarted driver keeps it.
     - ``deserializer`` / ``key_deserializer``: ``"bytes"``, ``"utf-8"``, ``"json"`` or a
       callable ``bytes -> value`` (runs in Spark tasks; must be picklable).
     - ``fields``: record attributes emitted after the TransactionAttempt, among
@@ -270,9 +291,9 @@ class KafkaCoordinator(PartitionedCoordinator):
     def __init__(self, spout: _KafkaSpout) -> None:
         self.spout = spout
         self.consumer = Consumer(spout.consumer_config("coordinator"))
-        self._starts: dict[int, int] = {}
+        self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
         try:
-            self._initial = self._known = self._partition_count()
+            self._known = self._created_with = self._partition_count()
         except SpoutError:
             self.consumer.close()
             raise
@@ -283,16 +304,22 @@ class KafkaCoordinator(PartitionedCoordinator):
         try:
             md = self.consumer.list_topics(s.topic, timeout=s.metadata_timeout_secs)
         except KafkaException as e:
-            raise SpoutError(
+            msg = (
                 f"cannot reach Kafka at bootstrap_servers={s.bootstrap_servers!r} (topic {s.topic!r}) "
                 f"within {s.metadata_timeout_secs:g}s: {e.args[0] if e.args else e}; check the address "
-                f"and that the broker is up") from None
+                f"and that the broker is up"
+            )
+            raise SpoutError(msg) from None
         t = md.topics.get(s.topic)
         if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            raise SpoutError(f"Kafka topic {s.topic!r} does not exist at {s.bootstrap_servers!r}; create it first")
+            msg = f"Kafka topic {s.topic!r} does not exist at {s.bootstrap_servers!r}; create it first"
+            raise SpoutError(msg)
         if t.error is not None:
-            raise SpoutError(f"metadata of Kafka topic {s.topic!r} at {s.bootstrap_servers!r}: {t.error} "
-                             f"(after {time.monotonic() - t0:.1f}s)")
+            msg = (
+                f"metadata of Kafka topic {s.topic!r} at {s.bootstrap_servers!r}: {t.error} "
+                f"(after {time.monotonic() - t0:.1f}s)"
+            )
+            raise SpoutError(msg)
         return len(t.partitions)
 
     def num_partitions(self) -> int:
@@ -318,29 +345,52 @@ class KafkaCoordinator(PartitionedCoordinator):
             log.warning("no watermarks for %s[%d]: %s", self.spout.topic, partition, e)
             return None
 
-    def _first_offset(self, partition: int, low: int, high: int) -> int:
-        """Where a partition without any batch yet begins: the ``start`` option for the
-        partitions present when the coordinator started, earliest for later ones. Kept
-        for this coordinator's life, so 'latest' does not move while nothing arrives."""
-        if partition not in self._starts:
-            start = self.spout.start
-            if partition >= self._initial or start == "earliest":
-                self._starts[partition] = low
-            elif start == "latest":
-                self._starts[partition] = high
-            else:
-                self._starts[partition] = start.get(partition, low)
-        return self._starts[partition]
+    def initial_meta(self, partition: int, new_partition: bool) -> Meta | None:
+        """Where ``partition`` begins when it has no batch yet, as the empty range
+        ``{"start": s, "end": s}``: for the partitions present when the topology first
+        planned (``new_partition`` False) the ``start`` option (``"earliest"``: the log
+        start, ``"latest"``: the high watermark now, ``{partition: offset}``: that offset,
+        earliest for partitions not named); for partitions added later, earliest. None
+        when the broker does not answer now.
 
-    def plan_partition(self, partition: int, last_meta: Meta | None) -> Meta | None:
-        """``{"start": a, "end": b}`` with ``a`` = where the partition's last batch ended
-        and ``b = min(a + max_records_per_partition, high watermark)``; None when the
-        partition has nothing new (or the broker does not answer now)."""
+        The engine stores the answer with the coordinator state and asks once per
+        partition and topology, so ``"latest"`` is where the topology began, also after a
+        driver restart (spouts/base.py, ``PartitionedCoordinator``)."""
         wm = self.watermarks(partition)
         if wm is None:
             return None
         low, high = wm
-        start = int(last_meta["end"]) if last_meta is not None else self._first_offset(partition, low, high)
+        start = self.spout.start
+        if new_partition or start == "earliest":
+            s = low
+        elif start == "latest":
+            s = high
+        else:
+            s = cast("dict[int, int]", start).get(partition, low)
+        return {"start": s, "end": s}
+
+    def plan_partition(self, partition: int, last_meta: Meta | None) -> Meta | None:
+        """``{"start": a, "end": b}`` with ``a`` = where the partition's last batch ended
+        (or where ``initial_meta`` placed it) and ``b = min(a + max_records_per_partition,
+        high watermark)``; None when the partition has nothing new (or the broker does not
+        answer now).
+
+        The engine always passes ``last_meta`` (from ``initial_meta`` for a partition
+        without a batch). Called with None directly, the start is ``initial_meta``'s for
+        this coordinator's life only (partitions there when it was created count as
+        present at the start): nothing durable, not for restarts."""
+        if last_meta is None:
+            if partition not in self._unplaced:
+                first = self.initial_meta(partition, partition >= self._created_with)
+                if first is None:
+                    return None
+                self._unplaced[partition] = first
+            last_meta = self._unplaced[partition]
+        wm = self.watermarks(partition)
+        if wm is None:
+            return None
+        high = wm[1]
+        start = int(last_meta["end"])
         end = min(start + self.spout.max_records_per_partition, high)
         if end <= start:
             return None
@@ -452,12 +502,15 @@ class KafkaEmitter(PartitionedEmitter):
                         if code in _GONE:
                             self._gone(tx, partition, start, end, f"the partition is gone ({err.str()})")
                         if err.fatal():
-                            raise SpoutError(f"Kafka client error reading {s.topic}[{partition}] in "
-                                             f"txid {tx.txid}: {err.str()}")
+                            msg = (
+                                f"Kafka client error reading {s.topic}[{partition}] in "
+                                f"txid {tx.txid}: {err.str()}"
+                            )
+                            raise SpoutError(msg)
                         why = err.str()  # retriable (transport, leader change ...): keep trying
                         continue
                     off = m.offset()
-                    if off < pos:
+                    if off is None or off < pos:
                         continue
                     if off >= limit:
                         pos = limit
@@ -474,7 +527,7 @@ class KafkaEmitter(PartitionedEmitter):
             # Step 4. leave nothing assigned (buffered messages are dropped).
             c.unassign()
 
-    def _values(self, m: Any, key_of: Deserializer, value_of: Deserializer) -> tuple:
+    def _values(self, m: Any, key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
         out = []
         for f in self.spout.fields:
             if f == "value":
@@ -524,13 +577,19 @@ class KafkaEmitter(PartitionedEmitter):
             log.warning("%s[%d] txid %d: emitted offsets %d..%d of %d..%d (%s); the rest follows in "
                         "later batches", s.topic, partition, tx.txid, start, pos, start, end, why)
             return
-        raise FailedException(f"Kafka topic {s.topic!r} partition {partition}: offsets {start}..{end - 1} "
-                              f"of txid {tx.txid} read only up to {pos} ({why}); the batch is retried")
+        msg = (
+            f"Kafka topic {s.topic!r} partition {partition}: offsets {start}..{end - 1} "
+            f"of txid {tx.txid} read only up to {pos} ({why}); the batch is retried"
+        )
+        raise FailedException(msg)
 
     def _gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, why: str) -> None:
-        raise SpoutError(f"Kafka topic {self.spout.topic!r} partition {partition}: offsets {start}..{end - 1} "
-                         f"of txid {tx.txid} can no longer be read: {why}. The batch cannot be replayed "
-                         f"exactly; restore the data or start a new topology id")
+        msg = (
+            f"Kafka topic {self.spout.topic!r} partition {partition}: offsets {start}..{end - 1} "
+            f"of txid {tx.txid} can no longer be read: {why}. The batch cannot be replayed "
+            f"exactly; restore the data or start a new topology id"
+        )
+        raise SpoutError(msg)
 
     def close(self) -> None:
         if self.consumer is not None:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from spouts.base import (OpaquePartitionedTransactionalSpout, PartitionedCoordinator,
-                         PartitionedEmitter, PartitionedTransactionalSpout)
+from spouts.base import (
+    OpaquePartitionedTransactionalSpout,
+    PartitionedCoordinator,
+    PartitionedEmitter,
+    PartitionedTransactionalSpout,
+)
 from transactional.tuples import Fields, TransactionAttempt
 
 
-def _partitions(data: Mapping[int, Sequence] | Sequence) -> dict[int, list[tuple]]:
+def _partitions(data: Mapping[int, Sequence[Any]] | Sequence[Any]) -> dict[int, list[tuple[Any, ...]]]:
     if not isinstance(data, Mapping):
         data = {0: data}
     out = {}
     for p, rows in data.items():
         if not isinstance(p, int) or p < 0:
-            raise ValueError(f"partition keys must be ints >= 0; got {p!r}")
+            msg = f"partition keys must be ints >= 0; got {p!r}"
+            raise ValueError(msg)
         out[p] = [r if isinstance(r, tuple) else tuple(r) if isinstance(r, list) else (r,) for r in rows]
     return out
 
@@ -34,7 +40,7 @@ class _MemoryCoordinator(PartitionedCoordinator):
 
 
 class _MemoryEmitter(PartitionedEmitter):
-    def __init__(self, spout: "MemoryTransactionalSpout") -> None:
+    def __init__(self, spout: MemoryTransactionalSpout) -> None:
         self.spout = spout
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: Any, partition: int, meta: Any) -> Any:
@@ -62,22 +68,26 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     ({'start': 0, 'end': 2}, {'start': 2, 'end': 3})
     """
 
-    def __init__(self, data: Mapping[int, Sequence] | Sequence, fields: Fields, take_per_batch: int,
+    def __init__(self, data: Mapping[int, Sequence[Any]] | Sequence[Any], fields: Fields, take_per_batch: int,
                  tx_field: str = "tx") -> None:
         if not isinstance(take_per_batch, int) or take_per_batch < 1:
-            raise ValueError(f"take_per_batch must be an int >= 1; got {take_per_batch!r}")
+            msg = f"take_per_batch must be an int >= 1; got {take_per_batch!r}"
+            raise ValueError(msg)
         self.data = _partitions(data)
         self.fields = fields if isinstance(fields, Fields) else Fields(fields)
         self.take = take_per_batch
         self.tx_field = tx_field
 
-    def get_coordinator(self, conf: dict, context: Any) -> PartitionedCoordinator:
+    def get_coordinator(self, conf: dict[str, Any], context: Any) -> PartitionedCoordinator:
+        """A coordinator planning ``take_per_batch`` rows of each partition per batch."""
         return _MemoryCoordinator({p: len(r) for p, r in self.data.items()}, self.take)
 
-    def get_emitter(self, conf: dict, context: Any) -> PartitionedEmitter:
+    def get_emitter(self, conf: dict[str, Any], context: Any) -> PartitionedEmitter:
+        """An emitter reading planned row ranges of the data."""
         return _MemoryEmitter(self)
 
     def declare_output_fields(self, declarer: Any) -> None:
+        """The TransactionAttempt field, then ``fields``."""
         declarer.declare(Fields(self.tx_field, *self.fields))
 
     def __len__(self) -> int:
@@ -94,7 +104,7 @@ class OpaqueMemoryTransactionalSpout(MemoryTransactionalSpout, OpaquePartitioned
 
     opaque = True
 
-    def __init__(self, data: Mapping[int, Sequence] | Sequence, fields: Fields, take_per_batch: int,
+    def __init__(self, data: Mapping[int, Sequence[Any]] | Sequence[Any], fields: Fields, take_per_batch: int,
                  deliver: Callable[[TransactionAttempt, int, int, int], int] | None = None,
                  tx_field: str = "tx") -> None:
         super().__init__(data, fields, take_per_batch, tx_field)

@@ -1,8 +1,9 @@
 """State: the coordinator's ``TransactionalState`` and exactly-once user maps."""
 
+from typing import Any
+
 from state.base import MemoryTransactionalState, TransactionalState, open_transactional_state
-from state.map import (MapBacking, MapState, MemoryMapBacking, OpaqueMap, TransactionalMap,
-                       open_map_backing)
+from state.map import MapBacking, MapState, MemoryMapBacking, OpaqueMap, TransactionalMap, open_map_backing
 
 __all__ = [
     "TransactionalState", "MemoryTransactionalState", "open_transactional_state",
@@ -11,7 +12,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "RedisMapBacking":
         from state.redis import RedisMapBacking
 

@@ -1,4 +1,4 @@
-"""Coordinator state: a small tree of JSON values per topology (DESIGN §5).
+"""Coordinator state: a small tree of JSON values per topology (docs/design.md §5).
 
 ``TransactionalState`` is what the coordinator reads and writes; backends only do I/O.
 Paths are relative to the topology's root (``/<root>/<topology_id>/``) and use ``/``
@@ -9,7 +9,8 @@ The layout the engine keeps (``transactional/_store.py`` writes it; docs/zookeep
 
     committed      {"txid": 12, "meta": <meta of 12>, "partitions": {p: latest meta}}
     meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}  uncommitted
-    superseded     {"<txid>": [a, ...]}  commit attempts that failed and were redone
+    epoch          n: the newest driver epoch (user-state writes are fenced with it)
+    maps           {"<name>": "transactional" | "opaque"}: the maps the topology used
     lock           the driver lock (backend specific)
 
 Backends: ``memory://`` (this module; embedded default, not durable) and
@@ -21,10 +22,9 @@ from __future__ import annotations
 import abc
 import json
 import threading
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, cast
 
-from transactional.exceptions import ConfigError, LockHeldError
+from transactional.exceptions import LockHeldError
 
 JSON = Any
 
@@ -71,7 +71,7 @@ class TransactionalState(abc.ABC):
         """Who holds the lock now (the ``owner`` given to ``acquire_lock``), or None."""
         return None
 
-    def check_lock(self) -> None:
+    def check_lock(self) -> None:  # noqa: B027 - optional hook: a lock that cannot be lost needs no check
         """Raise ``LeadershipLostError`` if this driver no longer holds its lock (e.g. its
         ZooKeeper session expired). Called before every commit. Backends that can pause
         (connection suspended) block here until connected again or the lock is lost."""
@@ -103,6 +103,11 @@ class MemoryTransactionalState(TransactionalState):
         self._owner: str | None = None
 
     @classmethod
+    def open(cls, url: str, topology_id: str, **options: Any) -> MemoryTransactionalState:
+        """``memory://``: the state of ``topology_id`` in this process (no options)."""
+        return cls(topology_id)
+
+    @classmethod
     def reset(cls, topology_id: str | None = None) -> None:
         """Forget stored state (all topologies when None). For tests."""
         with cls._guard:
@@ -114,42 +119,53 @@ class MemoryTransactionalState(TransactionalState):
                 cls._locks.pop(topology_id, None)
 
     def get(self, path: str) -> JSON | None:
+        """The value stored at ``path`` (decoded afresh from its JSON text), or None when absent."""
         raw = self._data.get(_norm(path))
         return None if raw is None else json.loads(raw)
 
     def set(self, path: str, value: JSON) -> None:
+        """Store ``value`` at ``path`` as JSON text, so a value ZooKeeper would refuse fails here too."""
         self._data[_norm(path)] = json.dumps(value)  # JSON on the way in, as ZooKeeper
 
     def delete(self, path: str) -> None:
+        """Remove ``path`` and every path below it; absent is not an error."""
         p = _norm(path)
         for k in [k for k in self._data if k == p or k.startswith(p + "/")]:
             del self._data[k]
 
     def children(self, path: str) -> list[str]:
+        """Names of the direct children of ``path``, sorted; [] when absent."""
         p = _norm(path)
         prefix = p + "/" if p else ""
         return sorted({k[len(prefix):].split("/", 1)[0] for k in self._data if k.startswith(prefix)})
 
     def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        """Take the topology's lock for ``owner``; raise ``LockHeldError`` at once when another run
+        in this process holds it (``wait`` and ``timeout`` are ignored)."""
         with self._guard:
             holder = self._locks.get(self.topology_id)
             if holder is not None and holder != owner:
-                raise LockHeldError(
+                msg = (
                     f"topology {self.topology_id!r} is being run by {holder} in this process; "
-                    "wait for that run to finish or use another topology_id")
+                    "wait for that run to finish or use another topology_id"
+                )
+                raise LockHeldError(msg)
             self._locks[self.topology_id] = owner
             self._owner = owner
 
     def release_lock(self) -> None:
+        """Give up the lock if this object holds it (idempotent)."""
         with self._guard:
             if self._owner is not None and self._locks.get(self.topology_id) == self._owner:
                 del self._locks[self.topology_id]
             self._owner = None
 
     def lock_holder(self) -> str | None:
+        """The owner holding the topology's lock in this process, or None."""
         return self._locks.get(self.topology_id)
 
     def check_lock(self) -> None:
+        """Never raises: a lock in this process cannot be lost."""
         return None
 
 
@@ -158,18 +174,13 @@ def _norm(path: str) -> str:
 
 
 def open_transactional_state(url: str, topology_id: str, **options: Any) -> TransactionalState:
-    """The coordinator state named by ``url`` for ``topology_id``.
+    """The coordinator state named by ``url`` for ``topology_id`` (schemes:
+    ``state/backends.py``).
 
     ``memory://`` -> MemoryTransactionalState; ``zk://h:p[,h:p]/<root>`` ->
     ``state.zookeeper.ZooKeeperTransactionalState`` (``options`` go to it, e.g. ``auth``,
     ``connect_timeout``).
     """
-    scheme = urlparse(url).scheme
-    if scheme == "memory":
-        return MemoryTransactionalState(topology_id)
-    if scheme == "zk":
-        from state.zookeeper import ZooKeeperTransactionalState  # the only kazoo importer
+    from state.backends import COORDINATION, opener
 
-        return ZooKeeperTransactionalState.from_url(url, topology_id, **options)
-    raise ConfigError(f"coordination URL {url!r} is not supported; use 'memory://' or "
-                      "'zk://host:port[,host:port]/<root>'")
+    return cast(TransactionalState, opener(COORDINATION, url)(url, topology_id, **options))

@@ -1,53 +1,188 @@
-"""User state: map backings (I/O only) and the exactly-once wrappers (DESIGN §5).
+"""User state: map backings (I/O only) and the exactly-once wrappers (docs/design.md §5).
 
-The rules live once, in two small pure functions over stored values, and every backing
-gets them:
+The rules live once, here, as small pure functions over stored values; every backing
+gets them, and every backing only stores what the wrappers hand it.
 
 * ``TransactionalMap`` stores ``{"txid": t, "val": v}``. A key whose stored txid equals
-  the batch's was already updated by this batch (a replay after a crash mid-commit):
-  the update is skipped.
-* ``OpaqueMap`` stores ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. Same txid:
-  the batch was (partly) applied by an earlier attempt that may have seen *different*
-  tuples, so ``curr = update(prev)``. New txid: ``prev = curr; curr = update(curr)`` --
-  unless attempt ``a`` of txid ``t`` is *superseded*: its commit started and failed, and
-  another attempt of ``t`` committed without touching this key (it emitted a different
-  batch). Then ``curr`` holds tuples that were never committed, and the committed value
-  is ``prev``. (Trident's OpaqueMap lacks this and counts such tuples twice; the
-  coordinator records superseded attempts, see ``transactional/_store.py``.)
+  the batch's was already updated by this batch (a replay of the identical batch after
+  a crash mid-commit): the whole txid's update of that key is skipped.
+* ``OpaqueMap`` stores ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. The committed
+  value *before* batch t is ``prev`` when the stored txid is t (an earlier attempt of t,
+  which may have seen other tuples, wrote it) and ``curr`` when it is older; the batch
+  builds on that base, and reads inside the batch see that base unless this attempt
+  wrote the key (Trident's ``OpaqueValue.get(txid)``).
 * In both, a stored txid newer than the batch's raises ``StateAheadError``.
 
-The ``==`` test is sound because commits are strictly ordered and only the newest
-uncommitted txid can have partial writes.
+**One write per map and txid.** Inside a commit (``begin_commit`` .. ``commit``) a map
+buffers its updates: the first touch of a key reads its stored value once (one
+``multi_get`` per call for the keys not seen yet in this txid); every update of the key
+in the txid -- repeated inside one call, from several committer tasks, from several
+committers sharing the map -- applies to the value so far; ``flush`` writes every
+changed key in one atomic ``multi_put``. So a key is stored at most once per txid and
+map, and a failure anywhere in the commit phase before ``flush`` leaves nothing behind.
+
+**Fencing.** Each write carries a ``Fence(epoch, txid)``: the epoch of the driver (every
+new holder of a topology's lock takes a higher one, durably) and the batch's txid. The
+backing refuses, atomically and writing nothing, a write from an older epoch whatever
+its txid (a paused driver resumed after another took over) and one older than a txid
+already written (``StateAheadError``). The rule is ``fence_refusal``; the memory backing
+applies it in Python, the Redis backing in its write script.
+
+**Roll back instead of a superseded list.** An opaque attempt of txid t whose ``flush``
+ran but which did not commit (a later map's write or another task failed, the driver
+died before recording t) leaves values ``{txid: t, attempt: a1}`` that hold tuples never
+committed. Each opaque flush therefore also stores which keys it wrote, in the same
+atomic write: the record ``~written:<writer>`` of the flushing writer (the driver, or
+one committer task on an executor). Before another attempt of t commits (the engine
+knows one is needed: an earlier attempt of t began its commit), ``rollback`` puts every
+key a failed attempt's record lists back to its committed value before t (``{txid: t,
+attempt: None, curr: prev, prev: prev}``). Nothing is left for readers to interpret:
+once t is recorded as committed, a plain ``redis-cli GET`` sees only committed values,
+and no bookkeeping grows with the run.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import (Any, Callable, Container, Generic, Hashable, Mapping, Protocol, Sequence, TypeVar,
-                    runtime_checkable)
-from urllib.parse import urlparse
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
-from transactional.exceptions import ConfigError, StateAheadError, StateCorruptError
+from state.keys import decode_key, encode_key
+from transactional.exceptions import LeadershipLostError, StateAheadError, StateCorruptError
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
 Combine = Callable[[Any, Any], Any]   # fn(old_or_None, arg) -> new
 
+#: The stored key prefix (as ``encode_key`` strings go, one no user key encodes to) under
+#: which an ``OpaqueMap`` writer records the keys its last flush wrote:
+#: ``~written:<writer>`` -> ``{"txid", "attempt", "keys"}``.
+WRITTEN_KEY = "~written"
+
+
+def written_key(writer: str) -> str:
+    """The stored key of ``writer``'s record of what it last wrote."""
+    return f"{WRITTEN_KEY}:{writer}"
+
+
+# -- fencing -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fence:
+    """What a write claims: the writing driver's ``epoch`` and the batch's ``txid``.
+
+    Either may be None: no epoch (a map used outside the engine) is not checked against
+    epochs; no txid (raising the epoch when a driver starts) is not checked against txids.
+
+    ``writer`` (with ``attempt``): one of several writers of the same attempt -- committer
+    tasks on executors, each writing its own share. The backing then also refuses, writing
+    nothing, a key that another writer of the same attempt already wrote (two tasks
+    updating one key in one txid; ``ConflictingWriteError``), so no share is lost silently.
+    """
+
+    epoch: int | None
+    txid: int | None
+    attempt: int | None = None
+    writer: str | None = None
+
+    @property
+    def claims(self) -> str | None:
+        """The name of this attempt's claims (which writer wrote which key), or None."""
+        if self.writer is None or self.txid is None:
+            return None
+        return f"~claims:{self.txid}:{self.attempt}"
+
+
+def fence_refusal(stored_epoch: int, stored_txid: int, fence: Fence) -> str | None:
+    """Why a backing whose fence holds ``(stored_epoch, stored_txid)`` must refuse a write
+    under ``fence``: ``"epoch"`` (an older driver), ``"txid"`` (an older batch), or None.
+    After an accepted write the stored fence is the element-wise maximum."""
+    if fence.epoch is not None and stored_epoch > fence.epoch:
+        return "epoch"
+    if fence.txid is not None and stored_txid > fence.txid:
+        return "txid"
+    return None
+
+
+def fence_error(reason: str, what: str, stored_epoch: int, stored_txid: int, fence: Fence) -> Exception:
+    """The error for a refused write to ``what`` (a namespace and address)."""
+    if reason == "epoch":
+        return LeadershipLostError(
+            f"write to {what} refused: a driver with a newer epoch ({stored_epoch}) has taken "
+            f"over this topology, and this driver's epoch is {fence.epoch}; this driver must "
+            "stop (nothing was written). If no other driver runs, the coordinator state was "
+            "reset (e.g. coordination='memory://' with a durable state): use ZooKeeper "
+            "coordination or a new topology_id")
+    return StateAheadError(
+        f"write to {what} refused: it was already written by txid {stored_txid}, newer than "
+        f"this write (txid {fence.txid}): another driver is writing this state, or the "
+        "topology id was reused with fresh coordinator state. Stop the other writer, or use "
+        "a new topology_id / state name")
+
+
+def conflict_error(what: str, key: str, other: str, fence: Fence) -> Exception:
+    """The error for a key two writers of one attempt wrote (see ``Fence.writer``)."""
+    from transactional.exceptions import ConflictingWriteError
+
+    return ConflictingWriteError(
+        f"{what}: key {decode_key(key)!r} is updated by {other} and by {fence.writer} in txid "
+        f"{fence.txid}; each would overwrite the other's share. Route every update of a key "
+        "to one committer task (fields_grouping on the key) and use one committer per map, "
+        "or commit on the driver (commit_placement='driver'). Nothing of this write was stored")
+
+
+class FenceCell:
+    """An in-process fence: the highest (epoch, txid) written through it, and the claims
+    of the newest attempt, under a lock."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.txid = 0
+        self.claims: dict[str, dict[str, str]] = {}
+        self.lock = threading.Lock()
+
+    def check_and_raise(self, fence: Fence, what: str, keys: Sequence[str] = ()) -> None:
+        """Raise ``fence_error`` (or ``conflict_error``) if ``fence`` is refused, else raise
+        the cell to it. Call with ``self.lock`` held, together with the write it guards."""
+        reason = fence_refusal(self.epoch, self.txid, fence)
+        if reason is not None:
+            raise fence_error(reason, what, self.epoch, self.txid, fence)
+        if fence.claims is not None:
+            claims = self.claims.get(fence.claims, {})
+            for k in keys:
+                other = claims.get(k)
+                if other is not None and other != fence.writer:
+                    raise conflict_error(what, k, other, fence)
+            self.claims = {fence.claims: claims}   # only the newest attempt's are kept
+            writer = fence.writer
+            assert writer is not None   # a fence has claims only with a writer
+            claims.update((k, writer) for k in keys if not k.startswith(WRITTEN_KEY))
+        self.epoch = max(self.epoch, fence.epoch or 0)
+        self.txid = max(self.txid, fence.txid or 0)
+
+
+# -- backings ------------------------------------------------------------------------------
 
 @runtime_checkable
 class MapBacking(Protocol):
     """Where a map's stored values live. I/O only: no exactly-once logic here.
 
-    Both calls take and return whole batches (one round trip each for a remote store).
-    Values are JSON-compatible dicts produced by the wrappers.
+    Keys are the strings of ``state.keys.encode_key`` (the wrappers encode; a ``str`` key
+    not starting with ``~`` is its own encoding). Both calls take and return whole
+    batches (one round trip each for a remote store). Values are JSON-compatible dicts
+    produced by the wrappers.
     """
 
-    def multi_get(self, keys: list) -> list:
+    def multi_get(self, keys: list[str]) -> list[Any]:
         """Stored values for ``keys``, in order; None where absent."""
         ...
 
-    def multi_put(self, keys: list, values: list) -> None:
-        """Store ``values[i]`` at ``keys[i]``, atomically for the batch where the store can."""
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None) -> None:
+        """Store ``values[i]`` at ``keys[i]``, atomically for the batch. With a ``fence``,
+        first check it against the backing's fence (``fence_refusal``), atomically with
+        the write: refused, raise ``fence_error`` and write nothing; else raise the
+        backing's fence to it. With no keys, only check and raise the fence."""
         ...
 
 
@@ -58,83 +193,90 @@ class MemoryMapBacking:
     [{'txid': 1, 'val': 2}, None]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fence: FenceCell | None = None, namespace: str = "memory map") -> None:
         self.data: dict[Hashable, Any] = {}
+        self.fence = fence or FenceCell()
+        self.namespace = namespace
         self.round_trips = 0  # multi_get/multi_put calls, like a remote store's
 
-    def multi_get(self, keys: list) -> list:
+    def multi_get(self, keys: list[str]) -> list[Any]:
+        """Stored values for ``keys``, in order; None where absent (one counted round trip)."""
         self.round_trips += 1
         get = self.data.get
         return [get(k) for k in keys]
 
-    def multi_put(self, keys: list, values: list) -> None:
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None) -> None:
+        """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
+        fence first, under its lock, as ``MapBacking.multi_put`` says."""
+        if len(keys) != len(values):
+            msg = f"{len(keys)} keys but {len(values)} values"
+            raise ValueError(msg)
         self.round_trips += 1
-        self.data.update(zip(keys, values))
+        with self.fence.lock:
+            if fence is not None:
+                self.fence.check_and_raise(fence, f"memory map {self.namespace!r}", keys)
+            self.data.update(zip(keys, values, strict=True))
 
 
 # -- the rules, as pure functions over stored values ------------------------------------
+
+def _checked(key: Any, stored: Any, fields: tuple[str, ...], kind: str) -> dict[str, Any]:
+    if not isinstance(stored, dict) or not all(f in stored for f in fields):
+        form = "{" + ", ".join(f"'{f}': ..." for f in fields) + "}"
+        msg = (
+            f"key {key!r} holds {stored!r}, not a {kind} value {form}; was "
+            "it written by something else? Use another state name or "
+            "delete the key"
+        )
+        raise StateCorruptError(msg)
+    return stored
+
+
+def transactional_base(key: Any, stored: Any, txid: int) -> tuple[Any, bool]:
+    """``(value before batch txid, already_applied)`` of a stored ``{txid, val}``:
+    already applied when the stored txid is ``txid`` (the value includes the batch)."""
+    if stored is None:
+        return None, False
+    s = _checked(key, stored, ("txid", "val"), "TransactionalMap")
+    if s["txid"] > txid:
+        raise StateAheadError(_ahead(key, s["txid"], txid))
+    return s["val"], s["txid"] == txid
+
+
+def opaque_base(key: Any, stored: Any, txid: int) -> Any:
+    """The committed value before batch ``txid`` of a stored ``{txid, curr, prev}``."""
+    if stored is None:
+        return None
+    s = _checked(key, stored, ("txid", "curr", "prev"), "OpaqueMap")
+    if s["txid"] > txid:
+        raise StateAheadError(_ahead(key, s["txid"], txid))
+    return s["prev"] if s["txid"] == txid else s["curr"]
+
 
 _ONE = object()   # "fn takes one argument": transactional_apply(key, stored, txid, updater)
 
 
 def transactional_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
-                        attempt: int | None = None,
-                        superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
-    """Apply ``fn(old, arg)`` (or ``fn(old)`` when no ``arg``) for batch ``txid`` to a
-    stored ``{txid, val}``.
+                        attempt: int | None = None) -> tuple[Any, Any, bool]:
+    """One update of one key for batch ``txid``: ``fn(old, arg)`` (or ``fn(old)``).
 
     Returns ``(new_stored, user_value, changed)``.
     """
-    if arg is _ONE:
-        fn, arg = _call, fn
-    if stored is None:
-        val = fn(None, arg)
-        return {"txid": txid, "val": val}, val, True
-    if not isinstance(stored, dict) or "txid" not in stored or "val" not in stored:
-        raise StateCorruptError(f"key {key!r} holds {stored!r}, not a TransactionalMap value "
-                                "{'txid': ..., 'val': ...}; was it written by something else? "
-                                "Use another state name or delete the key")
-    st = stored["txid"]
-    if st == txid:
-        return stored, stored["val"], False  # this batch was already applied
-    if st > txid:
-        raise StateAheadError(_ahead(key, st, txid))
-    val = fn(stored["val"], arg)
+    combine, arg = (_call, fn) if arg is _ONE else (cast(Combine, fn), arg)
+    base, applied = transactional_base(key, stored, txid)
+    if applied:
+        return stored, base, False
+    val = combine(base, arg)
     return {"txid": txid, "val": val}, val, True
 
 
 def opaque_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
-                 attempt: int | None = None,
-                 superseded: Mapping[int, Container[int]] = {}) -> tuple[Any, Any, bool]:
-    """Apply ``fn(old, arg)`` (or ``fn(old)``) for attempt ``attempt`` of batch ``txid``
-    to a stored ``{txid, attempt, curr, prev}``; ``superseded`` maps txid -> attempts
-    whose commit failed and was redone by another attempt."""
-    if arg is _ONE:
-        fn, arg = _call, fn
-    if stored is None:
-        val = fn(None, arg)
-        return {"txid": txid, "attempt": attempt, "curr": val, "prev": None}, val, True
-    if not isinstance(stored, dict) or not {"txid", "curr", "prev"} <= stored.keys():
-        raise StateCorruptError(f"key {key!r} holds {stored!r}, not an OpaqueMap value "
-                                "{'txid': ..., 'curr': ..., 'prev': ...}; was it written by "
-                                "something else? Use another state name or delete the key")
-    st = stored["txid"]
-    if st == txid:  # an earlier attempt of this batch wrote here: rebuild on prev
-        prev = stored["prev"]
-        val = fn(prev, arg)
-        return {"txid": txid, "attempt": attempt, "curr": val, "prev": prev}, val, True
-    if st > txid:
-        raise StateAheadError(_ahead(key, st, txid))
-    base = opaque_committed(stored, superseded)
-    val = fn(base, arg)
+                 attempt: int | None = None) -> tuple[Any, Any, bool]:
+    """One update of one key for attempt ``attempt`` of batch ``txid``."""
+    combine, arg = (_call, fn) if arg is _ONE else (cast(Combine, fn), arg)
+    base = opaque_base(key, stored, txid)
+    val = combine(base, arg)
     return {"txid": txid, "attempt": attempt, "curr": val, "prev": base}, val, True
-
-
-def opaque_committed(stored: dict, superseded: Mapping[int, Container[int]]) -> Any:
-    """The committed value of a stored opaque value of an older txid."""
-    if stored.get("attempt") is not None and stored["attempt"] in superseded.get(stored["txid"], ()):
-        return stored["prev"]
-    return stored["curr"]
 
 
 def _ahead(key: Any, stored_txid: int, txid: int) -> str:
@@ -153,162 +295,358 @@ COMBINERS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+# -- the wrappers ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommitScope:
+    """What a map's writes belong to: batch ``txid``, its ``attempt``, the driver's
+    ``epoch``."""
+
+    txid: int
+    attempt: int | None = None
+    epoch: int | None = None
+
+
 class MapState(Generic[V]):
     """What a committer uses: Trident's ``MapState`` in Python. Users do not subclass it.
 
-    Call order per batch (the framework calls the first and last around the committer's
-    ``finish_batch``): ``begin_commit(txid)``, any ``multi_update``/``multi_get``,
-    ``commit(txid)``. Each ``multi_update`` is one read and one write of the backing.
+    Call order per batch (the framework makes the first and last calls around the commit
+    phase): ``begin_commit(txid, attempt, epoch=...)``, any ``multi_update`` /
+    ``multi_combine`` / ``multi_get``, ``commit(txid)`` (which ``flush``-es: one atomic,
+    fenced write of every key changed in the txid) or ``abort()`` (writes nothing).
     """
 
-    _apply: Callable[..., tuple[Any, Any, bool]]
-    _user_value_key: str
+    kind = "map"
 
-    def __init__(self, backing: MapBacking) -> None:
+    def __init__(self, backing: MapBacking, name: str | None = None, writer: str = "driver") -> None:
         self.backing = backing
-        self._txid: int | None = None
-        self._attempt: int | None = None
-        self.superseded: dict[int, set[int]] = {}
+        self.name = name or getattr(backing, "namespace", type(self).__name__)
+        #: who writes through this map object (one committer task, or the driver): names
+        #: the record of what it wrote, for ``rollback``
+        self.writer = writer
+        #: one of several writers of an attempt (committer tasks on executors): writes
+        #: claim their keys, and a key another writer claimed is refused (``Fence.writer``)
+        self.shared_writes = False
+        self.scope: CommitScope | None = None
+        #: the last txid known committed (set by the engine): reads outside a commit show
+        #: values as of it; None: whatever was written last
+        self.last_committed: int | None = None
+        self._reset()
 
-    def begin_commit(self, txid: int, attempt: int | None = None,
-                     superseded: Mapping[int, Container[int]] | None = None) -> None:
-        """Start applying batch ``txid`` (attempt ``attempt``; ``superseded`` as in
-        ``opaque_apply``, kept by the coordinator)."""
-        self._txid, self._attempt = txid, attempt
-        if superseded is not None:
-            self.superseded = superseded  # type: ignore[assignment]
+    def _reset(self) -> None:
+        # the keys (encoded) touched in this txid: their value so far, the committed value
+        # before the txid (OpaqueMap), the ones an earlier attempt already applied
+        # (TransactionalMap), the ones this attempt changed (in order)
+        self._value: dict[str, Any] = {}
+        self._base: dict[str, Any] = {}
+        self._skip: set[str] = set()
+        self._dirty: dict[str, None] = {}
+
+    # -- the commit scope ----------------------------------------------------------------------
+    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
+        """Start applying batch ``txid`` (see ``CommitScope``); drops anything buffered."""
+        self.scope = CommitScope(txid, attempt, epoch)
+        self._reset()
+
+    def flush(self) -> None:
+        """Write every key changed in this txid in one atomic, fenced ``multi_put``."""
+        scope = self._require_scope("flushed")
+        keys, values = self._writes(scope)
+        if keys:
+            writer = self.writer if self.shared_writes else None
+            self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid, scope.attempt, writer))
+        self._dirty = {}
+
+    def rollback(self, writers: Sequence[str]) -> int:
+        """Before this attempt commits its txid: put back what failed attempts of the txid
+        wrote (see the module docstring); ``writers``: every writer that may have written.
+        Returns how many keys were put back. Only ``OpaqueMap`` has anything to do."""
+        return 0
 
     def commit(self, txid: int) -> None:
-        self._txid = None
+        """``flush``, then end the commit of ``txid``."""
+        if self.scope is None or self.scope.txid != txid:
+            msg = f"commit({txid}) of map {self.name!r} without begin_commit({txid})"
+            raise RuntimeError(msg)
+        self.flush()
+        self.scope = None
+        self._reset()
 
-    def multi_get(self, keys: Sequence) -> list[V | None]:
-        """Current user values (the wrapper's txid/prev stripped); None where absent."""
+    def abort(self) -> None:
+        """End the current commit without writing anything buffered."""
+        self.scope = None
+        self._reset()
+
+    def _require_scope(self, what: str) -> CommitScope:
+        if self.scope is None:
+            msg = (
+                f"map {self.name!r} {what} outside a commit: update it from a "
+                "committer's finish_batch (the framework calls begin_commit around it)"
+            )
+            raise RuntimeError(msg)
+        return self.scope
+
+    # -- reads and updates ---------------------------------------------------------------------
+    def multi_get(self, keys: Sequence[Any]) -> list[V | None]:
+        """The values of ``keys`` (None where absent). Inside a commit: as this txid left
+        them so far (the committed value before it for keys it has not changed); outside:
+        the last committed values."""
         keys = list(keys)
-        return [None if s is None else self._user_value(self._check(key, s))
-                for key, s in zip(keys, self.backing.multi_get(keys))]
+        enc = _encode_all(keys)
+        if self.scope is None:
+            return [None if s is None else self._committed_value(k, s)
+                    for k, s in zip(keys, self.backing.multi_get(enc), strict=True)]
+        self._touch(enc)
+        value = self._value
+        return [value[e] for e in enc]
 
-    def _user_value(self, stored: dict) -> Any:
-        return stored[self._user_value_key]
+    def get(self, key: Any) -> V | None:
+        """The value of one ``key``, as ``multi_get([key])[0]``."""
+        return self.multi_get([key])[0]
 
-    def multi_update(self, keys: Sequence, updaters: Sequence[Updater] | Updater) -> list[V]:
+    def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
         """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
-        exactly once across replays; returns the new values. One updater may serve all."""
+        exactly once across replays; returns the new values. One updater may serve all.
+        A key repeated in the call, or updated again later in the txid, is updated again
+        on the value so far."""
         keys = list(keys)
         if callable(updaters):
             return self._apply_all(keys, _call, [updaters] * len(keys))
         if len(updaters) != len(keys):
-            raise ValueError(f"{len(keys)} keys but {len(updaters)} updaters")
+            msg = f"{len(keys)} keys but {len(updaters)} updaters"
+            raise ValueError(msg)
         return self._apply_all(keys, _call, updaters)
 
-    def multi_combine(self, keys: Sequence, values: Sequence, combiner: str | Combine = "sum") -> list[V]:
+    def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
         """Fold ``values[i]`` into ``keys[i]`` with a combiner: ``"sum"``, ``"count"``
         (sum of counts), ``"min"``, ``"max"``, ``"replace"`` or ``f(old_or_None, new)``.
 
         >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(1)
-        >>> m.multi_combine(["a", "b"], [2, 3])
-        [2, 3]
+        >>> m.multi_combine(["a", "b", "a"], [2, 3, 1])
+        [2, 3, 3]
         >>> m.commit(1); m.begin_commit(2); m.multi_combine(["a"], [5], "max")
         [5]
         """
         fn = COMBINERS.get(combiner) if isinstance(combiner, str) else combiner
         if fn is None:
-            raise ValueError(f"unknown combiner {combiner!r}; use one of {sorted(COMBINERS)} or a function")
+            msg = f"unknown combiner {combiner!r}; use one of {sorted(COMBINERS)} or a function"
+            raise ValueError(msg)
         keys = list(keys)
         if len(values) != len(keys):
-            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+            msg = f"{len(keys)} keys but {len(values)} values"
+            raise ValueError(msg)
         return self._apply_all(keys, fn, values)
 
-    def _apply_all(self, keys: list, fn: Combine, args: Sequence) -> list[V]:
-        """One read and (when anything changed) one write of the backing."""
-        if self._txid is None:
-            raise RuntimeError("map updated outside a commit: update it from a committer's "
-                               "finish_batch (the framework calls begin_commit around it)")
-        stored = self.backing.multi_get(keys)
-        txid, attempt, superseded, apply = self._txid, self._attempt, self.superseded, type(self)._apply
-        out_keys, out_vals, result = [], [], []
-        for key, s, arg in zip(keys, stored, args):
-            new_stored, val, changed = apply(key, s, txid, fn, arg, attempt, superseded)
-            result.append(val)
-            if changed:
-                out_keys.append(key)
-                out_vals.append(new_stored)
-        if out_keys:
-            self.backing.multi_put(out_keys, out_vals)
-        return result
+    def _apply_all(self, keys: list[Any], fn: Combine, args: Sequence[Any]) -> list[V]:
+        self._require_scope("updated")
+        enc = _encode_all(keys)
+        self._touch(enc)
+        value, skip, dirty = self._value, self._skip, self._dirty
+        out: list[V] = []
+        append = out.append
+        if skip:
+            for e, arg in zip(enc, args, strict=True):
+                if e not in skip:
+                    value[e] = fn(value[e], arg)
+                    dirty[e] = None
+                append(value[e])
+        else:                       # the hot path: no key of this txid was applied before
+            for e, arg in zip(enc, args, strict=True):
+                v = value[e] = fn(value[e], arg)
+                append(v)
+            dirty.update(dict.fromkeys(enc))
+        return out
 
-    def get(self, key: Any) -> V | None:
-        return self.multi_get([key])[0]
+    def _touch(self, enc: list[str]) -> None:
+        """Read the keys of ``enc`` not seen yet in this txid: one ``multi_get``."""
+        value = self._value
+        missing = list(dict.fromkeys(enc if not value else [e for e in enc if e not in value]))
+        if not missing:
+            return
+        stored = self.backing.multi_get(missing)
+        scope = self.scope
+        assert scope is not None
+        if self.shared_writes:
+            for e, s in zip(missing, stored, strict=True):
+                self._check_claim(e, s, scope)
+        self._load(missing, stored, scope.txid)
 
-    def _check(self, key: Any, stored: Any) -> Any:
-        if not isinstance(stored, dict) or "txid" not in stored or self._user_value_key not in stored:
-            raise StateCorruptError(f"key {key!r} holds {stored!r}, not a {type(self).__name__} "
-                                    "value; use another state name or delete the key")
-        return stored
+    def _check_claim(self, key: str, stored: Any, scope: CommitScope) -> None:
+        """One of several writers of an attempt finds a key another writer of the same
+        attempt already wrote: its update would be skipped or overwrite the other's share."""
+        if (isinstance(stored, dict) and stored.get("txid") == scope.txid
+                and stored.get("attempt") == scope.attempt and stored.get("writer") not in (None, self.writer)):
+            where = f"map {self.name!r}"
+            raise conflict_error(where, key, stored["writer"],
+                                 Fence(scope.epoch, scope.txid, scope.attempt, self.writer))
+
+    def _stamp(self, value: dict[str, Any], scope: CommitScope) -> dict[str, Any]:
+        """A stored value, with its attempt and writer when several writers share the attempt."""
+        if self.shared_writes:
+            value["attempt"] = scope.attempt
+            value["writer"] = self.writer
+        return value
+
+    # -- what each wrapper stores --------------------------------------------------------------
+    def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
+        """Take the stored values of ``keys`` as this txid's starting point."""
+        raise NotImplementedError
+
+    def _committed_value(self, key: Any, stored: Any) -> Any:
+        raise NotImplementedError
+
+    def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
+        raise NotImplementedError
 
 
 def _call(old: Any, update: Updater) -> Any:
     return update(old)
 
 
+def _encode_all(keys: list[Any]) -> list[str]:
+    """``encode_key`` of each key (a plain str not starting with ``~`` is its own)."""
+    return [k if type(k) is str and k[:1] != "~" else encode_key(k) for k in keys]
+
+
 class TransactionalMap(MapState[V]):
     """Exactly-once map for transactional spouts (a replay re-emits the identical batch).
 
     >>> m = TransactionalMap(MemoryMapBacking())
-    >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 1])
+    >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 1]); m.commit(1)
     [1]
-    >>> m.multi_update(["a"], [lambda v: (v or 0) + 1])   # replay of txid 1: skipped
+    >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 1])   # replay of txid 1
     [1]
     """
 
-    _apply = staticmethod(transactional_apply)
-    _user_value_key = "val"
+    kind = "transactional"
+
+    def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
+        value, skip = self._value, self._skip
+        for e, s in zip(keys, stored, strict=True):
+            if s is None:
+                value[e] = None
+            elif type(s) is dict and "val" in s and type(s.get("txid")) is int and s["txid"] < txid:
+                value[e] = s["val"]
+            else:                     # applied by an earlier attempt, ahead, or not ours
+                value[e], applied = transactional_base(decode_key(e), s, txid)
+                if applied:
+                    skip.add(e)
+
+    def _committed_value(self, key: Any, stored: Any) -> Any:
+        return _checked(key, stored, ("txid", "val"), "TransactionalMap")["val"]
+
+    def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
+        keys, value, t = list(self._dirty), self._value, scope.txid
+        if self.shared_writes:
+            return keys, [self._stamp({"txid": t, "val": value[k]}, scope) for k in keys]
+        return keys, [{"txid": t, "val": value[k]} for k in keys]
 
 
 class OpaqueMap(MapState[V]):
     """Exactly-once map for opaque spouts (a replay may emit a different batch).
 
     >>> m = OpaqueMap(MemoryMapBacking())
-    >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 5])
+    >>> m.begin_commit(1, 1); m.multi_update(["a"], [lambda v: (v or 0) + 5]); m.flush()
     [5]
-    >>> m.multi_update(["a"], [lambda v: (v or 0) + 3])   # txid 1 again, another batch
+    >>> m.begin_commit(1, 2); m.multi_get(["a"])    # attempt 1 never committed: its 5 is not seen
+    [None]
+    >>> m.multi_update(["a"], [lambda v: (v or 0) + 3]); m.commit(1); m.get("a")
     [3]
+    3
     """
 
-    _apply = staticmethod(opaque_apply)
-    _user_value_key = "curr"
+    kind = "opaque"
 
-    def _user_value(self, stored: dict) -> Any:
-        if self._txid is not None and stored["txid"] == self._txid:
-            return stored["curr"]
-        return opaque_committed(stored, self.superseded)
+    def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
+        value, base = self._value, self._base
+        for e, s in zip(keys, stored, strict=True):
+            if s is None:
+                b = None
+            elif type(s) is dict and "curr" in s and type(s.get("txid")) is int and s["txid"] < txid:
+                b = s["curr"]
+            else:
+                b = opaque_base(decode_key(e), s, txid)
+            value[e] = base[e] = b
+
+    def _committed_value(self, key: Any, stored: Any) -> Any:
+        s = _checked(key, stored, ("txid", "curr", "prev"), "OpaqueMap")
+        if self.last_committed is not None and s["txid"] > self.last_committed:
+            return s["prev"]   # written by a txid not committed (yet)
+        return s["curr"]
+
+    def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
+        t, a = scope.txid, scope.attempt
+        keys, value, base = list(self._dirty), self._value, self._base
+        values: list[Any] = [{"txid": t, "attempt": a, "curr": value[k], "prev": base[k]} for k in keys]
+        if self.shared_writes:
+            values = [self._stamp(v, scope) for v in values]
+        if keys:
+            # what this writer wrote, for the rollback if this attempt does not commit
+            values.append({"txid": t, "attempt": a, "keys": list(keys)})
+            keys.append(written_key(self.writer))
+        return keys, values
+
+    def rollback(self, writers: Sequence[str]) -> int:
+        """Put back ``prev`` on the keys that failed attempts of the current txid wrote (found
+        through the ``writers``' records), so this attempt updates the committed values.
+        Returns how many keys were put back."""
+        scope = self._require_scope("rolled back")
+        records = self.backing.multi_get([written_key(w) for w in writers])
+        left = sorted({k for r in records if isinstance(r, dict) and r.get("txid") == scope.txid
+                       and r.get("attempt") != scope.attempt for k in r.get("keys", ())})
+        if not left:
+            return 0
+        keys, values = [], []
+        for k, s in zip(left, self.backing.multi_get(left), strict=True):
+            if s is None:
+                continue
+            s = _checked(decode_key(k), s, ("txid", "curr", "prev"), "OpaqueMap")
+            if s["txid"] == scope.txid and s.get("attempt") not in (None, scope.attempt):
+                keys.append(k)
+                values.append({"txid": scope.txid, "attempt": None, "curr": s["prev"], "prev": s["prev"]})
+        if keys:
+            self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid))
+        return len(keys)
 
 
 # -- backings by URL -----------------------------------------------------------------------
 
 _memory_backings: dict[str, MemoryMapBacking] = {}
+_memory_fences: dict[str, FenceCell] = {}
 _memory_guard = threading.Lock()
 
 
-def open_map_backing(url: str, namespace: str, **options: Any) -> MapBacking:
-    """The backing named by ``url`` for ``namespace`` (``<topology_id>:<state name>``).
+def open_map_backing(url: str, namespace: str, *, fence_scope: str | None = None,
+                     **options: Any) -> MapBacking:
+    """The backing named by ``url`` for ``namespace`` (``<topology_id>:<state name>``;
+    schemes: ``state/backends.py``).
+
+    ``fence_scope``: the name whose fence guards the backing's writes (the engine passes
+    the topology id, so one epoch raised when a driver starts fences all its maps);
+    default: the namespace itself.
 
     ``memory://`` -> one ``MemoryMapBacking`` per namespace in this process (the driver);
     ``redis://[user:password@]host:port/db`` and ``rediss://`` -> ``RedisMapBacking``.
     """
-    scheme = urlparse(url).scheme
-    if scheme == "memory":
-        with _memory_guard:
-            return _memory_backings.setdefault(namespace, MemoryMapBacking())
-    if scheme in ("redis", "rediss"):
-        from state.redis import RedisMapBacking  # the only redis importer
+    from state.backends import USER_STATE, opener
 
-        return RedisMapBacking.from_url(url, namespace, **options)
-    raise ConfigError(f"state URL {url!r} is not supported; use 'memory://' or "
-                      "'redis://[user:password@]host:port/db' (or rediss:// for TLS)")
+    backing = opener(USER_STATE, url)(url, namespace, fence_scope=fence_scope or namespace, **options)
+    return cast(MapBacking, backing)
+
+
+def open_memory_backing(url: str, namespace: str, *, fence_scope: str, **options: Any) -> MemoryMapBacking:
+    """``memory://``: the one ``MemoryMapBacking`` of ``namespace`` in this process."""
+    with _memory_guard:
+        fence = _memory_fences.setdefault(fence_scope, FenceCell())
+        b = _memory_backings.get(namespace)
+        if b is None:
+            b = _memory_backings[namespace] = MemoryMapBacking(fence, namespace)
+        return b
 
 
 def reset_memory_maps(prefix: str = "") -> None:
-    """Forget in-memory maps whose namespace starts with ``prefix``. For tests."""
+    """Forget in-memory maps (and their fences) whose namespace starts with ``prefix``. For tests."""
     with _memory_guard:
-        for k in [k for k in _memory_backings if k.startswith(prefix)]:
-            del _memory_backings[k]
+        for d in (_memory_backings, _memory_fences):
+            for k in [k for k in d if k.startswith(prefix)]:
+                del d[k]

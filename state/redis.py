@@ -1,4 +1,4 @@
-"""Redis map backing: one MGET to read a batch, one atomic Lua write to store it (DESIGN §5).
+"""Redis map backing: one MGET to read a batch, one atomic Lua write to store it (docs/design.md §5).
 
 The only module that imports ``redis``. I/O only: the exactly-once rules live in
 ``state/map.py`` (``TransactionalMap`` / ``OpaqueMap``) and this backing just stores what
@@ -9,20 +9,24 @@ Key layout, for a map namespaced ``<topology_id>:<state_name>``::
     <namespace>:<key>          one Redis string per map key; the value is the serialized
                                wrapper value, e.g. {"txid": 7, "val": 42} (TransactionalMap)
                                or {"txid": 7, "curr": 42, "prev": 40} (OpaqueMap)
-    <namespace>:~fence         the highest txid ever written to this namespace (fencing)
+    <namespace>:~written       OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
+                               (the engine's fence scope is the topology id, shared by its maps;
+                               a backing made by hand fences its own namespace)
 
-Map keys that are ``str`` are used as they are (``wc:counts:apple``) unless they start with
-``~``; every other key is encoded deterministically (see ``encode_key``), so the same
+The backing receives keys already encoded by the wrappers (``state.keys.encode_key``, the
+one definition of key identity): ``str`` keys are used as they are (``wc:counts:apple``)
+unless they start with ``~``; every other key is encoded deterministically, so the same
 key always lands on the same Redis key from any process.
 
 Round trips: ``multi_get`` is one ``MGET``; ``multi_put`` is one ``EVALSHA`` of
 ``LUA_FENCED_MSET``, which checks and writes every key of the batch atomically on the
 server. A batch of 10,000 keys costs two round trips, never one per key.
 
-Fencing: ``multi_put`` refuses (``StateAheadError``, nothing written) when the namespace
-has already seen a txid newer than the batch's, so a stale writer (a driver that lost its
-lock but does not know yet) can never overwrite a newer batch's values -- the same check
-the wrappers make per key, made once more atomically at write time for the whole namespace.
+Fencing: ``multi_put(keys, values, Fence(epoch, txid))`` refuses, atomically and writing
+nothing, a write from an older driver epoch whatever its txid (``LeadershipLostError``: a
+paused driver resumed after another took over) and a write older than a txid already
+written (``StateAheadError``) -- ``state.map.fence_refusal``, executed by the script.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from transactional.exceptions import ConfigError, StateAheadError, StateCorruptError, StateUnavailableError
+from state.keys import decode_key, encode_key, hashable_key
+from state.map import Fence, conflict_error, fence_error
+from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
            "client_from_url", "LUA_FENCED_MSET"]
@@ -49,44 +55,78 @@ MSET_CHUNK = 1000
 #: The suffix of the fence key of a namespace (``<namespace>:~fence``).
 FENCE_SUFFIX = "~fence"
 
-# KEYS[1]        the fence key of the namespace: the highest txid ever written there
-# KEYS[2..n+1]   the data keys of the batch
-# ARGV[1]        the lowest txid among the values, or '' to write without fencing
-# ARGV[2]        the highest txid among the values
-# ARGV[3..n+2]   the serialized values, in KEYS order
-# ARGV[n+3]      how many pairs to write per MSET (MSET_CHUNK)
-# return {0} when every key was written;
-#        {1, fence} when the namespace already holds a newer txid (nothing written);
+# KEYS[1]        the fence key: "<epoch>:<txid>" (a bare "<txid>" reads as epoch 0)
+# KEYS[2]        the claims hash of the writing attempt (key -> writer), or the fence key
+#                again when the write claims nothing
+# KEYS[3..n+2]   the data keys of the batch
+# ARGV[1]        the writer's epoch, or '' not to check epochs
+# ARGV[2]        the batch's txid, or '' not to check txids
+# ARGV[3]        the writer claiming the keys, or '' (a single writer: no claims)
+# ARGV[4..n+3]   the serialized values, in KEYS order
+# ARGV[n+4]      how many pairs to write per MSET (MSET_CHUNK)
+# return {0} when every key was written (and the fence raised to the writer's epoch/txid);
+#        {3, epoch, txid} when the fence holds a newer epoch (nothing written);
+#        {1, epoch, txid} when the fence holds a newer txid (nothing written);
+#        {4, key, writer} when another writer of the attempt claimed a key (nothing written);
 #        {2, key, type} when a data key holds a non-string Redis value (nothing written)
 LUA_FENCED_MSET = """
-local fenced = ARGV[1] ~= ''
-local fence = 0
-if fenced then
-  fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-  if fence > tonumber(ARGV[1]) then
-    return {1, tostring(fence)}
+local fe, ft = 0, 0
+local f = redis.call('GET', KEYS[1])
+if f then
+  local a, b = string.match(f, '^(%d+):(%d+)$')
+  if a then fe, ft = tonumber(a), tonumber(b) else ft = tonumber(f) or 0 end
+end
+local e, t = tonumber(ARGV[1]), tonumber(ARGV[2])
+if e and fe > e then
+  return {3, tostring(fe), tostring(ft)}
+end
+if t and ft > t then
+  return {1, tostring(fe), tostring(ft)}
+end
+local writer = ARGV[3]
+if writer ~= '' then
+  for i = 3, #KEYS do
+    local c = redis.call('HGET', KEYS[2], KEYS[i])
+    if c and c ~= writer then
+      return {4, KEYS[i], c}
+    end
   end
 end
-for i = 2, #KEYS do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'string' and t ~= 'none' then
-    return {2, KEYS[i], t}
+for i = 3, #KEYS do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if ty ~= 'string' and ty ~= 'none' then
+    return {2, KEYS[i], ty}
+  end
+end
+-- write key/value pairs, claiming the keys for the writer when there is one
+local function put(pairs)
+  redis.call('MSET', unpack(pairs))
+  if writer ~= '' then
+    local claims = {}
+    for j = 1, #pairs, 2 do
+      claims[#claims + 1] = pairs[j]
+      claims[#claims + 1] = writer
+    end
+    redis.call('HSET', KEYS[2], unpack(claims))
   end
 end
 local chunk = {}
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   chunk[#chunk + 1] = KEYS[i]
   chunk[#chunk + 1] = ARGV[i + 1]
   if #chunk >= 2 * tonumber(ARGV[#ARGV]) then
-    redis.call('MSET', unpack(chunk))
+    put(chunk)
     chunk = {}
   end
 end
 if #chunk > 0 then
-  redis.call('MSET', unpack(chunk))
+  put(chunk)
 end
-if fenced and tonumber(ARGV[2]) > fence then
-  redis.call('SET', KEYS[1], ARGV[2])
+if writer ~= '' then
+  redis.call('EXPIRE', KEYS[2], 86400)
+end
+if (e and e > fe) or (t and t > ft) then
+  redis.call('SET', KEYS[1], string.format('%d:%d', math.max(e or 0, fe), math.max(t or 0, ft)))
 end
 return {0}
 """
@@ -125,9 +165,11 @@ class JSONSerializer:
     _decode = json.JSONDecoder().decode
 
     def dumps(self, value: Any) -> bytes:
+        """``value`` as compact UTF-8 JSON bytes."""
         return self._encode(value).encode()
 
     def loads(self, data: bytes | str) -> Any:
+        """The value of JSON ``data`` (bytes as Redis returns them, or str)."""
         return self._decode(data.decode() if isinstance(data, (bytes, bytearray)) else data)
 
     def __reduce__(self) -> str:
@@ -141,48 +183,6 @@ class JSONSerializer:
 JSON = JSONSerializer()
 
 
-# -- keys ----------------------------------------------------------------------------------------
-
-def encode_key(key: Any) -> str:
-    """The Redis key suffix of a map key: deterministic across processes and runs.
-
-    ``str`` keys stay as they are, unless they start with ``~`` (then ``~s`` is put in
-    front); ``bytes`` become ``~b<hex>``; anything else JSON-encodable (int, float, bool,
-    None, tuples/lists of those) becomes ``~j<compact JSON>``. So ``"1"`` and ``1`` differ.
-
-    >>> encode_key("apple"), encode_key(1), encode_key(("a", 2)), encode_key("~x")
-    ('apple', '~j1', '~j["a",2]', '~s~x')
-    """
-    if isinstance(key, str):
-        return "~s" + key if key.startswith("~") else key
-    if isinstance(key, (bytes, bytearray)):
-        return "~b" + bytes(key).hex()
-    try:
-        return "~j" + json.dumps(key, separators=(",", ":"), sort_keys=True, ensure_ascii=False,
-                                 allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"map key {key!r} of type {type(key).__name__} cannot be stored in Redis: "
-                        "use str, bytes, int, float, bool, None or tuples of those") from e
-
-
-def decode_key(suffix: str) -> Any:
-    """Inverse of ``encode_key`` (tuples come back as lists).
-
-    >>> decode_key("apple"), decode_key("~j1"), decode_key("~s~x")
-    ('apple', 1, '~x')
-    """
-    if not suffix.startswith("~"):
-        return suffix
-    tag, body = suffix[1:2], suffix[2:]
-    if tag == "s":
-        return body
-    if tag == "b":
-        return bytes.fromhex(body)
-    if tag == "j":
-        return json.loads(body)
-    raise ValueError(f"{suffix!r} is not a map key written by RedisMapBacking")
-
-
 # -- connections -------------------------------------------------------------------------------
 
 def _default_retry() -> Retry:
@@ -191,7 +191,7 @@ def _default_retry() -> Retry:
     return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2)
 
 
-def client_from_url(url: str, *, connect_timeout: float = 10.0, **client_options: Any) -> "redis.Redis":
+def client_from_url(url: str, *, connect_timeout: float = 10.0, **client_options: Any) -> redis.Redis:
     """A ``redis.Redis`` for ``url`` with spark-trident's defaults (bounded timeouts, a short
     retry on a stale connection, bytes replies). For tests and tools; maps use
     ``RedisMapBacking.from_url``."""
@@ -204,12 +204,16 @@ def _address_of_url(url: str) -> str:
     """``scheme://[user@]host:port/db`` -- never the password."""
     u = urlparse(url)
     if u.scheme not in ("redis", "rediss"):
-        raise ConfigError(f"Redis URL {_strip_password(url)!r} must start with redis:// or rediss:// "
-                          "(e.g. 'redis://[user:password@]host:6379/0')")
+        msg = (
+            f"Redis URL {_strip_password(url)!r} must start with redis:// or rediss:// "
+            "(e.g. 'redis://[user:password@]host:6379/0')"
+        )
+        raise ConfigError(msg)
     try:
         port = u.port or 6379
     except ValueError as e:
-        raise ConfigError(f"Redis URL {_strip_password(url)!r} has an invalid port: {e}") from None
+        msg = f"Redis URL {_strip_password(url)!r} has an invalid port: {e}"
+        raise ConfigError(msg) from None
     db = (u.path or "/0").lstrip("/") or "0"
     user = f"{unquote(u.username)}@" if u.username else ""
     return f"{u.scheme}://{user}{u.hostname or 'localhost'}:{port}/{db}"
@@ -230,13 +234,13 @@ _CONN_KEYS = ("host", "port", "db", "username", "password", "path", "socket_time
               "ssl_ciphers", "client_name", "decode_responses")
 
 
-def _pool_spec(pool: "redis.ConnectionPool") -> dict[str, Any]:
+def _pool_spec(pool: redis.ConnectionPool) -> dict[str, Any]:
     """A picklable description of ``pool``'s connections (primitive settings only)."""
     kw = {k: v for k, v in pool.connection_kwargs.items() if k in _CONN_KEYS}
     return {"connection_class": pool.connection_class, **kw}
 
 
-def _address_of_pool(pool: "redis.ConnectionPool") -> str:
+def _address_of_pool(pool: redis.ConnectionPool) -> str:
     kw = pool.connection_kwargs
     if kw.get("path"):
         return f"unix://{kw['path']}?db={kw.get('db', 0)}"
@@ -264,22 +268,29 @@ class RedisMapBacking:
     connection, and connects on first use.
     """
 
-    def __init__(self, client_or_pool: "redis.Redis | redis.ConnectionPool", namespace: str,
+    _client: redis.Redis | None   # None until first use after unpickling (see ``client``)
+
+    def __init__(self, client_or_pool: redis.Redis | redis.ConnectionPool, namespace: str,
                  serializer: Serializer | None = None, *, fenced: bool = True,
-                 check: bool = True, connect_timeout: float = 10.0) -> None:
+                 fence_scope: str | None = None, check: bool = True,
+                 connect_timeout: float = 10.0) -> None:
         """Wrap an existing ``redis.Redis`` or ``ConnectionPool``.
 
         ``namespace``: the key prefix, ``<topology_id>:<state_name>``. ``serializer``: JSON
-        when None. ``fenced``: refuse writes older than the namespace's newest txid.
+        when None. ``fenced``: check each write's ``Fence`` (see the module docstring);
+        ``fence_scope``: whose fence (``<fence_scope>:~fence``; default the namespace).
         ``check``: PING now (bounded by ``connect_timeout``) and fail fast.
         """
         if isinstance(client_or_pool, redis.ConnectionPool):
             client_or_pool = redis.Redis(connection_pool=client_or_pool)
         if not isinstance(client_or_pool, redis.Redis):
-            raise TypeError(f"RedisMapBacking needs a redis.Redis or redis.ConnectionPool, "
-                            f"got {type(client_or_pool).__name__}; or use RedisMapBacking.from_url(url, namespace)")
+            msg = (
+                f"RedisMapBacking needs a redis.Redis or redis.ConnectionPool, "
+                f"got {type(client_or_pool).__name__}; or use RedisMapBacking.from_url(url, namespace)"
+            )
+            raise TypeError(msg)
         pool = client_or_pool.connection_pool
-        self._setup(namespace, serializer, fenced, url=None, options=_pool_spec(pool),
+        self._setup(namespace, serializer, fenced, fence_scope, url=None, options=_pool_spec(pool),
                     address=_address_of_pool(pool))
         self._client = client_or_pool
         if check:
@@ -287,8 +298,8 @@ class RedisMapBacking:
 
     @classmethod
     def from_url(cls, url: str, namespace: str, *, serializer: Serializer | None = None,
-                 connect_timeout: float = 10.0, fenced: bool = True, check: bool = True,
-                 **client_options: Any) -> "RedisMapBacking":
+                 connect_timeout: float = 10.0, fenced: bool = True, fence_scope: str | None = None,
+                 check: bool = True, **client_options: Any) -> RedisMapBacking:
         """The backing for ``redis://[[user]:password@]host:port/db`` (``rediss://`` for TLS;
         query options as redis-py's ``from_url``, e.g. ``?ssl_ca_certs=/path/ca.pem``).
 
@@ -301,33 +312,37 @@ class RedisMapBacking:
         self = cls.__new__(cls)
         opts = {"socket_connect_timeout": connect_timeout, "socket_timeout": 30.0,
                 "retry": _default_retry(), **client_options}
-        self._setup(namespace, serializer, fenced, url=url, options=opts, address=address)
+        self._setup(namespace, serializer, fenced, fence_scope, url=url, options=opts, address=address)
         if check:
             self.check(connect_timeout)
         return self
 
-    def _setup(self, namespace: str, serializer: Serializer | None, fenced: bool, *,
-               url: str | None, options: dict[str, Any], address: str) -> None:
+    def _setup(self, namespace: str, serializer: Serializer | None, fenced: bool,
+               fence_scope: str | None, *, url: str | None, options: dict[str, Any],
+               address: str) -> None:
         if not isinstance(namespace, str) or not namespace:
-            raise ConfigError(f"namespace must be a non-empty str such as 'topology:counts', got {namespace!r}")
+            msg = f"namespace must be a non-empty str such as 'topology:counts', got {namespace!r}"
+            raise ConfigError(msg)
         serializer = JSON if serializer is None else serializer
         if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
-            raise ConfigError(f"serializer {serializer!r} needs dumps(value) -> bytes and loads(bytes) -> value")
+            msg = f"serializer {serializer!r} needs dumps(value) -> bytes and loads(bytes) -> value"
+            raise ConfigError(msg)
         self.namespace = namespace
         self.serializer = serializer
         self.fenced = fenced
         self.address = address
         self._url = url
         self._options = options
+        self.fence_scope = fence_scope or namespace
         self._prefix = namespace + ":"
-        self._fence_key = self._prefix + FENCE_SUFFIX
-        self._client: redis.Redis | None = None
+        self._fence_key = f"{self.fence_scope}:{FENCE_SUFFIX}"
+        self._client = None
         self._lock = threading.Lock()
         self.round_trips = 0  # multi_get/multi_put calls that went to Redis
 
     # -- connection ------------------------------------------------------------------------------
     @property
-    def client(self) -> "redis.Redis":
+    def client(self) -> redis.Redis:
         """The redis-py client (created on first use after unpickling)."""
         if self._client is None:
             with self._lock:
@@ -335,7 +350,7 @@ class RedisMapBacking:
                     self._client = self._new_client()
         return self._client
 
-    def _new_client(self, **override: Any) -> "redis.Redis":
+    def _new_client(self, **override: Any) -> redis.Redis:
         opts = {**self._options, **override}
         if self._url is not None:
             return redis.Redis(connection_pool=redis.ConnectionPool.from_url(self._url, **opts))
@@ -354,22 +369,28 @@ class RedisMapBacking:
             sha = probe.script_load(LUA_FENCED_MSET)
             assert sha == _SCRIPT_SHA, (sha, _SCRIPT_SHA)
         except redis.AuthenticationError as e:
-            raise ConfigError(
+            msg = (
                 f"Redis at {self.address} refused the credentials ({e}); check the password "
-                "(and ACL user) in the state URL: redis://[user]:password@host:port/db") from None
+                "(and ACL user) in the state URL: redis://[user]:password@host:port/db"
+            )
+            raise ConfigError(msg) from None
         except redis.ResponseError as e:
             if "NOPERM" in str(e) or "NOAUTH" in str(e):
-                raise ConfigError(
+                msg = (
                     f"Redis at {self.address} refused PING/SCRIPT for this user ({e}); give the "
                     "ACL user +ping +script|load +evalsha +mget +get +set +mset +type on the "
-                    f"keys '{self._prefix}*', or add the password to the state URL") from None
-            raise StateUnavailableError(f"Redis at {self.address} answered an error to PING: {e}") from None
+                    f"keys '{self._prefix}*', or add the password to the state URL"
+                )
+                raise ConfigError(msg) from None
+            msg = f"Redis at {self.address} answered an error to PING: {e}"
+            raise StateUnavailableError(msg) from None
         except _RETRYABLE as e:
             fix = ("start redis-server there or fix the state URL (redis://host:port/db)"
                    if "SSL" not in str(e) else "check TLS: the server's certificate must be "
                    "trusted (rediss://host:port/db?ssl_ca_certs=/path/ca.pem) and the server "
                    "must speak TLS on that port")
-            raise StateUnavailableError(f"Redis at {self.address} is unreachable ({e}); {fix}") from None
+            msg = f"Redis at {self.address} is unreachable ({e}); {fix}"
+            raise StateUnavailableError(msg) from None
         finally:
             probe.connection_pool.disconnect()
         # open the pooled connection now (its handshake), so the first batch costs exactly
@@ -383,65 +404,80 @@ class RedisMapBacking:
 
     # -- MapBacking ------------------------------------------------------------------------------
     def redis_key(self, key: Any) -> str:
-        """The full Redis key of a map key: ``<namespace>:<encode_key(key)>``."""
+        """The full Redis key of a user's map key: ``<namespace>:<encode_key(key)>``."""
         return self._prefix + encode_key(key)
 
-    def multi_get(self, keys: list) -> list:
-        """Stored values of ``keys`` (None where absent): one ``MGET``."""
+    def multi_get(self, keys: list[str]) -> list[Any]:
+        """Stored values of ``keys`` (encoded keys, see the module docstring; None where
+        absent): one ``MGET``."""
         if not keys:
             return []
-        rkeys = [self.redis_key(k) for k in keys]
+        prefix = self._prefix
+        rkeys = [prefix + k for k in keys]
         self.round_trips += 1
         raw = self._io("reading", self.client.mget, rkeys)
-        return [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw)]
+        return [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw, strict=True)]
 
     def _load(self, rkey: str, raw: bytes) -> Any:
         try:
             return self.serializer.loads(raw)
         except Exception as e:  # any decoding failure: the value is not ours
-            raise StateCorruptError(
+            msg = (
                 f"Redis key {rkey!r} at {self.address} holds {raw[:80]!r}, which "
                 f"{self.serializer!r} cannot read ({type(e).__name__}: {e}); was it written "
                 "by something else or with another serializer? Use another state name "
-                "or delete the key") from None
+                "or delete the key"
+            )
+            raise StateCorruptError(msg) from None
 
-    def multi_put(self, keys: list, values: list) -> None:
-        """Store ``values[i]`` at ``keys[i]`` atomically: one ``EVALSHA``.
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None) -> None:
+        """Store ``values[i]`` at ``keys[i]`` (encoded keys) atomically: one ``EVALSHA``.
 
-        Fenced (default) when every value carries a ``txid`` (the wrappers' values do):
-        raises ``StateAheadError`` and writes nothing when the namespace already saw a
-        newer txid. Raises ``StateCorruptError`` naming the key, writing nothing, when a key
-        holds a non-string Redis value (a hash, a list, ...).
+        With a ``fence`` (and ``fenced``, the default) the script first checks it: a newer
+        epoch raises ``LeadershipLostError``, a newer txid ``StateAheadError``, and nothing
+        is written; otherwise the fence is raised with the write. With no keys, only the
+        fence is checked and raised. Raises ``StateCorruptError`` naming the key, writing
+        nothing, when a key holds a non-string Redis value (a hash, a list, ...).
         """
         if len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys but {len(values)} values")
-        if not keys:
+            msg = f"{len(keys)} keys but {len(values)} values"
+            raise ValueError(msg)
+        if not self.fenced:
+            fence = None
+        if not keys and fence is None:
             return
         dumps = self.serializer.dumps
-        rkeys = [self.redis_key(k) for k in keys]
+        prefix = self._prefix
+        rkeys = [prefix + k for k in keys]
         data = [dumps(v) for v in values]
-        lo = hi = ""
-        if self.fenced:
-            txids = [v.get("txid") if isinstance(v, dict) else None for v in values]
-            if all(isinstance(t, int) and not isinstance(t, bool) for t in txids):
-                lo, hi = str(min(txids)), str(max(txids))  # type: ignore[type-var]
+        epoch = "" if fence is None or fence.epoch is None else str(fence.epoch)
+        txid = "" if fence is None or fence.txid is None else str(fence.txid)
+        claims = None if fence is None else fence.claims
+        claims_key = self._fence_key if claims is None else f"{self.fence_scope}:{claims}"
+        writer = "" if claims is None or fence is None else str(fence.writer)
         self.round_trips += 1
-        reply = self._io("writing", self._eval, [self._fence_key, *rkeys], [lo, hi, *data, MSET_CHUNK])
+        reply = self._io("writing", self._eval, [self._fence_key, claims_key, *rkeys],
+                         [epoch, txid, writer, *data, MSET_CHUNK])
         code = int(reply[0])
-        if code == 1:
-            raise StateAheadError(
-                f"Redis namespace {self.namespace!r} at {self.address} was already written by "
-                f"txid {_s(reply[1])}, newer than this write (txid {lo}): another driver is "
-                "writing this state, or the topology id was reused with fresh coordinator "
-                "state. Stop the other writer, or use a new topology_id / state name (or "
-                f"delete the keys '{self._prefix}*')")
+        if code == 4:
+            assert fence is not None
+            prefix_len = len(self.fence_scope) + 1 if self.namespace.startswith(f"{self.fence_scope}:") else 0
+            where = f"map {self.namespace[prefix_len:]!r} (Redis namespace {self.namespace!r} at {self.address})"
+            raise conflict_error(where, _s(reply[1])[len(prefix):], _s(reply[2]), fence)
+        if code in (1, 3):
+            assert fence is not None
+            raise fence_error("epoch" if code == 3 else "txid",
+                              f"Redis namespace {self.namespace!r} at {self.address}",
+                              int(reply[1]), int(reply[2]), fence)
         if code == 2:
-            raise StateCorruptError(
+            msg = (
                 f"Redis key {_s(reply[1])!r} at {self.address} holds a {_s(reply[2])}, not a "
                 "string written by RedisMapBacking; nothing was overwritten. Use another "
-                "state name or delete the key")
+                "state name or delete the key"
+            )
+            raise StateCorruptError(msg)
 
-    def _eval(self, keys: list, args: list) -> Any:
+    def _eval(self, keys: list[str], args: list[Any]) -> Any:
         client = self.client
         try:
             return client.evalsha(_SCRIPT_SHA, len(keys), *keys, *args)
@@ -453,15 +489,20 @@ class RedisMapBacking:
         try:
             return fn(*args)
         except redis.AuthenticationError as e:
-            raise StateUnavailableError(f"Redis at {self.address} refused the credentials while "
-                                        f"{what} {self.namespace!r}: {e}") from None
+            msg = (
+                f"Redis at {self.address} refused the credentials while "
+                f"{what} {self.namespace!r}: {e}"
+            )
+            raise StateUnavailableError(msg) from None
         except _RETRYABLE as e:
-            raise StateUnavailableError(
+            msg = (
                 f"Redis at {self.address} failed while {what} {self.namespace!r}: "
-                f"{type(e).__name__}: {e}; the batch fails and is replayed once Redis is back") from None
+                f"{type(e).__name__}: {e}; the batch fails and is replayed once Redis is back"
+            )
+            raise StateUnavailableError(msg) from None
         except redis.ResponseError as e:
-            raise StateUnavailableError(
-                f"Redis at {self.address} refused {what} {self.namespace!r}: {e}") from None
+            msg = f"Redis at {self.address} refused {what} {self.namespace!r}: {e}"
+            raise StateUnavailableError(msg) from None
 
     # -- inspection --------------------------------------------------------------------------------
     def scan(self, count: int = 1000) -> dict[Any, Any]:
@@ -470,16 +511,19 @@ class RedisMapBacking:
         included if they decode; keep state names free of ``:`` to avoid that."""
         rkeys = self._io("scanning", lambda: [
             _s(k) for k in self.client.scan_iter(match=_glob_escape(self._prefix) + "*", count=count)])
-        rkeys = [k for k in rkeys if k != self._fence_key]
+        rkeys = [k for k in rkeys if k != self._fence_key and _is_data_key(k[len(self._prefix):])]
         if not rkeys:
             return {}
         raw = self._io("reading", self.client.mget, rkeys)
-        return {_hashable(decode_key(k[len(self._prefix):])): self._load(k, r)
-                for k, r in zip(rkeys, raw) if r is not None}
+        return {hashable_key(decode_key(k[len(self._prefix):])): self._load(k, r)
+                for k, r in zip(rkeys, raw, strict=True) if r is not None}
 
     def clear(self) -> int:
-        """Delete every key of this namespace, the fence too; returns how many."""
+        """Delete every key of this namespace (and its fence, when it is the namespace's
+        own); returns how many."""
         keys = list(self.client.scan_iter(match=_glob_escape(self._prefix) + "*", count=1000))
+        if self.fence_scope == self.namespace:
+            keys += list(self.client.scan_iter(match=_glob_escape(self._fence_key), count=10))
         n = 0
         for i in range(0, len(keys), 1000):
             n += self._io("clearing", self.client.delete, *keys[i:i + 1000])
@@ -487,17 +531,18 @@ class RedisMapBacking:
 
     # -- pickling ------------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        ser = self.serializer
+        ser: Serializer | _ModuleRef = self.serializer
         if isinstance(ser, types.ModuleType):
             ser = _ModuleRef(ser.__name__)
         return {"namespace": self.namespace, "serializer": ser, "fenced": self.fenced,
-                "url": self._url, "options": self._options, "address": self.address}
+                "fence_scope": self.fence_scope, "url": self._url, "options": self._options,
+                "address": self.address}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         ser = state["serializer"]
         if isinstance(ser, _ModuleRef):
             ser = importlib.import_module(ser.name)
-        self._setup(state["namespace"], ser, state["fenced"], url=state["url"],
+        self._setup(state["namespace"], ser, state["fenced"], state["fence_scope"], url=state["url"],
                     options=state["options"], address=state["address"])
 
     def __repr__(self) -> str:
@@ -509,8 +554,9 @@ class _ModuleRef:
         self.name = name
 
 
-def _hashable(k: Any) -> Any:
-    return tuple(_hashable(x) for x in k) if isinstance(k, list) else k
+def _is_data_key(suffix: str) -> bool:
+    """True for the suffix of a map key (not the backing's own ``~written``/``~fence``)."""
+    return not suffix.startswith("~") or suffix[1:2] in ("s", "b", "j")
 
 
 def _glob_escape(s: str) -> str:

@@ -1,4 +1,4 @@
-"""ZooKeeper coordinator state (DESIGN §5): the only module that imports kazoo.
+"""ZooKeeper coordinator state (docs/design.md §5): the only module that imports kazoo.
 
 ``zk://host:port[,host:port]/<root>`` keeps one topology's coordinator state under
 ``/<root>/<topology_id>/``; every value is a JSON document in the data of one znode
@@ -37,7 +37,8 @@ import math
 import re
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, urlparse
 
 from kazoo.client import KazooClient, KazooState
@@ -46,8 +47,8 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     KazooException,
     LockTimeout,
-    NodeExistsError,
     NoAuthError,
+    NodeExistsError,
     NoNodeError,
     NotEmptyError,
     RolledBackError,
@@ -91,45 +92,64 @@ def parse_zk_url(url: str) -> tuple[str, str, dict[str, str]]:
     """
     parsed = urlparse(url)
     if parsed.scheme != "zk":
-        raise ConfigError(f"coordination URL {url!r} is not a ZooKeeper URL; "
-                          "use 'zk://host:port[,host:port]/<root>'")
+        msg = (
+            f"coordination URL {url!r} is not a ZooKeeper URL; "
+            "use 'zk://host:port[,host:port]/<root>'"
+        )
+        raise ConfigError(msg)
     if "@" in parsed.netloc:
-        raise ConfigError(f"coordination URL {url!r} carries credentials; pass them as "
-                          "coordination_auth='user:password' (--coordination-auth) instead, "
-                          "so they do not show up in logs and status output")
+        msg = (
+            f"coordination URL {url!r} carries credentials; pass them as "
+            "coordination_auth='user:password' (--coordination-auth) instead, "
+            "so they do not show up in logs and status output"
+        )
+        raise ConfigError(msg)
     hosts = parsed.netloc
     if not hosts or any(not h.strip() for h in hosts.split(",")):
-        raise ConfigError(f"coordination URL {url!r} names no ZooKeeper host; "
-                          "use 'zk://host:port[,host:port]/<root>'")
+        msg = (
+            f"coordination URL {url!r} names no ZooKeeper host; "
+            "use 'zk://host:port[,host:port]/<root>'"
+        )
+        raise ConfigError(msg)
     for h in hosts.split(","):
         _, _, port = h.rpartition(":")
         if ":" in h and not port.isdigit():
-            raise ConfigError(f"coordination URL {url!r}: port of {h!r} is not a number")
+            msg = f"coordination URL {url!r}: port of {h!r} is not a number"
+            raise ConfigError(msg)
     root = "/".join(p for p in parsed.path.split("/") if p) or DEFAULT_ROOT
     for part in root.split("/"):
         _check_name(part, f"root znode in coordination URL {url!r}")
     if root.split("/")[0] == "zookeeper":
-        raise ConfigError(f"coordination URL {url!r}: /zookeeper is reserved by ZooKeeper; "
-                          "choose another root")
+        msg = (
+            f"coordination URL {url!r}: /zookeeper is reserved by ZooKeeper; "
+            "choose another root"
+        )
+        raise ConfigError(msg)
     options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     unknown = set(options) - {"session_timeout"}
     if unknown:
-        raise ConfigError(f"coordination URL {url!r}: unknown option(s) {sorted(unknown)}; "
-                          "supported: session_timeout")
+        msg = (
+            f"coordination URL {url!r}: unknown option(s) {sorted(unknown)}; "
+            "supported: session_timeout"
+        )
+        raise ConfigError(msg)
     return hosts, root, options
 
 
 def _check_name(name: str, what: str) -> None:
     if not name or name in (".", "..") or _BAD_NAME.search(name):
-        raise ConfigError(f"{what}: {name!r} is not a valid znode name (no '/', no control "
-                          "characters, not '.' or '..')")
+        msg = (
+            f"{what}: {name!r} is not a valid znode name (no '/', no control "
+            "characters, not '.' or '..')"
+        )
+        raise ConfigError(msg)
 
 
 class _Unavailable(Exception):
     """No connection came back before the retry deadline."""
 
 
-class _TreeChanged(ForceRetryError):
+class _TreeChanged(ForceRetryError):  # type: ignore[misc]  # kazoo has no type information: its classes are Any
     """A multi-op failed because a znode was (not) there; ``error`` says which."""
 
     def __init__(self, error: Exception) -> None:
@@ -188,7 +208,7 @@ class ZooKeeperTransactionalState(TransactionalState):
                  connect_timeout: float = 10.0, session_timeout: float | None = None,
                  retry_deadline: float = 60.0, read_only: bool = False,
                  sleep_func: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> "ZooKeeperTransactionalState":
+                 clock: Callable[[], float] = time.monotonic) -> ZooKeeperTransactionalState:
         """Connect to ``zk://h:p[,h:p]/<root>`` and open ``topology_id``'s state.
 
         ``auth``: ``"user:password"`` for ZooKeeper digest auth (znodes then get the ACL
@@ -204,19 +224,26 @@ class ZooKeeperTransactionalState(TransactionalState):
             try:
                 session_timeout = float(options.get("session_timeout", 10.0))
             except ValueError:
-                raise ConfigError(f"coordination URL {url!r}: session_timeout must be a "
-                                  "number of seconds") from None
+                msg = (
+                    f"coordination URL {url!r}: session_timeout must be a "
+                    "number of seconds"
+                )
+                raise ConfigError(msg) from None
         for name, value in (("connect_timeout", connect_timeout),
                             ("session_timeout", session_timeout),
                             ("retry_deadline", retry_deadline)):
             if not value > 0:
-                raise ConfigError(f"{name} must be > 0 seconds; got {value!r}")
+                msg = f"{name} must be > 0 seconds; got {value!r}"
+                raise ConfigError(msg)
         auth_data = None
         acl = None
         if auth is not None:
             if ":" not in auth or not auth.split(":", 1)[0]:
-                raise ConfigError("coordination auth must be 'user:password' (ZooKeeper "
-                                  "digest auth); got a value without ':'")
+                msg = (
+                    "coordination auth must be 'user:password' (ZooKeeper "
+                    "digest auth); got a value without ':'"
+                )
+                raise ConfigError(msg)
             auth_data = [("digest", auth)]
             acl = list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
         client = KazooClient(
@@ -230,11 +257,13 @@ class ZooKeeperTransactionalState(TransactionalState):
             # kazoo's start() stops the client when it times out; leave room for that.
             client.start(timeout=max(0.1, connect_timeout - 0.5))
         except KazooTimeoutError:
-            raise StateUnavailableError(
+            msg = (
                 f"cannot connect to ZooKeeper at {hosts} (coordination {url!r}) within "
                 f"{connect_timeout:g}s (gave up after {clock() - started:.1f}s): start "
                 "ZooKeeper there, or fix the coordination URL (TopologyConfig.coordination "
-                "/ --coordination)") from None
+                "/ --coordination)"
+            )
+            raise StateUnavailableError(msg) from None
         try:
             return cls(client, hosts=hosts, root=root, topology_id=topology_id,
                        secure=auth is not None, session_timeout=session_timeout,
@@ -290,7 +319,8 @@ class ZooKeeperTransactionalState(TransactionalState):
         retried. After ``retry_deadline`` seconds: ``StateUnavailableError``.
         """
         if self._closed:
-            raise StateError(f"coordinator state of topology {self.topology_id!r} is closed")
+            msg = f"coordinator state of topology {self.topology_id!r} is closed"
+            raise StateError(msg)
         deadline = self._clock() + self.retry_deadline
 
         def attempt() -> T:
@@ -299,20 +329,27 @@ class ZooKeeperTransactionalState(TransactionalState):
             return func(*args, **kwargs)
 
         try:
-            return self._retry.copy()(attempt)
+            return cast(T, self._retry.copy()(attempt))   # KazooRetry is untyped: it returns attempt()'s value
         except (RetryFailedError, _Unavailable, KazooTimeoutError):
-            raise StateUnavailableError(
+            msg = (
                 f"ZooKeeper at {self.hosts} did not answer for {self.retry_deadline:g}s "
                 f"while {what} (topology {self.topology_id!r}); check that the ensemble "
-                "is up and reachable") from None
+                "is up and reachable"
+            )
+            raise StateUnavailableError(msg) from None
         except NoAuthError:
-            raise StateError(
+            msg = (
                 f"ZooKeeper refused {what} under {self.base}: its znodes are protected by a "
                 "digest ACL; give the right credentials (coordination_auth='user:password' "
-                "/ --coordination-auth)") from None
+                "/ --coordination-auth)"
+            )
+            raise StateError(msg) from None
         except ConnectionClosedError:
-            raise StateError(f"coordinator state of topology {self.topology_id!r} is "
-                             "closed") from None
+            msg = (
+                f"coordinator state of topology {self.topology_id!r} is "
+                "closed"
+            )
+            raise StateError(msg) from None
 
     def _wait(self, result: Any) -> Any:
         """The value of a kazoo async result, waiting at most ``retry_deadline``."""
@@ -331,19 +368,28 @@ class ZooKeeperTransactionalState(TransactionalState):
         try:
             return json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
-            raise StateCorruptError(f"znode {path} does not hold JSON ({e}); it was not "
-                                    "written by spark-trident") from None
+            msg = (
+                f"znode {path} does not hold JSON ({e}); it was not "
+                "written by spark-trident"
+            )
+            raise StateCorruptError(msg) from None
 
     def _encode(self, path: str, value: JSON) -> bytes:
         try:
             data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as e:
-            raise TypeError(f"value for state path {path!r} is not JSON ({e}); coordinator "
-                            "state holds JSON values only") from None
+            msg = (
+                f"value for state path {path!r} is not JSON ({e}); coordinator "
+                "state holds JSON values only"
+            )
+            raise TypeError(msg) from None
         if len(data) > MAX_VALUE_BYTES:
-            raise StateError(f"value for state path {path!r} is {len(data)} bytes; ZooKeeper "
-                             f"takes at most {MAX_VALUE_BYTES}: keep batch metadata small "
-                             "(offsets, not records)")
+            msg = (
+                f"value for state path {path!r} is {len(data)} bytes; ZooKeeper "
+                f"takes at most {MAX_VALUE_BYTES}: keep batch metadata small "
+                "(offsets, not records)"
+            )
+            raise StateError(msg)
         return data
 
     def _subtree(self, path: str) -> list[str]:
@@ -359,7 +405,8 @@ class ZooKeeperTransactionalState(TransactionalState):
     def _fence_path(self) -> str | None:
         """Our lock znode when we hold the lock (writes must check it), else None."""
         if self._lost:
-            raise self._lost_error("its ZooKeeper session expired")
+            why = "its ZooKeeper session expired"
+            raise self._lost_error(why)
         return self._fence
 
     def _lost_error(self, why: str) -> LeadershipLostError:
@@ -377,7 +424,8 @@ class ZooKeeperTransactionalState(TransactionalState):
         ops(tx)
         results = self._wait(tx.commit_async())
         if fence is not None and isinstance(results[0], (NoNodeError, BadVersionError)):
-            raise self._lost_error("its lock znode is gone: the session expired")
+            why = "its lock znode is gone: the session expired"
+            raise self._lost_error(why)
         for r in results:
             if isinstance(r, (NodeExistsError, NoNodeError, NotEmptyError)):
                 raise _TreeChanged(r)  # the tree is not as planned: look again
@@ -386,6 +434,7 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     # -- TransactionalState ---------------------------------------------------------------
     def get(self, path: str) -> JSON | None:
+        """The JSON value of the znode at ``path``, or None when it does not exist."""
         full = self._abs(path)
         try:
             data, _ = self._call(lambda: self._wait(self._client.get_async(full)),
@@ -396,14 +445,20 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     def _writable(self) -> None:
         if self.read_only:
-            raise StateError(f"coordinator state of topology {self.topology_id!r} was opened "
-                             "read-only")
+            msg = (
+                f"coordinator state of topology {self.topology_id!r} was opened "
+                "read-only"
+            )
+            raise StateError(msg)
 
     def set(self, path: str, value: JSON) -> None:
+        """Write ``value`` at ``path`` (creating the znode and its parents), fenced by this driver's
+        lock znode when it holds the lock; returns once ZooKeeper has it."""
         self._writable()
         full = self._abs(path)
         if full == self.base:
-            raise ValueError("set() needs a path below the topology root, e.g. 'committed'")
+            msg = "set() needs a path below the topology root, e.g. 'committed'"
+            raise ValueError(msg)
         data = self._encode(path, value)
         parent = full.rsplit("/", 1)[0]
 
@@ -433,6 +488,8 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._call(attempt, what=f"writing {full}")
 
     def delete(self, path: str) -> None:
+        """Delete ``path`` and its subtree in one fenced multi-op (never the lock znode); absent
+        is not an error."""
         self._writable()
         full = self._abs(path)
 
@@ -457,6 +514,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._call(attempt, what=f"deleting {full}")
 
     def children(self, path: str) -> list[str]:
+        """Names of the direct children of the znode at ``path``; [] when it does not exist."""
         full = self._abs(path)
         try:
             return list(self._call(lambda: self._wait(self._client.get_children_async(full)),
@@ -466,9 +524,13 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     # -- the driver lock ------------------------------------------------------------------
     def acquire_lock(self, owner: str, *, wait: bool, timeout: float | None) -> None:
+        """Take the topology's lock (a kazoo ``Lock`` under ``<root>/<topology>/lock``) for ``owner``;
+        its znode then fences every write. Raises ``LockHeldError`` naming the holder when not
+        taken (at once, or after ``timeout`` seconds with ``wait``)."""
         self._writable()
         if self._lost:
-            raise self._lost_error("its ZooKeeper session expired")
+            why = "its ZooKeeper session expired"
+            raise self._lost_error(why)
         if self._lock is not None:
             return  # already ours
         self._call(lambda: None, what="waiting for the connection to take the lock")
@@ -481,24 +543,30 @@ class ZooKeeperTransactionalState(TransactionalState):
         except LockTimeout:
             got = False
         except NoAuthError:
-            raise StateError(
+            msg = (
                 f"ZooKeeper refused the lock of topology {self.topology_id!r} under "
                 f"{self.base}: its znodes are protected by a digest ACL; give the right "
                 "credentials (coordination_auth='user:password' / --coordination-auth)"
-            ) from None
+            )
+            raise StateError(msg) from None
         except KazooException as e:
-            raise StateUnavailableError(f"could not take the lock of topology "
-                                        f"{self.topology_id!r} at ZooKeeper {self.hosts}: "
-                                        f"{e!r}") from None
+            msg = (
+                f"could not take the lock of topology "
+                f"{self.topology_id!r} at ZooKeeper {self.hosts}: "
+                f"{e!r}"
+            )
+            raise StateUnavailableError(msg) from None
         if not got:
             holder = self.lock_holder() or "another driver"
             waited = f" after waiting {timeout}s" if wait else ""
-            raise LockHeldError(
+            msg = (
                 f"topology {self.topology_id!r} is locked by {holder}{waited} (ZooKeeper "
                 f"{self.hosts}, {self.base}/{LOCK_NODE}): only one driver may run it. Stop "
                 f"that driver, or wait for the lock (lock_wait_secs); a killed driver's lock "
                 f"goes when its ZooKeeper session expires (about "
-                f"{self.session_timeout:g}s)")
+                f"{self.session_timeout:g}s)"
+            )
+            raise LockHeldError(msg)
         self._lock = lock
         self._fence = f"{lock.path}/{lock.node}"
         self._lost = False
@@ -523,6 +591,7 @@ class ZooKeeperTransactionalState(TransactionalState):
             log.warning("could not release the lock of topology %r: %r", self.topology_id, e)
 
     def lock_holder(self) -> str | None:
+        """The owner at the head of the lock's queue (the holder), or None when no one holds it."""
         contenders = self.lock_contenders()
         return contenders[0] if contenders else None
 
@@ -554,16 +623,21 @@ class ZooKeeperTransactionalState(TransactionalState):
         reconnect within the session timeout keeps the lock, an expired session does not.
         """
         if self._lost:
-            raise self._lost_error("its ZooKeeper session expired")
+            why = "its ZooKeeper session expired"
+            raise self._lost_error(why)
         fence = self._fence
         if fence is None:
-            raise LeadershipLostError(f"this driver does not hold the lock of topology "
-                                      f"{self.topology_id!r}; call acquire_lock first")
+            msg = (
+                f"this driver does not hold the lock of topology "
+                f"{self.topology_id!r}; call acquire_lock first"
+            )
+            raise LeadershipLostError(msg)
         stat = self._call(lambda: self._wait(self._client.exists_async(fence)),
                           what=f"checking {fence}")
         session = self._client.client_id
         if stat is None or session is None or stat.ephemeralOwner != session[0]:
-            raise self._lost_error("its lock znode is gone: the session expired")
+            why = "its lock znode is gone: the session expired"
+            raise self._lost_error(why)
 
     @property
     def holds_lock(self) -> bool:
@@ -577,6 +651,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         return None if cid is None else cid[0]
 
     def close(self) -> None:
+        """Release the lock, then end the ZooKeeper session (idempotent)."""
         if self._closed:
             return
         self.release_lock()
@@ -584,7 +659,7 @@ class ZooKeeperTransactionalState(TransactionalState):
         self._client.remove_listener(self._on_state)
         _stop(self._client)
 
-    def __enter__(self) -> "ZooKeeperTransactionalState":
+    def __enter__(self) -> ZooKeeperTransactionalState:
         return self
 
     def __exit__(self, *exc: object) -> None:

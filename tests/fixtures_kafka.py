@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from transactional.testing.kafka import ManagedKafka, tansu_binary
+
 from fixtures_servers import print_logs, private_servers, test_failed
 
-from transactional.testing.kafka import ManagedKafka, tansu_binary
 
 def _require_tansu() -> None:
     try:

@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from transactional.testing.redis import ManagedRedis, redis_server_binary
+
 from fixtures_servers import print_logs, private_servers, test_failed
 
-from transactional.testing.redis import ManagedRedis, redis_server_binary
 
 def _require_redis() -> None:
     if redis_server_binary() is None:

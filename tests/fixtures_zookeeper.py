@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from fixtures_servers import print_logs, private_servers, test_failed
-
 from transactional.testing.zookeeper import ManagedZooKeeper
+
+from fixtures_servers import print_logs, private_servers, test_failed
 
 TICK_MS = 250
 

@@ -37,4 +37,4 @@ def test_bad_settings_and_files_get_one_clear_line():
     p = trident("run", "examples/nope.py")
     assert p.returncode != 0 and "no such topology file: examples/nope.py" in p.stderr
     p = trident("run", "examples/global_count.py", "--state", "mysql://x")
-    assert p.returncode == 1 and "state: 'mysql://x': use 'memory://' or 'redis://" in p.stderr
+    assert p.returncode == 1 and "state: state URL 'mysql://x' is not supported; use 'memory://' or 'redis://" in p.stderr

@@ -28,8 +28,16 @@ import pytest
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
 from state.map import TransactionalMap
 from state.redis import RedisMapBacking
-from transactional import (BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, TopologyConfig,
-                           TransactionalTopologyBuilder, Values, run_topology)
+from transactional import (
+    BaseBatchBolt,
+    BaseTransactionalBolt,
+    Committer,
+    Fields,
+    TopologyConfig,
+    TransactionalTopologyBuilder,
+    Values,
+    run_topology,
+)
 from transactional.testing import EventLog, FaultPlan, with_faults
 from transactional.testing._process import wait_until
 
@@ -149,7 +157,7 @@ def config(**kw) -> TopologyConfig:
 
 def counts_of(result, opaque: bool = False) -> dict[str, int]:
     m = result.map_state("counts", opaque=opaque)
-    return {w: n for w, n in zip(WORDS, m.multi_get(WORDS)) if n is not None}
+    return {w: n for w, n in zip(WORDS, m.multi_get(WORDS), strict=True) if n is not None}
 
 
 def new_id(name: str) -> str:
@@ -339,7 +347,7 @@ def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_brok
         else:
             p = start_driver(env, redis_url, zk)
             before = last
-            wait_until(lambda: p.poll() is not None or committed_txid(zk, tid) > before, 120,
+            wait_until(lambda p=p, before=before: p.poll() is not None or committed_txid(zk, tid) > before, 120,
                        what="the driver to commit a batch")
             time.sleep(rng.uniform(0.0, 1.0))   # the random moment of the kill
             if p.poll() is None:
@@ -356,5 +364,5 @@ def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_brok
     assert p.returncode == 0, err[-3000:]
     assert committed_txid(zk, tid) == 40
     counts = TransactionalMap(RedisMapBacking.from_url(redis_url, f"{tid}:counts"))
-    got = {w: n for w, n in zip(WORDS, counts.multi_get(WORDS)) if n is not None}
+    got = {w: n for w, n in zip(WORDS, counts.multi_get(WORDS), strict=True) if n is not None}
     assert got == exact(corpus)

@@ -1,10 +1,21 @@
-"""The exactly-once rules of the map wrappers, as properties (memory backing)."""
+"""The exactly-once rules of the map wrappers, as properties (memory backing).
+
+What a failed attempt of a txid may leave behind, and how the next attempt must treat
+it: reads in a replay see the committed base (never a failed attempt's value), a key
+updated several times in one txid keeps every update, values a failed opaque attempt
+wrote are rolled back before another attempt commits (nothing to interpret later), and a
+write from an older driver epoch is refused whatever its txid.
+"""
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from state.map import MemoryMapBacking, OpaqueMap, TransactionalMap, opaque_apply
+from state.keys import encode_key
+from state.map import WRITTEN_KEY, Fence, FenceCell, MemoryMapBacking, OpaqueMap, TransactionalMap, fence_refusal
+from transactional.exceptions import LeadershipLostError, StateAheadError
 
 KEYS = ["a", "b", "c", "d"]
 batches = st.lists(st.dictionaries(st.sampled_from(KEYS), st.integers(1, 9), min_size=1), min_size=1, max_size=6)
@@ -13,49 +24,101 @@ batches = st.lists(st.dictionaries(st.sampled_from(KEYS), st.integers(1, 9), min
 @settings(max_examples=200, deadline=None)
 @given(batches, st.data())
 def test_opaque_map_counts_committed_batches_once_whatever_failed_commits_left_behind(committed, data):
-    """Before the committed attempt of some txids, a failed attempt wrote a *different*
-    batch to some keys (a partial commit, then the driver died or the commit failed).
-    The map must end with exactly the sum of the committed batches."""
-    m = OpaqueMap(MemoryMapBacking())
+    """Before the committed attempt of some txids, failed attempts wrote *different*
+    batches (their flush ran, then the driver died or a later step failed). The map
+    must end with exactly the sum of the committed batches, and hold no value of a
+    failed attempt once the txid is committed."""
+    backing = MemoryMapBacking()
+    m = OpaqueMap(backing)
     for txid, batch in enumerate(committed, start=1):
         attempt = 1
-        if data.draw(st.booleans(), label=f"txid {txid} has a failed partial commit first"):
+        for _ in range(data.draw(st.integers(0, 2), label=f"failed attempts of txid {txid}")):
             other = data.draw(st.dictionaries(st.sampled_from(KEYS), st.integers(1, 9), min_size=1))
-            written = data.draw(st.lists(st.sampled_from(sorted(other)), unique=True), label="keys written")
             m.begin_commit(txid, attempt)
-            if written:
-                m.multi_combine(written, [other[k] for k in written], "sum")
-            m.superseded.setdefault(txid, set()).add(attempt)   # the coordinator's record
+            if attempt > 1:
+                m.rollback(["driver"])
+            m.multi_combine(list(other), list(other.values()), "sum")
+            m.flush()          # written, never recorded as committed
+            m.abort()
             attempt += 1
         m.begin_commit(txid, attempt)
+        if attempt > 1:
+            m.rollback(["driver"])
         m.multi_combine(list(batch), list(batch.values()), "sum")
         m.commit(txid)
+        stored = [v for k, v in backing.data.items() if not k.startswith(WRITTEN_KEY)]
+        assert all(v["txid"] < txid or v["attempt"] in (None, attempt) for v in stored), stored
     want = {k: sum(b.get(k, 0) for b in committed) or None for k in KEYS}
-    assert dict(zip(KEYS, m.multi_get(KEYS))) == want
+    assert dict(zip(KEYS, m.multi_get(KEYS), strict=True)) == want
 
 
-def test_without_the_superseded_record_the_leftover_is_counted_twice():
-    """Trident's rule alone: txid 1's failed attempt counted "a", its replay did not
-    touch "a", txid 2 counts "a" again -> 2. With the record, "a" reads as prev."""
-    for record, want in ((False, 2), (True, 1)):
-        m = OpaqueMap(MemoryMapBacking())
-        m.begin_commit(1, 1)
-        m.multi_combine(["a", "b"], [1, 1])          # attempt 1 of txid 1 wrote a and b, then failed
-        if record:
-            m.superseded[1] = {1}
-        m.begin_commit(1, 2)
-        m.multi_combine(["b"], [1])                  # attempt 2 of txid 1 emitted only b
+def test_a_leftover_of_a_failed_attempt_is_rolled_back_not_counted_twice():
+    """Trident's rule alone double counts: attempt 1 of txid 1 wrote a and b and failed,
+    attempt 2 emitted only b; txid 2 counts a again. Before attempt 2 commits, what
+    attempt 1 wrote (its record lists a and b) is put back to the committed value."""
+    backing = MemoryMapBacking()
+    m = OpaqueMap(backing)
+    m.begin_commit(1, 1)
+    m.multi_combine(["a", "b"], [1, 1])
+    m.flush()                                         # attempt 1 wrote a and b, then failed
+    m.begin_commit(1, 2)
+    assert m.rollback(["driver", "counts.0"]) == 2
+    assert backing.data["a"] == {"txid": 1, "attempt": None, "curr": None, "prev": None}
+    m.multi_combine(["b"], [1])                       # attempt 2 of txid 1 emitted only b
+    m.commit(1)
+    m.begin_commit(2, 1)
+    m.multi_combine(["a"], [1])                       # txid 2 continues where txid 1 ended: a
+    m.commit(2)
+    assert m.get("a") == 1 and m.get("b") == 1
+
+
+@pytest.mark.parametrize("kind", [TransactionalMap, OpaqueMap])
+def test_a_replay_reads_the_committed_base_not_the_failed_attempts_value(kind):
+    """A read-modify-write committer (read, add, write back with "replace") after attempt
+    1 wrote its sum and failed: attempt 2 must read the committed 10, not attempt 1's 15."""
+    m = kind(MemoryMapBacking())
+    m.begin_commit(1, 1)
+    m.multi_combine(["n"], [10], "replace")
+    m.commit(1)
+
+    def read_add_write(attempt: int, rollback: bool) -> None:
+        m.begin_commit(2, attempt)
+        if rollback:
+            m.rollback(["driver"])
+        (n,) = m.multi_get(["n"])
+        m.multi_combine(["n"], [n + 5], "replace")
+
+    read_add_write(1, False)
+    m.flush()                                         # attempt 1 wrote 15 and failed
+    read_add_write(2, True)                           # the replay of txid 2
+    m.commit(2)
+    assert m.get("n") == 15
+
+
+@pytest.mark.parametrize("kind", [TransactionalMap, OpaqueMap])
+def test_every_update_of_a_key_in_one_txid_counts(kind):
+    """Repeated keys in one call, two calls (two committer tasks or two committers on one
+    map): 24 tuples are 24, in one write per map and txid."""
+    backing = MemoryMapBacking()
+    m = kind(backing)
+    m.begin_commit(1, 1)
+    assert m.multi_combine(["w", "w", "x"], [6, 6, 1]) == [6, 12, 1]
+    m.multi_combine(["w"], [6])                       # task 1 of the committer
+    m.multi_update(["w"], lambda v: v + 6)            # another committer on the same map
+    before = backing.round_trips
+    m.commit(1)
+    assert backing.round_trips - before == 1
+    assert m.get("w") == 24 and m.get("x") == 1
+
+
+def test_a_transactional_replay_after_a_full_write_applies_nothing_again():
+    m = TransactionalMap(MemoryMapBacking())
+    for attempt in (1, 2):
+        m.begin_commit(1, attempt)
+        m.multi_combine(["w", "w"], [3, 4])
+        m.multi_combine(["w"], [5])
         m.commit(1)
-        m.begin_commit(2, 1)
-        m.multi_combine(["a"], [1])                  # txid 2 continues where txid 1 ended: a
-        m.commit(2)
-        assert m.get("a") == want and m.get("b") == 1
-
-
-def test_a_value_left_by_a_superseded_attempt_reads_as_prev_and_builds_on_it():
-    stored = {"txid": 1, "attempt": 1, "curr": 5, "prev": 2}
-    assert opaque_apply("k", stored, 2, lambda old, d: old + d, 3, 1, {1: {1}})[1] == 5
-    assert opaque_apply("k", stored, 2, lambda old, d: old + d, 3, 1, {})[1] == 8
+    assert m.get("w") == 12
 
 
 @settings(max_examples=100, deadline=None)
@@ -63,8 +126,46 @@ def test_a_value_left_by_a_superseded_attempt_reads_as_prev_and_builds_on_it():
 def test_transactional_map_replaying_any_committed_batch_changes_nothing(committed):
     m = TransactionalMap(MemoryMapBacking())
     for txid, batch in enumerate(committed, start=1):
-        for _ in range(2):   # a replay of the identical batch after a crash mid-commit
-            m.begin_commit(txid, 1)
+        for attempt in (1, 2):   # a replay of the identical batch after a crash mid-commit
+            m.begin_commit(txid, attempt)
             m.multi_combine(list(batch), list(batch.values()), "sum")
+            m.flush()
         m.commit(txid)
-    assert dict(zip(KEYS, m.multi_get(KEYS))) == {k: sum(b.get(k, 0) for b in committed) or None for k in KEYS}
+    assert dict(zip(KEYS, m.multi_get(KEYS), strict=True)) == {
+        k: sum(b.get(k, 0) for b in committed) or None for k in KEYS}
+
+
+def test_nothing_is_written_before_the_commit():
+    backing = MemoryMapBacking()
+    m = OpaqueMap(backing)
+    m.begin_commit(1, 1)
+    m.multi_combine(["a"], [1])
+    m.abort()                                         # a later commit-phase bolt failed
+    assert backing.data == {}
+
+
+# -- fencing ----------------------------------------------------------------------------------
+
+@given(st.integers(0, 5), st.integers(0, 9), st.integers(0, 5), st.integers(0, 9))
+def test_fence_refuses_an_older_epoch_whatever_its_txid_and_an_older_txid(se, st_, e, t):
+    verdict = fence_refusal(se, st_, Fence(e, t))
+    assert verdict == ("epoch" if se > e else "txid" if st_ > t else None)
+
+
+def test_a_stale_driver_cannot_write_the_txid_a_newer_driver_committed():
+    """Driver 1 (epoch 1) is paused before writing txid 4; driver 2 (epoch 2) raised the
+    fence and committed txid 4. Driver 1's same-txid write is refused and writes nothing."""
+    cell = FenceCell()
+    backing = MemoryMapBacking(cell)
+    stale, new = OpaqueMap(backing), OpaqueMap(backing)
+    stale.begin_commit(4, 1, epoch=1)
+    stale.multi_combine(["a"], [100])
+    backing.multi_put([], [], Fence(2, None))          # driver 2 starts
+    new.begin_commit(4, 2, epoch=2)
+    new.multi_combine(["a"], [1])
+    new.commit(4)
+    with pytest.raises(LeadershipLostError, match=r"newer epoch \(2\).*epoch is 1"):
+        stale.commit(4)
+    assert new.get("a") == 1 and backing.data[encode_key("a")]["attempt"] == 2
+    with pytest.raises(StateAheadError, match="txid 4.*txid 3"):
+        backing.multi_put(["a"], [{}], Fence(2, 3))

@@ -69,10 +69,10 @@ def expected() -> tuple[dict[str, int], dict[int, int]]:
 def stored(redis_url: str) -> tuple[dict[str, int], dict[int, int]]:
     """What the committers left in Redis, read through the same TransactionalMap."""
     words = TransactionalMap(RedisMapBacking.from_url(redis_url, f"{TOPOLOGY}:words"))
-    counts = {w: v["count"] for w, v in zip(EX.WORDS, words.multi_get(EX.WORDS)) if v}
+    counts = {w: v["count"] for w, v in zip(EX.WORDS, words.multi_get(EX.WORDS), strict=True) if v}
     bmap = TransactionalMap(RedisMapBacking.from_url(redis_url, f"{TOPOLOGY}:buckets"))
     keys = list(range(PER_PARTITION * 3 // EX.BUCKET_SIZE + 1))
-    return counts, {b: n for b, n in zip(keys, bmap.multi_get(keys)) if n}
+    return counts, {b: n for b, n in zip(keys, bmap.multi_get(keys), strict=True) if n}
 
 
 class Driver:
@@ -188,7 +188,7 @@ def test_sigkill_at_20_random_moments_then_exact_counts(
                 target = before + rng.randint(1, 2)
                 d = Driver(tmp_path, f"run{i}", url, redis_url)
                 try:
-                    wait_until(lambda: watch.committed() >= target or d.exited, 120,
+                    wait_until(lambda d=d, target=target: watch.committed() >= target or d.exited, 120,
                                interval=0.01, what=f"the driver to commit txid {target}")
                     assert not d.exited, d.tail()
                 finally:
@@ -231,7 +231,7 @@ def test_zookeeper_restarted_mid_run_keeps_counts_exact(
     try:
         d = Driver(tmp_path, "driver", url, redis_url)
         for target in (3, 9):   # twice, each time while batches are in flight
-            wait_until(lambda: watch.committed() >= target or d.exited, 120, interval=0.01,
+            wait_until(lambda target=target: watch.committed() >= target or d.exited, 120, interval=0.01,
                        what=f"txid {target} committed")
             assert not d.exited, d.tail()
             server.kill()       # SIGKILL: a crash, not a clean shutdown

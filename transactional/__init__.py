@@ -3,14 +3,30 @@
 Build a topology with ``TransactionalTopologyBuilder``, run it with ``run_topology``.
 """
 
-from transactional.bolt import (BaseBasicBolt, BaseBatchBolt, BaseTransactionalBolt,
-                                BasicOutputCollector, BatchOutputCollector, Committer)
-from transactional.config import TopologyConfig
-from transactional.exceptions import (ConfigError, FailedException, InvalidTupleError,
-                                      TopologyError, TopologyFailedError, TridentError)
-from transactional.result import RunResult
-from transactional.topology import Topology, TransactionalTopologyBuilder
-from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transactional._runner import run_topology
+    from transactional.bolt import (
+        BaseBasicBolt,
+        BaseBatchBolt,
+        BaseTransactionalBolt,
+        BasicOutputCollector,
+        BatchOutputCollector,
+        Committer,
+    )
+    from transactional.config import TopologyConfig
+    from transactional.exceptions import (
+        ConfigError,
+        FailedException,
+        InvalidTupleError,
+        TopologyError,
+        TopologyFailedError,
+        TridentError,
+    )
+    from transactional.result import RunResult
+    from transactional.topology import Topology, TransactionalTopologyBuilder
+    from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
 
 __all__ = [
     "TransactionalTopologyBuilder", "Topology", "TransactionAttempt", "Fields", "Values", "Tuple",
@@ -21,10 +37,33 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # imported on first use: the runner imports state/ and spouts/, which import this package
-    if name == "run_topology":
-        from transactional._runner import run_topology
+# Every name is imported on first use (PEP 562), so that ``import transactional.exceptions``
+# (which state/ and spouts/ do) loads neither pyspark nor the engine.
+_WHERE = {
+    "run_topology": "transactional._runner",
+    "BaseBasicBolt": "transactional.bolt", "BaseBatchBolt": "transactional.bolt",
+    "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
+    "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",
+    "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
+    "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
+    "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",
+    "Tuple": "transactional.tuples", "Values": "transactional.tuples",
+    **{n: "transactional.exceptions" for n in ("ConfigError", "FailedException", "InvalidTupleError",
+                                               "TopologyError", "TopologyFailedError", "TridentError")},
+}
 
-        return run_topology
-    raise AttributeError(f"module 'transactional' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        msg = f"module 'transactional' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,4 +1,4 @@
-"""The driver: coordinator, pipelined processing jobs, strictly ordered commits (DESIGN §4).
+"""The driver: coordinator, pipelined processing jobs, strictly ordered commits (docs/design.md §4).
 
 Per txid: plan its metadata and write it durably; run its processing phase as a Spark
 job from a driver thread (up to ``max_spout_pending`` at once); when it is the oldest
@@ -8,8 +8,11 @@ txids keep processing.
 Commit of txid t (``Engine._commit``):
   1. txid t-1 is committed (commits are taken strictly in order by the main loop);
   2. check that this driver still holds the topology's lock;
-  3. run the committers and the bolts downstream of them, maps in ``begin_commit(t)``;
-  4. ``commit(t)`` the maps;
+  3. note durably that this attempt's commit began; run the committers and the bolts
+     downstream of them, maps in ``begin_commit(t)`` buffering their updates;
+     (first, if an earlier attempt of t began its commit, opaque maps roll back what it wrote);
+  4. ``commit(t)`` the maps: each writes what t changed in one atomic write fenced by
+     this driver's epoch;
   5. record t as committed (with its metadata and the partition state);
   6. drop t's metadata;
   7. tell the spout's coordinator; emitters get ``cleanup_before`` with the next batch.
@@ -23,6 +26,7 @@ opaque spouts: planned again from where the previous batch ended).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import logging
 import os
 import re
@@ -30,19 +34,44 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
-from state.map import MapState, OpaqueMap, TransactionalMap, open_map_backing
+from state.keys import check_state_name
+from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, open_map_backing
+from transactional._coordinator import (
+    Action,
+    Cancel,
+    Commit,
+    Coordinator,
+    CoordinatorSettings,
+    Launch,
+    OpaqueReplay,
+    Plan,
+    Record,
+    Recovered,
+    Stop,
+    TransactionalReplay,
+    Transition,
+)
 from transactional._faults import crash_point
 from transactional._gc import paused_gc
-from transactional._spark import JobPlanner, ProcessingResult, get_or_create_context
+from transactional._plan import (
+    ExecutorStates,
+    InProcessExecutor,
+    ProcessingResult,
+    compile_plan,
+    run_commit,
+    run_processing,
+)
+from transactional._spark import SparkExecutor, get_or_create_context
 from transactional._spout import SpoutPlanner
 from transactional._store import CoordinatorStore
-from transactional._task import KEY_STRIDE, TaskFailure, run_task
+from transactional._task import TaskContext, TaskFailure
 from transactional.config import TopologyConfig
-from transactional.exceptions import ConfigError, TopologyFailedError
+from transactional.exceptions import ConfigError
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
@@ -51,28 +80,63 @@ log = logging.getLogger("trident")
 
 
 class StateRegistry:
-    """The maps of a run, on the driver: one per state name, over the configured backing."""
+    """The maps of a run, on the driver: one per state name, over the configured backing.
 
-    def __init__(self, config: TopologyConfig, topology_id: str) -> None:
+    Every map's writes are fenced by this driver's ``epoch`` (taken durably with the lock,
+    ``CoordinatorStore.take_epoch``) under the topology's fence scope; ``raise_epoch``
+    raises that fence when the driver starts, so from then on every write of an older
+    driver is refused, whatever map it goes to. The names and kinds of the maps ever used
+    are kept durably (``record_map``), so that a commit that must repair what a failed
+    attempt of its txid left in an ``OpaqueMap`` finds that map even when this attempt
+    does not use it.
+    """
+
+    def __init__(self, config: TopologyConfig, topology_id: str,
+                 record_map: Callable[[str, str], None] | None = None) -> None:
+        """``record_map(name, kind)`` stores a map's name and kind durably (the engine
+        binds it to ``CoordinatorStore.record_map``)."""
         self.config = config
         self.topology_id = topology_id
         self.maps: dict[str, MapState] = {}
-        self.txid: int | None = None
-        self.attempt: int | None = None
-        self.superseded: dict[int, set[int]] = {}
+        self.known: dict[str, str] = {}          # name -> kind, of every map this topology used
+        self.epoch: int | None = None
+        self.scope: CommitScope | None = None
+        self.last_committed: int | None = None
+        self.record_map = record_map
 
     def map_state(self, name: str, opaque: bool = False) -> MapState:
-        m = self.maps.get(name)
+        """The map called ``name`` (``OpaqueMap`` when ``opaque``), in the current commit."""
+        check_state_name(name)
         kind = OpaqueMap if opaque else TransactionalMap
+        m = self.maps.get(name)
         if m is None:
-            backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}", **self.options())
-            m = self.maps[name] = kind(backing)
-            m.superseded = self.superseded
+            if self.known.get(name, kind.kind) != kind.kind:
+                msg = (
+                    f"map state {name!r} was used as a {self.known[name]} map by "
+                    f"this topology before, and is now asked for as {kind.__name__}; "
+                    "one name, one kind (use a new state name)"
+                )
+                raise ConfigError(msg)
+            if name not in self.known:
+                self.known[name] = kind.kind
+                if self.record_map is not None:
+                    self.record_map(name, kind.kind)   # durable before the map's first write
+            m = self._open(name, kind)
         elif type(m) is not kind:
-            raise ConfigError(f"map state {name!r} is used both as {type(m).__name__} and as "
-                              f"{kind.__name__}; one name, one kind")
-        if self.txid is not None and m._txid != self.txid:
-            m.begin_commit(self.txid, self.attempt, self.superseded)
+            msg = (
+                f"map state {name!r} is used both as {type(m).__name__} and as "
+                f"{kind.__name__}; one name, one kind"
+            )
+            raise ConfigError(msg)
+        return m
+
+    def _open(self, name: str, kind: type[MapState]) -> MapState:
+        backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}",
+                                   fence_scope=self.topology_id, **self.options())
+        m = self.maps[name] = kind(backing, name)
+        m.last_committed = self.last_committed
+        if self.scope is not None:
+            m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch)
         return m
 
     def options(self) -> dict:
@@ -81,43 +145,141 @@ class StateRegistry:
             opts.setdefault("connect_timeout", self.config.connect_timeout_secs)
         return opts
 
-    def check(self) -> None:
-        """Reach the configured state once before any batch (clear error when it cannot)."""
-        if not self.config.state.startswith("memory:"):
-            open_map_backing(self.config.state, f"{self.topology_id}:~check", **self.options())
+    def raise_epoch(self, epoch: int) -> None:
+        """Take ``epoch`` for this driver's writes and raise the topology's fence to it
+        (reaching the configured state once: a clear error before any batch when it
+        cannot). Raises ``LeadershipLostError`` if a newer driver has raised it already."""
+        self.epoch = epoch
+        check = open_map_backing(self.config.state, f"{self.topology_id}:~epoch",
+                                 fence_scope=self.topology_id, **self.options())
+        check.multi_put([], [], Fence(epoch, None))
 
     def existing(self, name: str, opaque: bool | None = None) -> MapState:
+        """The map ``name`` for reading after a run (opened if this run did not use it)."""
         if name not in self.maps:
-            self.map_state(name, bool(opaque))
+            check_state_name(name)
+            if opaque is None:
+                opaque = self.known.get(name) == OpaqueMap.kind
+            self._open(name, OpaqueMap if opaque else TransactionalMap)
         return self.maps[name]
 
-    def begin(self, txid: int, attempt: int) -> None:
-        self.txid, self.attempt = txid, attempt
+    def begin(self, txid: int, attempt: int, rollback: Sequence[str] = ()) -> None:
+        """Start the commit of ``txid``. ``rollback``: an earlier attempt of it began its
+        commit; every opaque map this topology ever used puts back what these writers
+        (the driver, committer tasks) wrote for a failed attempt of ``txid``."""
+        self.scope = CommitScope(txid, attempt, self.epoch)
         for m in self.maps.values():
-            m.begin_commit(txid, attempt, self.superseded)
+            m.begin_commit(txid, attempt, epoch=self.epoch)
+        if rollback:
+            for name, kind in self.known.items():
+                if kind == OpaqueMap.kind:
+                    with _naming_map(name):
+                        n = self.map_state(name, opaque=True).rollback(rollback)
+                    if n:
+                        log.info("txid %d: put back %d value(s) of map %r that a failed attempt "
+                                 "wrote", txid, n, name)
 
     def commit(self, txid: int) -> None:
+        """Write every map's changes of ``txid`` (one fenced atomic write per map)."""
+        for name, m in self.maps.items():
+            with _naming_map(name):
+                m.commit(txid)
+        self.scope = None
+
+    def for_task(self, component: str, task: int) -> _DriverTask:
+        """Commit tasks on the driver share the registry's maps: they write when the whole
+        commit phase succeeded (``commit``), not when a task ends, and a failed task leaves
+        the abort to the engine."""
+        return _DriverTask(self)
+
+    def declare(self, topology: Topology, conf: dict) -> None:
+        """Find the maps the committers open in ``prepare`` (run on the driver against a
+        recording context) and record them, before the first commit: committer tasks on
+        executors open only declared maps (see ``transactional._plan.TaskStates``)."""
+        for c in topology.components:
+            if c.id not in topology.commit_components:
+                continue
+            ctx = _DeclaringContext(topology, c)
+            try:
+                c.new_instance().prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
+            except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
+                log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
+            for name, opaque in ctx.asked:
+                check_state_name(name)
+                kind = (OpaqueMap if opaque else TransactionalMap).kind
+                if self.known.get(name, kind) != kind:
+                    msg = (
+                        f"map state {name!r} is used both as a {self.known[name]} and as a "
+                        f"{kind} map; one name, one kind"
+                    )
+                    raise ConfigError(msg)
+                if name not in self.known:
+                    self.known[name] = kind
+                    if self.record_map is not None:
+                        self.record_map(name, kind)
+
+    def for_executors(self, txid: int, attempt: int) -> ExecutorStates:
+        """What committer tasks on executors need to open their maps for this attempt."""
+        return ExecutorStates(self.config.state, self.options(), self.topology_id, self.epoch, txid,
+                              attempt, dict(self.known))
+
+    def committed(self, txid: int) -> None:
+        """``txid`` is recorded as committed: reads after the run show values as of it."""
+        self.last_committed = txid
         for m in self.maps.values():
-            m.commit(txid)
-        self.txid = None
+            m.last_committed = txid
 
     def abort(self) -> None:
+        """End the current commit, writing nothing more."""
         for m in self.maps.values():
-            m._txid = None
-        self.txid = None
+            m.abort()
+        self.scope = None
 
 
-@dataclass
-class InFlight:
-    txid: int
-    attempt: TransactionAttempt
-    meta: Any
-    partitions: dict | None
-    group: str
-    first_emitted: float
-    started: float = 0.0
-    future: cf.Future | None = None
-    cancelled: bool = False
+@contextlib.contextmanager
+def _naming_map(name: str) -> Iterator[None]:
+    """Tag an exception raised while reading or writing map ``name`` with its name."""
+    try:
+        yield
+    except Exception as e:
+        e.trident_map = name  # type: ignore[attr-defined]
+        raise
+
+
+class _DriverTask:
+    """One commit task's view of the driver's maps (see ``StateRegistry.for_task``)."""
+
+    def __init__(self, registry: StateRegistry) -> None:
+        self.registry = registry
+
+    def map_state(self, name: str, opaque: bool = False) -> MapState[Any]:
+        """The registry's map ``name``."""
+        return self.registry.map_state(name, opaque)
+
+    def finish(self) -> None:
+        """The task ended: its updates stay buffered until the commit phase ends."""
+
+    def abort(self) -> None:
+        """The task failed: the engine aborts the whole commit."""
+
+
+class _DeclaringContext(TaskContext):
+    """The context of a committer's ``prepare`` run on the driver to see which maps it opens."""
+
+    def __init__(self, topology: Topology, component: Any) -> None:
+        super().__init__(topology, component, 0, "commit")
+        self.asked: list[tuple[str, bool]] = []
+
+    def map_state(self, name: str, opaque: bool = False) -> Any:
+        self.asked.append((name, opaque))
+        return None
+
+
+class _NoCollector:
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    emit_direct = report_error = emit
 
 
 class _Failure(Exception):
@@ -142,7 +304,8 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder, config: Topo
     if config is None:
         config = TopologyConfig()
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
-        raise ConfigError(f"max_batches must be an int >= 0 or None; got {max_batches!r}")
+        msg = f"max_batches must be an int >= 0 or None; got {max_batches!r}"
+        raise ConfigError(msg)
     return Engine(topology, config, spark_context, on_commit).run(max_batches)
 
 
@@ -152,12 +315,21 @@ class Engine:
         self.topology = topology
         self.config = config
         self.sc = sc
-        self.on_commit = on_commit
         self.conf = {"topology.id": topology.topology_id, **config.conf}
         self.result = RunResult(topology.topology_id, _spout_id=topology.spout_id)
+        self.plan = compile_plan(topology, config.commit_placement)
+        self._driver = InProcessExecutor()                 # commit stages run in this process
+        self._driver_shared = self._driver.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
         self.progress = config.progress if config.progress is not None else sys.stderr.isatty()
+        self._last_progress = time.monotonic()
+        #: who hears the coordinator's transitions: the result, progress lines
+        self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
+        if self.progress:
+            self.listeners.append(self._progress_listener)
+        if on_commit is not None:
+            self.listeners.append(lambda t: on_commit(t.txid, self.result) if t.kind == "committed" else None)
 
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:
@@ -168,14 +340,19 @@ class Engine:
         try:
             wait = self.config.lock_wait_secs
             state.acquire_lock(owner, wait=wait != 0, timeout=wait)
-            self.states.check()
+            store = CoordinatorStore(state)
+            self.states.record_map = store.record_map
+            # a new lock holder takes a higher epoch, durably, and fences user state with it
+            self.states.raise_epoch(store.take_epoch())
+            if self.plan.commits_on_executors:
+                self.states.known.update(store.recover_maps())
+                self.states.declare(self.topology, self.conf)
             planner = SpoutPlanner(self.topology.spout.new_instance(), self.conf, self.topology.topology_id,
-                                   self.topology.spout_id, self.topology.spout.parallelism)
+                                   self.topology.spout_id, self.topology.spout.parallelism, state=state)
             try:
-                self.sc = self.sc or get_or_create_context(self.config, f"trident-{self.topology.topology_id}")
-                jobs = JobPlanner(self.sc, self.topology, self.conf, owner)
+                jobs = _Jobs(self, owner)
                 try:
-                    self._loop(state, planner, jobs, max_batches)
+                    self._loop(state, store, planner, jobs, max_batches)
                 finally:
                     jobs.close()
             finally:
@@ -190,270 +367,97 @@ class Engine:
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, state: TransactionalState, planner: SpoutPlanner, jobs: JobPlanner,
-              max_batches: int | None) -> None:
-        cfg, res = self.config, self.result
-        store = CoordinatorStore(state)
+    def _loop(self, state: TransactionalState, store: CoordinatorStore, planner: SpoutPlanner,
+              jobs: _Jobs, max_batches: int | None) -> None:
+        """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
-        committed, committed_meta, committed_parts = rec.last_committed, rec.committed_meta, rec.partitions
-        # transactional spouts replay stored metadata unchanged; opaque ones plan again
-        replay = {} if planner.kind == "opaque" else {t: r["meta"] for t, r in rec.pending.items()}
-        attempts = {t: r.get("attempts", 0) for t, r in rec.pending.items()}
-        commit_started = {t: list(r.get("commit_started") or []) for t, r in rec.pending.items()}
-        self.states.superseded.update(rec.superseded)
-        failures_of: dict[int, int] = {}
-        not_before: dict[int, float] = {}   # txid -> earliest re-emit (backoff after failures)
-        limit = None if max_batches is None else committed + max_batches
+        self.states.known.update(rec.maps)
+        self.states.last_committed = rec.last_committed
+        policy = OpaqueReplay() if planner.kind == "opaque" else TransactionalReplay(planner.partitioned)
+        coord = Coordinator(CoordinatorSettings.of(self.config), policy,
+                            Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
+                            max_batches)
+        coord.listeners += self.listeners
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
-                     committed, len(rec.pending), "plan again" if planner.kind == "opaque" else "replay")
-        inflight: list[InFlight] = []
-        next_txid = committed + 1
-        idle_since: float | None = None
-        last_progress = time.monotonic()
-        pool = cf.ThreadPoolExecutor(max_workers=cfg.max_spout_pending, thread_name_prefix="trident-batch")
-
-        def prev_of(txid: int) -> tuple[Any, dict | None]:
-            for f in inflight:
-                if f.txid == txid - 1:
-                    return f.meta, f.partitions
-            return committed_meta, committed_parts
-
-        def launch(f: InFlight) -> None:
-            f.started = time.monotonic()
-            f.future = pool.submit(self._process, jobs, f, committed)
-            res.attempts += 1
-
-        def fail_from(txid: int, failure: TaskFailure | None) -> None:
-            """Fail ``txid`` and every later txid in flight; queue them for re-emission.
-            ``failure`` None: not a failure of ``txid`` itself (an earlier batch ended
-            short), so it does not count towards ``max_attempts``."""
-            nonlocal next_txid
-            doomed = [f for f in inflight if f.txid >= txid]
-            for f in doomed:
-                f.cancelled = True
-                jobs.cancel(f.group)
-            if failure is not None:
-                res.failures.append(failure.describe())
-                log.warning("batch failed: %s", failure.describe())
-                count_failure(txid, failure)
-            for f in doomed:
-                try:
-                    f.future.result()
-                except Exception:  # noqa: BLE001 - a cancelled job raises; it is being replayed
-                    pass
-                inflight.remove(f)
-                if planner.kind != "opaque":
-                    replay[f.txid] = f.meta
-            next_txid = txid
-
-        def count_failure(txid: int, failure: TaskFailure) -> None:
-            """Stop the run on a fatal failure or the ``max_attempts``-th failure of txid."""
-            if failure.kind == "fatal":
-                raise TopologyFailedError(f"stopped: {failure.describe()}", txid=failure.txid,
-                                          component=failure.component, task=failure.task,
-                                          cause=failure.message)
-            failures_of[txid] = failures_of.get(txid, 0) + 1
-            not_before[txid] = time.monotonic() + min(
-                cfg.retry_backoff_max_secs, cfg.retry_backoff_secs * 2 ** (failures_of[txid] - 1))
-            if failures_of[txid] >= cfg.max_attempts:
-                raise TopologyFailedError(
-                    f"txid {txid} failed {failures_of[txid]} times (max_attempts={cfg.max_attempts}); "
-                    f"last failure: {failure.describe()}\n{failure.traceback}",
-                    txid=txid, component=failure.component, task=failure.task, cause=failure.message)
-
+                     rec.last_committed, len(rec.pending), "plan again" if planner.kind == "opaque" else "replay")
+        runner = _Attempts(self, jobs, store, planner, state)
+        clock = time.monotonic
+        pending: deque[Action] = deque(coord.start(clock()))
         try:
             while True:
-                # -- emit: plan new txids while fewer than max_spout_pending are in flight
-                backing_off = False
-                while len(inflight) < cfg.max_spout_pending and (limit is None or next_txid <= limit):
-                    txid = next_txid
-                    if time.monotonic() < not_before.get(txid, 0.0):
-                        backing_off = True   # a failed txid waits before its replay
-                        break
-                    if txid in replay:
-                        meta = replay.pop(txid)
-                        _, prev_parts = prev_of(txid)
-                        parts = _advance(prev_parts, meta) if planner.partitioned else None
-                    else:
-                        prev_meta, prev_parts = prev_of(txid)
-                        planned = planner.plan(txid, prev_meta, prev_parts)
-                        if planned is None:
-                            break
-                        meta, parts = planned
-                    attempts[txid] = attempts.get(txid, 0) + 1
-                    store.write_pending(txid, meta, attempts[txid], commit_started.get(txid, ()))  # durable before any task runs
-                    crash_point("process.after_meta", txid=txid)
-                    f = InFlight(txid, TransactionAttempt(txid, attempts[txid]), meta, parts,
-                                 f"trident-{self.topology.topology_id}-{txid}-{attempts[txid]}-{uuid.uuid4().hex[:6]}",
-                                 first_emitted=time.monotonic())
-                    inflight.append(f)
-                    launch(f)
-                    next_txid += 1
-
-                if not inflight and backing_off:
-                    time.sleep(max(0.0, min(cfg.poll_interval_secs, not_before[next_txid] - time.monotonic())))
-                    continue
-                if not inflight:
-                    if limit is not None and next_txid > limit:
-                        res.stopped_because = "max_batches"
+                while pending:
+                    a = pending.popleft()
+                    if isinstance(a, Stop):
+                        if a.error is not None:
+                            raise a.error
                         return
-                    now = time.monotonic()
-                    idle_since = idle_since or now
-                    if cfg.idle_timeout_secs is not None and now - idle_since >= cfg.idle_timeout_secs:
-                        res.stopped_because = "spout has nothing more"
-                        return
-                    time.sleep(cfg.poll_interval_secs)
-                    continue
-                idle_since = None
-
-                # -- wait for the oldest batch, any failure, or a timeout
-                if not inflight[0].future.done():
-                    running = [f.future for f in inflight if not f.future.done()]
-                    deadline = min(f.started + cfg.message_timeout_secs for f in inflight)
-                    timeout = max(0.0, deadline - time.monotonic())
-                    if len(inflight) < cfg.max_spout_pending:
-                        timeout = min(timeout, cfg.poll_interval_secs)   # keep planning new data
-                    cf.wait(running, timeout=timeout, return_when=cf.FIRST_COMPLETED)
-
-                failed = None
-                for f in inflight:
-                    if f.future.done():
-                        r: ProcessingResult = f.future.result()
-                        if r.failures:
-                            failed = (f.txid, _first(r.failures))
-                            break
-                        if planner.kind == "opaque" and r.actual and r.actual != f.meta:
-                            # the emitter delivered less: record what it did, re-plan later txids
-                            f.meta = {p: r.actual.get(p, m) for p, m in f.meta.items()}
-                            f.partitions = _advance(prev_of(f.txid)[1], f.meta)
-                            store.write_pending(f.txid, f.meta, attempts[f.txid], commit_started.get(f.txid, ()))
-                            later = [g for g in inflight if g.txid > f.txid]
-                            if later:
-                                log.info("txid %d emitted less than planned; txids %d.. are planned "
-                                         "again from where it ended", f.txid, later[0].txid)
-                                fail_from(later[0].txid, None)
-                            break
-                    elif time.monotonic() - f.started >= cfg.message_timeout_secs:
-                        failed = (f.txid, TaskFailure("(spark job)", -1, f.txid, f.attempt.attempt_id, "error",
-                                                      "Timeout", f"not processed within message_timeout_secs="
-                                                      f"{cfg.message_timeout_secs}; its job was cancelled", ""))
-                        break
-                if failed:
-                    fail_from(*failed)
-                    continue
-
-                # -- commit, strictly in txid order
-                while inflight and inflight[0].future.done():
-                    f = inflight[0]
-                    r = f.future.result()
-                    if r.failures:
-                        break
-                    if planner.kind == "opaque" and r.actual and {p: r.actual.get(p, m) for p, m in f.meta.items()} != f.meta:
-                        break  # handled above on the next pass
-                    try:
-                        self._commit(f, r, store, planner, state, commit_started.setdefault(f.txid, []))
-                    except _Failure as e:
-                        fail_from(f.txid, e.failure)
-                        break
-                    inflight.pop(0)
-                    committed, committed_meta, committed_parts = f.txid, f.meta, f.partitions
-                    commit_started.pop(f.txid, None)
-                    failures_of.pop(f.txid, None)
-                    not_before.pop(f.txid, None)
-                    if self.progress and time.monotonic() - last_progress > 2:
-                        last_progress = time.monotonic()
-                        self._log_progress()
+                    pending += runner.carry_out(a, coord)
+                wake = coord.next_wakeup(clock())
+                timeout = self.config.poll_interval_secs if wake is None else max(0.0, wake - clock())
+                pending += runner.wait(coord, timeout)
+                pending += coord.tick(clock())
         finally:
-            for f in inflight:
-                f.cancelled = True
-                jobs.cancel(f.group)
-            pool.shutdown(wait=True, cancel_futures=True)
+            runner.close()
             if self.progress:
                 self._log_progress()
 
-    # -- processing (driver threads) -------------------------------------------------------
-    def _process(self, jobs: JobPlanner, f: InFlight, cleanup_before: int) -> ProcessingResult:
-        try:
-            return jobs.run(f.attempt, f.meta, cleanup_before, f.group)
-        except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
-            return ProcessingResult(f.attempt, failures=[TaskFailure(
-                "(spark job)", -1, f.txid, f.attempt.attempt_id, "error", type(e).__name__,
-                "cancelled" if f.cancelled else _spark_error(e), "")])
-
     # -- commit (main thread) ----------------------------------------------------------------
-    def _commit(self, f: InFlight, r: ProcessingResult, store: CoordinatorStore,
-                planner: SpoutPlanner, state: TransactionalState, commit_started: list[int]) -> None:
-        txid, t0 = f.txid, time.monotonic()
-        # Step 1. txid-1 is committed: the main loop commits strictly in order.
+    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: SpoutPlanner,
+                state: TransactionalState, jobs: _Jobs) -> dict:
+        """The commit of one attempt; returns what the ``committed`` transition reports.
+        Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
+        txid, t0 = a.txid, time.monotonic()
+        attempt = TransactionAttempt(txid, a.attempt)
+        # Step 1. txid-1 is committed: the coordinator commits strictly in order.
         # Step 2. this driver still holds the lock (LeadershipLostError stops the run).
         state.check_lock()
-        # Step 3. committers and the bolts downstream of them, maps in begin_commit(txid);
+        # Step 3. committers and the bolts downstream of them, maps buffering their updates;
         # first note durably that this attempt's commit began (it may write user state).
-        commit_started.append(f.attempt.attempt_id)
-        store.write_pending(txid, f.meta, f.attempt.attempt_id, commit_started)
+        store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
         crash_point("commit.before", txid=txid)
-        self.states.begin(txid, f.attempt.attempt_id)
         executed, emitted = dict(r.executed), dict(r.emitted)
         try:
+            # an earlier attempt whose commit began may have written opaque state: roll it back
+            self.states.begin(txid, a.attempt, self.plan.writers() if len(a.commit_started) > 1 else ())
+            if self.plan.commits_on_executors:
+                rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept,
+                                 self.states.for_executors(txid, a.attempt))
+                _add_report(rep, executed, emitted)
+            else:
+                with paused_gc():
+                    self._run_commit_components(attempt, r.records, executed, emitted)
+            # Step 4. the maps write what the commit changed: one fenced atomic write each.
+            crash_point("commit.before_write", txid=txid)
             with paused_gc():
-                self._run_commit_components(f.attempt, r.records, executed, emitted)
-            # Step 4. the maps' commit.
-            self.states.commit(txid)
+                self.states.commit(txid)
         except _Failure:
             self.states.abort()
             raise
+        except Exception as e:
+            self.states.abort()
+            raise _Failure(TaskFailure.of(e, f"(map {getattr(e, 'trident_map', '?')!r})", -1, attempt)) from e
         crash_point("commit.before_record", txid=txid)
-        # Step 5. record txid as committed, with its metadata and the partition state
-        # (first, attempts of txid whose commit began and failed, if any).
-        failed_commits = set(commit_started) - {f.attempt.attempt_id}
-        if failed_commits:
-            self.states.superseded[txid] = failed_commits
-            store.record_superseded(self.states.superseded)
-        store.record_commit(txid, f.meta, f.partitions)
+        # Step 5. record txid as committed, with its metadata and the partition state.
+        store.record_commit(txid, a.meta, a.partitions)
+        self.states.committed(txid)
         crash_point("commit.after_record", txid=txid)
         # Step 6. drop its metadata.
         store.drop_pending(txid)
         # Step 7. tell the coordinator (emitters get cleanup_before with the next batch).
         try:
-            planner.committed(txid, f.meta)
+            planner.committed(txid, a.meta)
         except Exception as e:  # noqa: BLE001 - informational hook
             log.warning("spout coordinator's committed(%d) failed: %r", txid, e)
-        res = self.result
-        res.first_txid = res.first_txid or txid
-        res.last_txid = txid
-        res.batches_committed += 1
-        now = time.monotonic()
-        res.commit_latencies.append(now - f.first_emitted)
-        res.commit_phase_secs.append(now - t0)
-        res.processing_secs.append(r.seconds)
-        for k, v in executed.items():
-            res.executed[k] = res.executed.get(k, 0) + v
-        for k, v in emitted.items():
-            res.emitted[k] = res.emitted.get(k, 0) + v
-        if self.on_commit is not None:
-            self.on_commit(txid, res)
+        info = {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
+                "processing_secs": r.seconds}
+        return info
 
     def _run_commit_components(self, attempt: TransactionAttempt, records: list,
                                executed: dict, emitted: dict) -> None:
-        topo = self.topology
-        inbox: dict[int, list] = {}
-        for key, payload in records:
-            inbox.setdefault(key, []).append(payload)
-        for ci, comp in enumerate(topo.components):
-            if comp.id not in topo.commit_components:
-                continue
-            for task in range(comp.parallelism):
-                try:
-                    out, n, e = run_task(topo, comp, task, attempt, inbox.pop(ci * KEY_STRIDE + task, ()),
-                                         self.conf, "commit", self.states)
-                except Exception as exc:  # noqa: BLE001 - becomes a batch failure (fatal kinds stop the run)
-                    raise _Failure(TaskFailure.of(exc, comp.id, task, attempt)) from exc
-                crash_point("commit.after_task", txid=attempt.txid, component=comp.id, task=task)
-                executed[comp.id] = executed.get(comp.id, 0) + n
-                emitted[comp.id] = emitted.get(comp.id, 0) + e
-                for key, payload in out:
-                    inbox.setdefault(key, []).append(payload)
+        """The commit-phase stages on the driver, the maps in the current commit."""
+        rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [records], self.states)
+        _add_report(rep, executed, emitted)
 
     def _log_progress(self) -> None:
         r = self.result
@@ -462,11 +466,148 @@ class Engine:
                  r.topology_id, r.last_txid, r.batches_committed, r.attempts, len(r.failures), r.tuples,
                  r.tuples / secs if secs > 0 else 0.0)
 
+    def _progress_listener(self, t: Transition) -> None:
+        if t.kind == "committed" and time.monotonic() - self._last_progress > 2:
+            self._last_progress = time.monotonic()
+            self._log_progress()
 
-def _advance(parts: dict | None, meta: Any) -> dict:
-    out = dict(parts or {})
-    out.update(meta or {})
-    return out
+
+class _Jobs:
+    """The processing phase of attempts: the plan's processing stages on the configured
+    executor (Spark, or this process for ``executor="in-process"``)."""
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        if engine.config.executor == "in-process":
+            self.executor: Any = InProcessExecutor()
+        else:
+            engine.sc = engine.sc or get_or_create_context(
+                engine.config, f"trident-{engine.topology.topology_id}")
+            self.executor = SparkExecutor(engine.sc)
+        self.shared = self.executor.shared(engine.topology)
+
+    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
+        """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
+        from the thread that owns the attempt)."""
+        e = self.engine
+        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
+                              cleanup_before, group)
+
+    def cancel(self, group: str) -> None:
+        self.executor.cancel(group)
+
+    def close(self) -> None:
+        unpersist = getattr(self.shared, "unpersist", None)
+        if unpersist is not None:
+            try:
+                unpersist(blocking=False)
+            except Exception:  # noqa: BLE001 - the context may be gone already
+                pass
+
+
+class _Attempts:
+    """The engine's side of the coordinator's actions: the processing jobs in flight
+    (driver threads), their results, and the commit in the main thread."""
+
+    def __init__(self, engine: Engine, jobs: _Jobs, store: CoordinatorStore, planner: SpoutPlanner,
+                 state: TransactionalState) -> None:
+        self.engine = engine
+        self.jobs = jobs
+        self.store = store
+        self.planner = planner
+        self.state = state
+        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.max_spout_pending,
+                                          thread_name_prefix="trident-batch")
+        self.running: dict[cf.Future, tuple[int, int]] = {}
+        self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
+        self.results: dict[tuple[int, int], ProcessingResult] = {}
+
+    def carry_out(self, a: Action, coord: Coordinator) -> list[Action]:
+        """Do what ``a`` asks; return the coordinator's answer to its outcome."""
+        now = time.monotonic
+        if isinstance(a, Plan):
+            planned = self.planner.plan(a.txid, a.prev_meta, a.partitions)
+            meta, parts = planned if planned is not None else (None, None)
+            return coord.planned(a.txid, meta, parts, now())
+        if isinstance(a, Launch):
+            # durable before any task of the attempt runs
+            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
+            crash_point("process.after_meta", txid=a.txid)
+            tid = self.engine.topology.topology_id
+            group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
+            self.groups[(a.txid, a.attempt)] = group
+            fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
+                                   coord.last_committed, group)
+            self.running[fut] = (a.txid, a.attempt)
+            return []
+        if isinstance(a, Record):
+            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
+            return []
+        if isinstance(a, Cancel):
+            job_group = self.groups.pop((a.txid, a.attempt), None)
+            if job_group is not None:
+                self.jobs.cancel(job_group)
+            r = self.results.pop((a.txid, a.attempt), None)
+            if r is not None and r.kept is not None:
+                self.jobs.executor.release(r.kept)
+            return []
+        if isinstance(a, Commit):
+            r = self.results.pop((a.txid, a.attempt))
+            self.groups.pop((a.txid, a.attempt), None)
+            try:
+                info = self.engine._commit(a, r, self.store, self.planner, self.state, self.jobs)
+            except _Failure as e:
+                return coord.failed(a.txid, a.attempt, e.failure, now())
+            finally:
+                if r.kept is not None:
+                    self.jobs.executor.release(r.kept)
+            return coord.committed(a.txid, now(), **info)
+        msg = f"unknown action {a!r}"
+        raise TypeError(msg)
+
+    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
+        try:
+            return self.jobs.run(attempt, meta, cleanup_before, group)
+        except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
+            cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
+            return ProcessingResult(attempt, failures=[TaskFailure(
+                "(spark job)", -1, attempt.txid, attempt.attempt_id, "error", type(e).__name__,
+                "cancelled" if cancelled else _spark_error(e), "")])
+
+    def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
+        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
+        if not self.running:
+            time.sleep(timeout)
+            return []
+        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        actions: list[Action] = []
+        for fut in sorted(done, key=lambda f: self.running[f]):
+            txid, attempt = self.running.pop(fut)
+            if (txid, attempt) not in self.groups:
+                continue                          # cancelled: its result is void
+            r: ProcessingResult = fut.result()
+            if r.failures:
+                actions += coord.failed(txid, attempt, _first(r.failures), time.monotonic())
+            else:
+                self.results[(txid, attempt)] = r
+                actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
+        return actions
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            self.jobs.cancel(group)
+        self.groups.clear()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _add_report(rep: dict, executed: dict, emitted: dict) -> None:
+    """Raise the report's first failure as ``_Failure``, else add its counters."""
+    if rep["failures"]:
+        raise _Failure(_first(rep["failures"]))
+    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"])):
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
 
 
 def _first(failures: list[TaskFailure]) -> TaskFailure:

@@ -1,9 +1,22 @@
-"""One spout executor for the three spout kinds (DESIGN §6).
+"""One spout executor for the three spout kinds (docs/design.md §6).
 
 Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t";
 executor side, ``emit_spout_task`` runs one emitter task of a batch. Partitioned spouts
 keep a *partition state* (partition -> its latest metadata) that each planned batch
 advances; a batch's metadata holds only the partitions it reads.
+
+Where a partition with no batch yet begins is decided once per topology, not once per
+driver: for a coordinator with ``initial_meta`` (spouts/base.py) the planner stores it in
+the coordinator state (``TransactionalState``) at::
+
+    starts         {"initial_partitions": n, "partitions": {"<p>": <empty meta where p begins>}}
+
+``initial_partitions`` is the number of partitions when the topology first planned
+(written once): partitions ``>= n`` were added later and are asked with
+``new_partition=True``. ``partitions`` gets an entry when a partition's start is first
+decided and keeps it; the record is written before ``plan`` returns a batch that reads
+from it, and a partition missing from the partition state continues from its entry here
+(also after a restart, and when an opaque spout plans uncommitted txids again).
 """
 
 from __future__ import annotations
@@ -11,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from transactional.exceptions import TopologyError
+from transactional.exceptions import StateCorruptError, TopologyError
 from transactional.tuples import TransactionAttempt
 
 
@@ -26,8 +39,7 @@ class SpoutContext:
 def spout_kind(spout: Any) -> str:
     """"opaque", "partitioned" or "plain"."""
     # imported here: spouts.base imports transactional.tuples, which loads this package
-    from spouts.base import (OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout,
-                             TransactionalSpout)
+    from spouts.base import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout, TransactionalSpout
 
     if isinstance(spout, OpaquePartitionedTransactionalSpout) or (
             isinstance(spout, PartitionedTransactionalSpout) and getattr(spout, "opaque", False)):
@@ -36,15 +48,22 @@ def spout_kind(spout: Any) -> str:
         return "partitioned"
     if isinstance(spout, TransactionalSpout) or hasattr(spout, "get_coordinator"):
         return "plain"
-    raise TopologyError(f"{type(spout).__name__} is not a transactional spout")
+    msg = f"{type(spout).__name__} is not a transactional spout"
+    raise TopologyError(msg)
 
 
 class SpoutPlanner:
-    """Driver side of a spout: plans each txid's metadata."""
+    """Driver side of a spout: plans each txid's metadata.
 
-    def __init__(self, spout: Any, conf: dict, topology_id: str, spout_id: str, parallelism: int) -> None:
+    ``state``: the topology's coordinator state, where partition starts are kept (see
+    the module docstring); None keeps them in this planner only (tests)."""
+
+    def __init__(self, spout: Any, conf: dict, topology_id: str, spout_id: str, parallelism: int, *,
+                 state: Any = None) -> None:
         self.kind = spout_kind(spout)
         self.coordinator = spout.get_coordinator(conf, SpoutContext(topology_id, spout_id, 0, parallelism))
+        self.state = state
+        self._starts: dict | None = None     # the "starts" record, read on first use
 
     @property
     def partitioned(self) -> bool:
@@ -60,15 +79,53 @@ class SpoutPlanner:
         if not self.partitioned:
             return c.initialize_transaction(txid, prev_meta), None
         partitions = dict(partitions or {})
+        n = c.num_partitions()
+        initial_meta: Any = getattr(c, "initial_meta", None)
+        starts = self._load_starts(n) if initial_meta is not None else None
+        decided = False
         meta = {}
-        for p in range(c.num_partitions()):
-            m = c.plan_partition(p, partitions.get(str(p)))
+        for p in range(n):
+            last = partitions.get(str(p))
+            if last is None and starts is not None:
+                last = starts["partitions"].get(str(p))
+                if last is None:
+                    last = initial_meta(p, p >= starts["initial_partitions"])
+                    if last is None:
+                        continue             # cannot tell where it begins now: ask again next time
+                    starts["partitions"][str(p)] = last
+                    decided = True
+            m = c.plan_partition(p, last)
             if m is not None:
                 meta[str(p)] = m
+        if decided:
+            self._store_starts()             # before any batch reads from a new start
         if not meta:
             return None
         partitions.update(meta)
         return meta, partitions
+
+    def _load_starts(self, partitions_now: int) -> dict:
+        """The "starts" record (read once; created, and stored, on the topology's first plan)."""
+        if self._starts is None:
+            stored = self.state.get("starts") if self.state is not None else None
+            if stored is None:
+                self._starts = {"initial_partitions": partitions_now, "partitions": {}}
+                self._store_starts()
+            elif (isinstance(stored, dict) and isinstance(stored.get("initial_partitions"), int)
+                  and isinstance(stored.get("partitions", {}), dict)):
+                self._starts = {"initial_partitions": stored["initial_partitions"],
+                                "partitions": dict(stored.get("partitions") or {})}
+            else:
+                msg = (f"the coordinator state's 'starts' record of topology {self.state.topology_id!r} is "
+                       f"{stored!r}, not {{'initial_partitions': n, 'partitions': {{...}}}}; was it written by "
+                       "something else? Delete it only if every partition has had a batch (partitions "
+                       "without one would start anew)")
+                raise StateCorruptError(msg)
+        return self._starts
+
+    def _store_starts(self) -> None:
+        if self.state is not None:
+            self.state.set("starts", self._starts)
 
     def committed(self, txid: int, meta: Any) -> None:
         self.coordinator.committed(txid, meta)

@@ -4,15 +4,17 @@
     meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}
                    uncommitted txids: written before they run; ``commit_started`` lists the
                    attempts whose commit phase began (written before it writes user state)
-    superseded     {"<txid>": [a, ...]}  attempts whose commit began, failed, and was redone
-                   by another attempt of the txid; ``OpaqueMap`` reads values they left
-                   behind as never committed (see ``state/map.py``)
+    epoch          n: the epoch of the newest lock holder; each driver takes n + 1 when it
+                   gets the lock and fences its user-state writes with it (state/map.py)
+    maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
+                   a commit can repair an OpaqueMap a failed attempt wrote (state/map.py)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from state.base import TransactionalState
 
@@ -25,7 +27,7 @@ class Recovered:
     committed_meta: Any = None
     partitions: dict | None = None
     pending: dict[int, dict] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
-    superseded: dict[int, set[int]] = field(default_factory=dict)
+    maps: dict[str, str] = field(default_factory=dict)       # map name -> kind
 
 
 class CoordinatorStore:
@@ -44,15 +46,30 @@ class CoordinatorStore:
             if txid <= rec.last_committed:
                 self.state.delete(f"meta/{txid}")
             else:
-                rec.pending[txid] = self.state.get(f"meta/{txid}")
-        rec.superseded = {int(t): set(a) for t, a in (self.state.get("superseded") or {}).items()}
+                # written by write_pending; only the lock holder (this driver) deletes it
+                rec.pending[txid] = cast("dict[str, Any]", self.state.get(f"meta/{txid}"))
+        rec.maps = self.recover_maps()
         return rec
 
-    def write_pending(self, txid: int, meta: Any, attempts: int, commit_started: list[int] = ()) -> None:
-        self.state.set(f"meta/{txid}", {"meta": meta, "attempts": attempts, "commit_started": list(commit_started)})
+    def recover_maps(self) -> dict[str, str]:
+        """The maps the topology used (name -> kind)."""
+        return dict(self.state.get("maps") or {})
 
-    def record_superseded(self, superseded: dict[int, set[int]]) -> None:
-        self.state.set("superseded", {str(t): sorted(a) for t, a in superseded.items()})
+    def take_epoch(self) -> int:
+        """The next driver epoch, stored before it is used. Call holding the lock: the
+        write is fenced on it, so epochs only grow, one per lock holder."""
+        epoch = int(self.state.get("epoch") or 0) + 1
+        self.state.set("epoch", epoch)
+        return epoch
+
+    def record_map(self, name: str, kind: str) -> None:
+        """Add map ``name`` of ``kind`` to the topology's list of maps."""
+        maps = dict(self.state.get("maps") or {})
+        maps[name] = kind
+        self.state.set("maps", maps)
+
+    def write_pending(self, txid: int, meta: Any, attempts: int, commit_started: Iterable[int] = ()) -> None:
+        self.state.set(f"meta/{txid}", {"meta": meta, "attempts": attempts, "commit_started": list(commit_started)})
 
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")

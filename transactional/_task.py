@@ -12,20 +12,30 @@ from __future__ import annotations
 
 import traceback
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from transactional.exceptions import (ConfigError, FailedException, InvalidTupleError, LeadershipLostError,
-                                      StateAheadError, StateCorruptError, SpoutError, TopologyFailedError)
+from transactional.exceptions import (
+    ConfigError,
+    ConflictingWriteError,
+    FailedException,
+    InvalidTupleError,
+    LeadershipLostError,
+    SpoutError,
+    StateAheadError,
+    StateCorruptError,
+    TopologyFailedError,
+)
 from transactional.topology import ComponentSpec, Topology
-from transactional.tuples import TransactionAttempt, Tuple
+from transactional.tuples import Fields, TransactionAttempt, Tuple
 
 KEY_STRIDE = 1 << 20
 Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
-         ConfigError, LeadershipLostError)
+         ConfigError, LeadershipLostError, ConflictingWriteError)
 
 
 _GOLDEN = 0x9E3779B1
@@ -65,7 +75,7 @@ class TaskFailure:
     traceback: str
 
     @classmethod
-    def of(cls, exc: BaseException, component: str, task: int, attempt: TransactionAttempt) -> "TaskFailure":
+    def of(cls, exc: BaseException, component: str, task: int, attempt: TransactionAttempt) -> TaskFailure:
         kind = "failed" if isinstance(exc, FailedException) else (
             "fatal" if isinstance(exc, FATAL) else "error")
         return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__,
@@ -114,22 +124,29 @@ class Router:
         try:
             fn = self._emit[stream]
         except KeyError:
-            raise InvalidTupleError(
+            msg = (
                 f"{self.component!r} task {self.task} emitted on undeclared stream {stream!r}; "
-                f"declared: {sorted(self._emit)}. Declare it in declare_output_fields") from None
+                f"declared: {sorted(self._emit)}. Declare it in declare_output_fields"
+            )
+            raise InvalidTupleError(msg) from None
         fn(values)
 
     def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
         targets = self._direct.get(stream)
         if targets is None:
-            raise InvalidTupleError(
+            msg = (
                 f"{self.component!r} task {self.task} used emit_direct on stream {stream!r}, "
-                "which is not declared direct; declare(fields, stream, direct=True)")
+                "which is not declared direct; declare(fields, stream, direct=True)"
+            )
+            raise InvalidTupleError(msg)
         self._check(values, stream)
         for lists in targets:
             if not 0 <= task < len(lists):
-                raise InvalidTupleError(f"{self.component!r} emit_direct to task {task}, but the "
-                                        f"consumer has tasks 0..{len(lists) - 1}")
+                msg = (
+                    f"{self.component!r} emit_direct to task {task}, but the "
+                    f"consumer has tasks 0..{len(lists) - 1}"
+                )
+                raise InvalidTupleError(msg)
             lists[task].append(values)
         self.emitted += 1
 
@@ -143,13 +160,18 @@ class Router:
             if isinstance(values, list):
                 values = tuple(values)
             else:
-                raise InvalidTupleError(f"{self.component!r} task {self.task} emitted {values!r}; "
-                                        "emit a tuple, e.g. Values(self.id, ...)")
+                msg = (
+                    f"{self.component!r} task {self.task} emitted {values!r}; "
+                    "emit a tuple, e.g. Values(self.id, ...)"
+                )
+                raise InvalidTupleError(msg)
         if not values or (values[0] is not self.attempt and values[0] != self.attempt):
-            raise InvalidTupleError(
+            msg = (
                 f"{self.component!r} task {self.task} emitted a tuple without its "
                 f"TransactionAttempt as the first field: {values!r}; emit Values(self.id, ...) "
-                "(in a BaseBasicBolt: Values(tuple[0], ...))")
+                "(in a BaseBasicBolt: Values(tuple[0], ...))"
+            )
+            raise InvalidTupleError(msg)
 
     # -- output --------------------------------------------------------------------------------
     def records(self) -> list[Record]:
@@ -207,14 +229,19 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
         if type(values) is list and len(values) == nfields and values and values[0] == attempt:
             return tuple(values)
         router._check(values, stream)
-        raise InvalidTupleError(
+        msg = (
             f"{comp!r} task {task} emitted {len(values)} values on stream {stream!r}, which "
-            f"declares {nfields} fields: {values!r}")
+            f"declares {nfields} fields: {values!r}"
+        )
+        raise InvalidTupleError(msg)
 
     if direct:
         def emit_on_direct(values: tuple) -> None:
-            raise InvalidTupleError(f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
-                                    "use emit_direct(task, values, stream)")
+            msg = (
+                f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
+                "use emit_direct(task, values, stream)"
+            )
+            raise InvalidTupleError(msg)
         return emit_on_direct
 
     # the check is inlined in both variants: this is the per-tuple hot path
@@ -257,8 +284,11 @@ class TaskContext:
 
     def map_state(self, name: str, opaque: bool = False) -> Any:
         if self._states is None:
-            raise RuntimeError(f"map_state({name!r}) is not available in {self.component_id!r}: "
-                               "user state is reached from committers and bolts of the commit phase")
+            msg = (
+                f"map_state({name!r}) is not available in {self.component_id!r}: "
+                "user state is reached from committers and bolts of the commit phase"
+            )
+            raise RuntimeError(msg)
         return self._states.map_state(name, opaque)
 
 
@@ -273,7 +303,7 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, TaskContext(topology, component, task, phase, states), router, attempt)
     execute = bolt.execute
-    fields_of = {}
+    fields_of: dict[tuple[str, str], Fields] = {}
     n = 0
     for source, stream, source_task, values_list in payloads:
         fields = fields_of.get((source, stream))

@@ -30,7 +30,9 @@ class OutputFieldsDeclarer(Protocol):
         makes it a direct stream, emitted with ``emit_direct`` to a chosen task."""
         ...
 
-    def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None: ...
+    def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None:
+        """Storm's ``declareStream``: ``declare(fields, stream, direct)`` with the stream named first."""
+        ...
 
 
 class TopologyContext(Protocol):
@@ -46,7 +48,7 @@ class TopologyContext(Protocol):
         """Parallelism of ``component_id``."""
         ...
 
-    def map_state(self, name: str, opaque: bool = False) -> "MapState":
+    def map_state(self, name: str, opaque: bool = False) -> MapState:
         """The exactly-once map ``<topology_id>:<name>`` over the configured state
         (``TopologyConfig.state``): a ``TransactionalMap`` or, with ``opaque=True``, an
         ``OpaqueMap``. In a committer the framework calls ``begin_commit``/``commit``
@@ -109,8 +111,8 @@ class BaseTransactionalBolt(BaseBatchBolt):
     """A batch bolt of a transactional topology: ``id`` is a ``TransactionAttempt``."""
 
     def prepare(self, conf: dict, context: TopologyContext, collector: BatchOutputCollector,
-                id: TransactionAttempt) -> None:  # noqa: D102 - see BaseBatchBolt
-        pass
+                id: TransactionAttempt) -> None:
+        """As ``BaseBatchBolt.prepare``; ``id`` is the batch's ``TransactionAttempt``."""
 
 
 class Committer:
@@ -136,7 +138,8 @@ class BaseBasicBolt:
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         """Called for every tuple; emit with ``collector`` (TransactionAttempt first,
         i.e. ``tuple[0]``)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple, collector)")
+        msg = f"{type(self).__name__} must implement execute(tuple, collector)"
+        raise NotImplementedError(msg)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Declare output streams."""
@@ -150,12 +153,15 @@ class BasicBoltAdapter(BaseBatchBolt):
 
     def prepare(self, conf: dict, context: TopologyContext, collector: BatchOutputCollector,
                 id: Any) -> None:
+        """Prepare the basic bolt for this task's batch and keep ``collector`` for its ``execute``."""
         self.bolt.prepare(conf, context)
         self.collector = collector
         self._execute = self.bolt.execute
 
     def execute(self, tuple: Tuple) -> None:
+        """Run the basic bolt's ``execute`` on ``tuple`` with the batch's collector."""
         self._execute(tuple, self.collector)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """The basic bolt's own declarations."""
         self.bolt.declare_output_fields(declarer)

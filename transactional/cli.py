@@ -18,19 +18,24 @@ import importlib.util
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
 
 
 def load_topology_file(path: str) -> ModuleType:
-    """Import a topology file as a module (its classes are shipped to executors by value)."""
+    """Import a topology file as a module. Executors cannot import a file by path: its
+    classes and functions go to them by value, in the components' executor blobs only
+    (``transactional.topology.ship_by_value``); on the driver the commit phase and the
+    spout's coordinator run the module's own classes."""
     p = Path(path)
     if not p.is_file():
-        raise SystemExit(f"trident: no such topology file: {path}")
+        msg = f"trident: no such topology file: {path}"
+        raise SystemExit(msg)
     name = f"trident_topology_{p.stem}"
     spec = importlib.util.spec_from_file_location(name, p)
     assert spec is not None and spec.loader is not None
@@ -38,12 +43,15 @@ def load_topology_file(path: str) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(p.resolve().parent))
     spec.loader.exec_module(module)
-    from pyspark import cloudpickle
+    from transactional.topology import ship_by_value
 
-    cloudpickle.register_pickle_by_value(module)   # executors cannot import a file by path
+    ship_by_value(module)   # executors cannot import a file by path
     if not hasattr(module, "build_topology"):
-        raise SystemExit(f"trident: {path} defines no build_topology(); it must return a "
-                         "TransactionalTopologyBuilder")
+        msg = (
+            f"trident: {path} defines no build_topology(); it must return a "
+            "TransactionalTopologyBuilder"
+        )
+        raise SystemExit(msg)
     return module
 
 
@@ -64,6 +72,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> TopologyConfig:
+    """The ``TopologyConfig`` for parsed command-line options on top of ``defaults`` (a
+    topology file's ``CONFIG``): ``--set KEY=VALUE`` takes a JSON value (else the string;
+    ``conf.KEY`` goes to ``conf``); a negative ``--idle-timeout``/``--lock-wait`` means forever."""
     kw: dict[str, Any] = dict(defaults or {})
     for attr, field in (("master", "spark_master"), ("coordination", "coordination"),
                         ("coordination_auth", "coordination_auth"), ("state", "state"),
@@ -134,6 +145,7 @@ def _guard(fn: Callable[[], int]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``trident`` command: ``run``, ``describe`` or ``status``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="trident", description="Exactly-once stream processing on PySpark")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a topology file")

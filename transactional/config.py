@@ -1,4 +1,4 @@
-"""``TopologyConfig``: every knob of a run, validated before anything starts (DESIGN §8).
+"""``TopologyConfig``: every knob of a run, validated before anything starts (docs/design.md §8).
 
 Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pending``,
 ``topology.message.timeout.secs`` -> ``message_timeout_secs``,
@@ -8,11 +8,12 @@ Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pendi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from state.backends import COORDINATION, USER_STATE, backend_for, check_url
 from transactional.exceptions import ConfigError
 
 
@@ -30,6 +31,8 @@ class TopologyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     spark_master: str = Field("local[*]", description="Spark master URL (local[*], spark://host:port, yarn, k8s://...)")
+    commit_placement: Literal["driver", "executors"] = Field("driver", description="where the commit phase runs: 'driver' (committers are the user's own classes in the driver process) or 'executors' (a Spark job per commit; each committer task writes its own maps; needs a state server such as redis://)")
+    executor: Literal["spark", "in-process"] = Field("spark", description="where processing tasks run: 'spark', or 'in-process' (the driver process, no Spark: for tests and debugging)")
     app_name: str | None = Field(None, description="Spark application name; default 'trident-<topology_id>'")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings for a context this run creates")
     coordination: str = Field("memory://", description="coordinator state: memory:// or zk://host:port[,host:port]/<root>")
@@ -58,61 +61,54 @@ class TopologyConfig(BaseModel):
     @classmethod
     def _at_least_one(cls, v: int) -> int:
         if v < 1:
-            raise ValueError(f"must be >= 1 (got {v})")
+            msg = f"must be >= 1 (got {v})"
+            raise ValueError(msg)
         return v
 
     @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs")
     @classmethod
     def _positive(cls, v: float) -> float:
         if not v > 0:
-            raise ValueError(f"must be > 0 seconds (got {v})")
+            msg = f"must be > 0 seconds (got {v})"
+            raise ValueError(msg)
         return v
 
     @field_validator("idle_timeout_secs", "lock_wait_secs", "retry_backoff_secs", "retry_backoff_max_secs")
     @classmethod
     def _non_negative(cls, v: float | None) -> float | None:
         if v is not None and v < 0:
-            raise ValueError(f"must be >= 0 seconds or None (got {v})")
+            msg = f"must be >= 0 seconds or None (got {v})"
+            raise ValueError(msg)
         return v
 
     @field_validator("coordination")
     @classmethod
     def _coordination_url(cls, v: str) -> str:
-        u = urlparse(v)
-        if u.scheme == "memory":
-            return v
-        if u.scheme != "zk":
-            raise ValueError(f"{v!r}: use 'memory://' or 'zk://host:port[,host:port]/<root>'")
-        if not u.netloc:
-            raise ValueError(f"{v!r} names no ZooKeeper server; e.g. 'zk://127.0.0.1:2181/trident'")
-        for hp in u.netloc.split(","):
-            host, _, port = hp.rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"{v!r}: server {hp!r} is not host:port")
-        return v
+        return _checked_url(COORDINATION, v)
 
     @field_validator("state")
     @classmethod
     def _state_url(cls, v: str) -> str:
-        u = urlparse(v)
-        if u.scheme == "memory":
-            return v
-        if u.scheme not in ("redis", "rediss"):
-            raise ValueError(f"{v!r}: use 'memory://' or 'redis://[user:password@]host:port/db' (rediss:// for TLS)")
-        if not u.hostname:
-            raise ValueError(f"{v!r} names no Redis host; e.g. 'redis://127.0.0.1:6379/0'")
-        try:
-            u.port
-        except ValueError:
-            raise ValueError(f"{v!r}: the port is not a number") from None
-        return v
+        return _checked_url(USER_STATE, v)
 
     @field_validator("coordination_auth")
     @classmethod
     def _auth(cls, v: str | None) -> str | None:
         if v is not None and ":" not in v:
-            raise ValueError("must be 'user:password'")
+            msg = "must be 'user:password'"
+            raise ValueError(msg)
         return v
+
+    @model_validator(mode="after")
+    def _placement_needs_shared_state(self) -> TopologyConfig:
+        if self.commit_placement == "executors" and not backend_for(USER_STATE, self.state).shared:
+            msg = (
+                "commit_placement='executors' needs user state that executors can reach: "
+                "state='memory://' lives in the driver process. Use state='redis://host:port/db', "
+                "or commit_placement='driver'"
+            )
+            raise ValueError(msg)
+        return self
 
     def redacted(self) -> dict[str, Any]:
         """The settings with passwords hidden, for logs and benchmark lines."""
@@ -124,6 +120,13 @@ class TopologyConfig(BaseModel):
         if d["coordination_auth"]:
             d["coordination_auth"] = d["coordination_auth"].split(":")[0] + ":***"
         return d
+
+
+def _checked_url(role: str, v: str) -> str:
+    try:
+        return check_url(role, v)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
 
 
 def _explain(e: ValidationError) -> str:

@@ -61,6 +61,12 @@ class StateAheadError(StateError):
     topology id. The run stops rather than corrupting counts."""
 
 
+class ConflictingWriteError(StateError):
+    """Two writers of one attempt (committer tasks on executors) updated the same key of a
+    map; the second write is refused before anything of it is stored. The run stops: route
+    the key to one task (fields grouping) or commit on the driver."""
+
+
 class LockHeldError(StateError):
     """Another driver holds the lock of this topology id; the message names the holder."""
 

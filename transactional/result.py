@@ -2,12 +2,65 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from transactional._coordinator import Transition
 
-def percentile(values: list[float], q: float) -> float | None:
+
+class Histogram:
+    """A bounded histogram of non-negative durations (seconds): log-spaced buckets 1%
+    wide, so memory stays fixed however long the run; percentiles are within 1%.
+
+    >>> h = Histogram(); h.extend([0.1, 0.2, 0.3, 0.4]); h.count, round(h.percentile(50), 2)
+    (4, 0.2)
+    """
+
+    GROWTH = 1.01
+    FLOOR = 1e-6
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+        self.total = 0.0
+        self.max = 0.0
+
+    def add(self, value: float) -> None:
+        """Count one duration (negative values count as 0)."""
+        v = max(value, 0.0)
+        i = -1 if v < self.FLOOR else int(math.log(v / self.FLOOR, self.GROWTH))
+        self.buckets[i] = self.buckets.get(i, 0) + 1
+        self.count += 1
+        self.total += v
+        self.max = max(self.max, v)
+
+    def extend(self, values: Iterable[float]) -> None:
+        """``add`` each of ``values``."""
+        for v in values:
+            self.add(v)
+
+    def percentile(self, q: float) -> float | None:
+        """The ``q``-th percentile (0-100) by nearest rank; None when empty."""
+        if not self.count:
+            return None
+        rank = max(1, math.ceil(q / 100 * self.count))
+        seen = 0
+        for i in sorted(self.buckets):
+            seen += self.buckets[i]
+            if seen >= rank:
+                return 0.0 if i < 0 else min(self.max, self.FLOOR * self.GROWTH ** (i + 0.5))
+        return self.max
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def percentile(values: list[float] | Histogram, q: float) -> float | None:
     """The ``q``-th percentile (0-100) by nearest rank; None for no values."""
+    if isinstance(values, Histogram):
+        return values.percentile(q)
     if not values:
         return None
     s = sorted(values)
@@ -34,9 +87,10 @@ class RunResult:
     executed: dict[str, int] = field(default_factory=dict)
     emitted: dict[str, int] = field(default_factory=dict)
     wall_secs: float = 0.0
-    commit_latencies: list[float] = field(default_factory=list)   # batch emitted -> committed, s
-    commit_phase_secs: list[float] = field(default_factory=list)  # time in the commit phase, s
-    processing_secs: list[float] = field(default_factory=list)    # processing job of the committed attempt, s
+    commit_latencies: Histogram = field(default_factory=Histogram)   # attempt launched -> committed, s
+    commit_phase_secs: Histogram = field(default_factory=Histogram)  # time in the commit phase, s
+    processing_secs: Histogram = field(default_factory=Histogram)    # processing job of the committed attempt, s
+    first_processing_secs: float | None = None                        # the first committed batch's job, s
     stopped_because: str = ""
     _states: Any = field(default=None, repr=False)
 
@@ -52,7 +106,33 @@ class RunResult:
         read values: ``result.map_state("counts").get("cow")``."""
         return self._states.existing(name, opaque)
 
+    def on_transition(self, t: Transition) -> None:
+        """The coordinator's listener: keeps the counts and latencies of the run."""
+        if t.kind == "launched":
+            self.attempts += 1
+        elif t.kind == "failed":
+            self.failures.append(t.info["failure"].describe())
+        elif t.kind == "committed":
+            info = t.info
+            self.first_txid = self.first_txid or t.txid
+            self.last_txid = t.txid
+            self.batches_committed += 1
+            self.commit_latencies.add(t.at - info["launched_at"])
+            if "commit_secs" in info:
+                self.commit_phase_secs.add(info["commit_secs"])
+            if "processing_secs" in info:
+                self.processing_secs.add(info["processing_secs"])
+                if self.first_processing_secs is None:
+                    self.first_processing_secs = info["processing_secs"]
+            for total, counts in ((self.executed, info.get("executed", {})), (self.emitted, info.get("emitted", {}))):
+                for k, v in counts.items():
+                    total[k] = total.get(k, 0) + v
+        elif t.kind == "stopped":
+            self.stopped_because = t.info.get("reason", "")
+
     def latency_ms(self, q: float) -> float | None:
+        """The ``q``-th percentile (0-100) of commit latency (attempt launched to committed) in
+        milliseconds; None when nothing was committed."""
         v = percentile(self.commit_latencies, q)
         return None if v is None else v * 1000
 

@@ -4,14 +4,38 @@
 starts (unknown components, streams and fields, groupings that do not fit the stream,
 cycles, bolts that cannot be shipped to executors) and returns a ``Topology``. The runner
 is its one interpreter; ``trident describe`` only reads it.
+
+Where user classes come from. Each component is pickled twice at build:
+
+* ``ComponentSpec.blob``, for executors (Spark's Python workers, other processes): with
+  cloudpickle, classes and functions of scripts, test modules and topology files (which a
+  worker cannot import) *by value*. Their modules are registered with
+  ``cloudpickle.register_pickle_by_value`` only while this blob is made.
+* ``ComponentSpec.driver_blob``, for the process that built the topology (the driver: the
+  commit phase, the spout's coordinator, the in-process executor): the instance's state by
+  value, but every class, function and module *by identity* -- the very objects the
+  builder was given, kept in a table of this process. So committers and coordinators run
+  the user's own classes: module globals are shared, as in Storm's ``LocalCluster`` (the
+  seed's static ``DATABASE`` map works), and later edits of those globals are seen.
+
+``ComponentSpec.new_instance()`` uses the driver form in the process that built the
+topology (and in processes forked from it afterwards, which hold the same table), the
+executor form everywhere else. The by-value form is never loaded in the building
+process: loading a by-value class where it was defined makes cloudpickle overwrite the
+user's class in place with methods whose globals are a frozen copy of the module's.
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import sys
+import threading
+import types
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pyspark import cloudpickle
 
@@ -35,6 +59,7 @@ class Subscription:
 
 @dataclass(frozen=True)
 class StreamSpec:
+    """A declared output stream: its fields, and whether it is direct (``emit_direct``)."""
     fields: Fields
     direct: bool = False
 
@@ -43,7 +68,9 @@ class StreamSpec:
 class ComponentSpec:
     """One spout or bolt: its id, parallelism, inputs, declared streams and its pickled
     instance (``new_instance()`` gives a fresh one, as Storm deserializes a fresh bolt
-    per batch)."""
+    per batch): ``blob`` for executors (user classes by value), ``driver_blob`` for the
+    process that built it (user classes by identity; usable where ``origin``, the build's
+    id, is known; see the module docstring)."""
 
     id: str
     kind: str                       # "spout" or "bolt"
@@ -54,9 +81,22 @@ class ComponentSpec:
     streams: Mapping[str, StreamSpec]
     blob: bytes = field(repr=False)
     class_name: str = ""
+    driver_blob: bytes = field(default=b"", repr=False)
+    origin: str = field(default="", repr=False)
 
     def new_instance(self) -> Any:
-        obj = pickle.loads(self.blob)
+        """A fresh instance of the component.
+
+        In the process that built the topology (or one forked from it after the build)
+        this loads ``driver_blob``: a copy of the instance's state whose classes,
+        functions and modules are the user's own objects, so the commit phase and the
+        spout's coordinator share module globals with the user's code (Storm's
+        ``LocalCluster``). In any other process (Spark's Python workers) it loads
+        ``blob``, where the user's classes come by value. The by-value form is never
+        loaded in the building process (cloudpickle would rewrite the user's classes in
+        place there)."""
+        table = _DRIVER_OBJECTS.get(self.origin) if self.driver_blob else None
+        obj = pickle.loads(self.driver_blob if table is not None else self.blob)
         return BasicBoltAdapter(obj) if self.basic else obj
 
 
@@ -76,6 +116,7 @@ class Topology:
     commit_components: frozenset[str]
 
     def component(self, component_id: str) -> ComponentSpec:
+        """The component with id ``component_id``; ``KeyError`` if there is none."""
         for c in self.components:
             if c.id == component_id:
                 return c
@@ -83,10 +124,12 @@ class Topology:
 
     @property
     def spout(self) -> ComponentSpec:
+        """The spout's component (always first)."""
         return self.components[0]
 
     @property
     def bolts(self) -> tuple[ComponentSpec, ...]:
+        """The bolts' components, in topological order."""
         return self.components[1:]
 
     def is_local(self, component: ComponentSpec) -> bool:
@@ -111,9 +154,9 @@ class Topology:
             lines.append(f"  {c.id} ({c.class_name}) x{c.parallelism} [{phase}{tag}]")
             for sname, s in c.streams.items():
                 lines.append(f"      emits {sname}{' (direct)' if s.direct else ''}: {tuple(s.fields)}")
-            for s in c.inputs:
-                on = f" on {s.fields}" if s.fields else ""
-                lines.append(f"      <- {s.source}/{s.stream} {s.grouping}{on}")
+            for sub in c.inputs:
+                on = f" on {sub.fields}" if sub.fields else ""
+                lines.append(f"      <- {sub.source}/{sub.stream} {sub.grouping}{on}")
         return "\n".join(lines)
 
 
@@ -128,7 +171,8 @@ class _Declarer:
         if not isinstance(fields, Fields):
             fields = Fields(fields)
         if stream in self.streams:
-            raise TopologyError(f"component {self.component_id!r} declared stream {stream!r} twice")
+            msg = f"component {self.component_id!r} declared stream {stream!r} twice"
+            raise TopologyError(msg)
         self.streams[stream] = StreamSpec(fields, direct)
 
     def declare_stream(self, stream: str, fields: Fields, direct: bool = False) -> None:
@@ -139,45 +183,45 @@ class InputDeclarer:
     """Returned by ``set_bolt``: subscribe the bolt to sources, one call per grouping.
     Each method returns the declarer, so calls chain."""
 
-    def __init__(self, builder: "TransactionalTopologyBuilder", bolt_id: str) -> None:
+    def __init__(self, builder: TransactionalTopologyBuilder, bolt_id: str) -> None:
         self._builder = builder
         self._id = bolt_id
 
-    def _add(self, source: str, stream: str, grouping: str, fields: tuple[str, ...] = ()) -> "InputDeclarer":
+    def _add(self, source: str, stream: str, grouping: str, fields: tuple[str, ...] = ()) -> InputDeclarer:
         self._builder._inputs[self._id].append(Subscription(source, stream, grouping, fields))
         return self
 
-    def shuffle_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def shuffle_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """Tuples spread evenly over the bolt's tasks."""
         return self._add(source, stream, "shuffle")
 
-    def local_or_shuffle_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def local_or_shuffle_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """Storm's localOrShuffleGrouping: when this bolt reads only ``source`` and has
         the same parallelism, task i reads what task i of ``source`` emitted, in the same
         Spark task (no shuffle); otherwise as shuffle."""
         return self._add(source, stream, "local_or_shuffle")
 
     def fields_grouping(self, source: str, fields: Fields | tuple[str, ...] | str,
-                        stream: str = "default") -> "InputDeclarer":
+                        stream: str = "default") -> InputDeclarer:
         """Tuples with equal values of ``fields`` go to the same task (a hash that is
         stable across processes and runs)."""
         if isinstance(fields, str):
             fields = (fields,)
         return self._add(source, stream, "fields", tuple(fields))
 
-    def global_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def global_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """Every tuple to task 0."""
         return self._add(source, stream, "global")
 
-    def all_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def all_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """Every tuple to every task."""
         return self._add(source, stream, "all")
 
-    def none_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def none_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """No preference (as shuffle)."""
         return self._add(source, stream, "none")
 
-    def direct_grouping(self, source: str, stream: str = "default") -> "InputDeclarer":
+    def direct_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """The emitter picks the task (``emit_direct``); ``stream`` must be declared direct."""
         return self._add(source, stream, "direct")
 
@@ -216,13 +260,20 @@ class TransactionalTopologyBuilder:
     def _set(self, bolt_id: str, bolt: Any, parallelism: int, committer: bool) -> InputDeclarer:
         _check_id("bolt id", bolt_id)
         if bolt_id == self.spout_id or bolt_id in self._bolts:
-            raise TopologyError(f"component id {bolt_id!r} is used twice; ids must be unique")
+            msg = f"component id {bolt_id!r} is used twice; ids must be unique"
+            raise TopologyError(msg)
         if not isinstance(bolt, (BaseBatchBolt, BaseBasicBolt)):
-            raise TopologyError(f"bolt {bolt_id!r} is a {type(bolt).__name__}; subclass BaseBatchBolt, "
-                                "BaseTransactionalBolt or BaseBasicBolt")
+            msg = (
+                f"bolt {bolt_id!r} is a {type(bolt).__name__}; subclass BaseBatchBolt, "
+                "BaseTransactionalBolt or BaseBasicBolt"
+            )
+            raise TopologyError(msg)
         if committer and isinstance(bolt, BaseBasicBolt):
-            raise TopologyError(f"bolt {bolt_id!r} is a BaseBasicBolt and cannot be a committer; "
-                                "committers are batch bolts (BaseTransactionalBolt)")
+            msg = (
+                f"bolt {bolt_id!r} is a BaseBasicBolt and cannot be a committer; "
+                "committers are batch bolts (BaseTransactionalBolt)"
+            )
+            raise TopologyError(msg)
         self._bolts[bolt_id] = (bolt, _check_parallelism(bolt_id, parallelism), committer)
         self._inputs[bolt_id] = []
         return InputDeclarer(self, bolt_id)
@@ -232,9 +283,12 @@ class TransactionalTopologyBuilder:
         streams: dict[str, dict[str, StreamSpec]] = {}
         d = _Declarer(self.spout_id)
         if not hasattr(self.spout, "declare_output_fields"):
-            raise TopologyError(f"spout {self.spout_id!r} ({type(self.spout).__name__}) is not a "
-                                "transactional spout; subclass one of spouts.TransactionalSpout, "
-                                "PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout")
+            msg = (
+                f"spout {self.spout_id!r} ({type(self.spout).__name__}) is not a "
+                "transactional spout; subclass one of spouts.TransactionalSpout, "
+                "PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout"
+            )
+            raise TopologyError(msg)
         self.spout.declare_output_fields(d)
         streams[self.spout_id] = d.streams
         for bid, (bolt, _, _) in self._bolts.items():
@@ -244,8 +298,11 @@ class TransactionalTopologyBuilder:
 
         for bid, subs in self._inputs.items():
             if not subs:
-                raise TopologyError(f"bolt {bid!r} has no input; subscribe it with e.g. "
-                                    f".shuffle_grouping({self.spout_id!r})")
+                msg = (
+                    f"bolt {bid!r} has no input; subscribe it with e.g. "
+                    f".shuffle_grouping({self.spout_id!r})"
+                )
+                raise TopologyError(msg)
             for s in subs:
                 _check_subscription(bid, s, streams)
 
@@ -255,53 +312,77 @@ class TransactionalTopologyBuilder:
             if self._bolts[bid][2] or any(s.source in commit for s in self._inputs[bid]):
                 commit.add(bid)
 
+        origin = uuid.uuid4().hex
+        table: list[Any] = []     # this build's objects, for the driver forms
+        blob, driver_blob = _pickle(self.spout_id, self.spout, origin, table)
         comps = [ComponentSpec(self.spout_id, "spout", self.spout_parallelism, False, False, (),
-                               dict(streams[self.spout_id]),
-                               _pickle(self.spout_id, self.spout), type(self.spout).__name__)]
+                               dict(streams[self.spout_id]), blob, type(self.spout).__name__,
+                               driver_blob, origin)]
         for bid in order:
             bolt, par, committer = self._bolts[bid]
+            blob, driver_blob = _pickle(bid, bolt, origin, table)
             comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
-                                       tuple(self._inputs[bid]), dict(streams[bid]),
-                                       _pickle(bid, bolt), type(bolt).__name__))
+                                       tuple(self._inputs[bid]), dict(streams[bid]), blob,
+                                       type(bolt).__name__, driver_blob, origin))
+        _DRIVER_OBJECTS[origin] = table
         return Topology(self.topology_id, self.spout_id, tuple(comps), frozenset(commit))
 
 
 def _check_id(what: str, value: Any) -> None:
     if not isinstance(value, str) or not value or "/" in value or ":" in value:
-        raise TopologyError(f"{what} must be a non-empty string without '/' or ':'; got {value!r}")
+        msg = f"{what} must be a non-empty string without '/' or ':'; got {value!r}"
+        raise TopologyError(msg)
 
 
 def _check_parallelism(cid: str, n: Any) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise TopologyError(f"parallelism of {cid!r} must be an int >= 1; got {n!r}")
+        msg = f"parallelism of {cid!r} must be an int >= 1; got {n!r}"
+        raise TopologyError(msg)
     return n
 
 
 def _check_subscription(bid: str, s: Subscription, streams: dict[str, dict[str, StreamSpec]]) -> None:
     if s.source not in streams:
-        raise TopologyError(f"bolt {bid!r} subscribes to unknown component {s.source!r}; "
-                            f"known components: {sorted(streams)}")
+        msg = (
+            f"bolt {bid!r} subscribes to unknown component {s.source!r}; "
+            f"known components: {sorted(streams)}"
+        )
+        raise TopologyError(msg)
     if s.source == bid:
-        raise TopologyError(f"bolt {bid!r} subscribes to itself; topologies are acyclic")
+        msg = f"bolt {bid!r} subscribes to itself; topologies are acyclic"
+        raise TopologyError(msg)
     declared = streams[s.source]
     if s.stream not in declared:
-        raise TopologyError(f"bolt {bid!r} subscribes to stream {s.stream!r} of {s.source!r}, which "
-                            f"declares {sorted(declared) or 'no streams'}; declare it in "
-                            f"{s.source}.declare_output_fields or subscribe to a declared stream")
+        msg = (
+            f"bolt {bid!r} subscribes to stream {s.stream!r} of {s.source!r}, which "
+            f"declares {sorted(declared) or 'no streams'}; declare it in "
+            f"{s.source}.declare_output_fields or subscribe to a declared stream"
+        )
+        raise TopologyError(msg)
     spec = declared[s.stream]
     if s.grouping == "fields":
         if not s.fields:
-            raise TopologyError(f"fields grouping of {bid!r} on {s.source!r} names no field")
+            msg = f"fields grouping of {bid!r} on {s.source!r} names no field"
+            raise TopologyError(msg)
         missing = [f for f in s.fields if f not in spec.fields]
         if missing:
-            raise TopologyError(f"bolt {bid!r} groups {s.source!r}/{s.stream} by unknown field(s) "
-                                f"{missing}; that stream declares {tuple(spec.fields)}")
+            msg = (
+                f"bolt {bid!r} groups {s.source!r}/{s.stream} by unknown field(s) "
+                f"{missing}; that stream declares {tuple(spec.fields)}"
+            )
+            raise TopologyError(msg)
     if spec.direct and s.grouping != "direct":
-        raise TopologyError(f"stream {s.stream!r} of {s.source!r} is direct; bolt {bid!r} must "
-                            "subscribe with direct_grouping")
+        msg = (
+            f"stream {s.stream!r} of {s.source!r} is direct; bolt {bid!r} must "
+            "subscribe with direct_grouping"
+        )
+        raise TopologyError(msg)
     if s.grouping == "direct" and not spec.direct:
-        raise TopologyError(f"bolt {bid!r} uses direct_grouping on {s.source!r}/{s.stream}, which "
-                            "is not declared direct; declare it with direct=True")
+        msg = (
+            f"bolt {bid!r} uses direct_grouping on {s.source!r}/{s.stream}, which "
+            "is not declared direct; declare it with direct=True"
+        )
+        raise TopologyError(msg)
 
 
 def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> list[str]:
@@ -314,8 +395,11 @@ def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> 
             return
         if state.get(n) == 1:
             cycle = path[path.index(n):] + [n]
-            raise TopologyError(f"the topology has a cycle: {' -> '.join(cycle)}; transactional "
-                                "topologies must be acyclic")
+            msg = (
+                f"the topology has a cycle: {' -> '.join(cycle)}; transactional "
+                "topologies must be acyclic"
+            )
+            raise TopologyError(msg)
         state[n] = 1
         for s in inputs[n]:
             visit(s.source, path + [n])
@@ -327,38 +411,111 @@ def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> 
     return order
 
 
-def _pickle(cid: str, obj: Any) -> bytes:
-    """Pickle a component for executors. Classes and functions from scripts and test
-    modules (which a worker cannot import) go by value."""
-    _by_value(obj, 3, set())
+# -- pickling components -----------------------------------------------------------------------
+
+#: build id -> the classes, functions and modules its driver blobs refer to (kept for the
+#: life of the process: a few objects per build). A process that does not hold a build's
+#: table (any process but the builder and its later forks) loads the executor blobs.
+_DRIVER_OBJECTS: dict[str, list] = {}
+#: modules whose classes and functions always go to executors by value (``ship_by_value``)
+_SHIPPED_BY_VALUE: set[str] = set()
+#: cloudpickle's by-value registry is process-wide: one executor blob at a time
+_REGISTRATION = threading.Lock()
+
+
+def ship_by_value(module: types.ModuleType) -> None:
+    """Ship ``module``'s classes and functions to executors by value, wherever in a
+    component they are reached (e.g. a topology file loaded by path, which executors
+    cannot import). Only the executor blobs are affected: the module is registered with
+    cloudpickle while they are made, never for the rest of the process."""
+    if not isinstance(module, types.ModuleType):
+        msg = f"ship_by_value takes a module; got {type(module).__name__}"
+        raise TypeError(msg)
+    _SHIPPED_BY_VALUE.add(module.__name__)
+
+
+def _driver_object(origin: str, index: int) -> Any:
+    """Unpickling a driver blob: the object at ``index`` of build ``origin``'s table."""
+    return _DRIVER_OBJECTS[origin][index]
+
+
+class _DriverPickler(cloudpickle.Pickler):
+    """Pickles instances by value and every class, function and module by identity: as
+    a reference into the build's table of this process's live objects."""
+
+    def __init__(self, file: Any, origin: str, table: list) -> None:
+        super().__init__(file)
+        self._origin, self._table = origin, table
+        self._index = {id(o): i for i, o in enumerate(table)}
+
+    def reducer_override(self, obj: Any) -> Any:
+        if obj is _driver_object:
+            return NotImplemented             # by name: it is the loader itself
+        if isinstance(obj, (type, types.FunctionType, types.ModuleType)):
+            i = self._index.get(id(obj))
+            if i is None:
+                i = self._index[id(obj)] = len(self._table)
+                self._table.append(obj)
+            return _driver_object, (self._origin, i)
+        return super().reducer_override(obj)
+
+
+def _pickle(cid: str, obj: Any, origin: str, table: list[Any]) -> tuple[bytes, bytes]:
+    """The executor blob (classes and functions from scripts and test modules, which a
+    worker cannot import, by value) and the driver blob (see the module docstring) of a
+    component."""
     try:
-        return cloudpickle.dumps(obj)
+        with _REGISTRATION:
+            before = set(cloudpickle.list_registry_pickle_by_value())
+            modules = _by_value(obj, 3, set(), {})
+            for name in _SHIPPED_BY_VALUE:
+                if name in sys.modules:
+                    modules[name] = sys.modules[name]
+            added = []
+            for name, mod in modules.items():
+                if name not in before:
+                    try:
+                        cloudpickle.register_pickle_by_value(mod)
+                    except (ValueError, TypeError):
+                        continue
+                    added.append(mod)
+            try:
+                blob = cloudpickle.dumps(obj)
+            finally:
+                for mod in added:
+                    try:
+                        cloudpickle.unregister_pickle_by_value(mod)
+                    except ValueError:
+                        pass
+        buf = io.BytesIO()
+        _DriverPickler(buf, origin, table).dump(obj)
+        return blob, buf.getvalue()
     except Exception as e:  # noqa: BLE001 - reported with the component's name
-        raise TopologyError(f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
-                            f"shipped to Spark executors: {e}. Create connections and other "
-                            "unpicklable members in prepare(), not in __init__") from e
+        msg = (
+            f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
+            f"shipped to Spark executors: {e}. Create connections and other "
+            "unpicklable members in prepare(), not in __init__"
+        )
+        raise TopologyError(msg) from e
 
 
-def _by_value(obj: Any, depth: int, seen: set[int]) -> None:
-    """Register for pickling by value the modules of ``obj``'s classes, and of the
-    classes and functions it holds (a wrapped bolt, a callback), that are neither ours
-    nor installed."""
+def _by_value(obj: Any, depth: int, seen: set[int], found: dict[str, types.ModuleType]) -> dict[str, types.ModuleType]:
+    """The modules (by name) of ``obj``'s classes, and of the classes and functions it
+    holds (a wrapped bolt, a callback), that are neither ours nor installed: they go to
+    executors by value."""
     if id(obj) in seen or depth < 0:
-        return
+        return found
     seen.add(id(obj))
     targets = [obj] if callable(obj) and not isinstance(obj, type) and hasattr(obj, "__module__") else []
     targets += list(type(obj).__mro__) if not isinstance(obj, type) else list(obj.__mro__)
     for t in targets:
         name = getattr(t, "__module__", None)
         mod = sys.modules.get(name or "")
-        if mod is None or name in ("builtins", "__main__"):
+        if mod is None or name is None or name in ("builtins", "__main__"):
             continue
         f = getattr(mod, "__file__", "") or ""
         if name.split(".")[0] not in _OWN_PACKAGES and "site-packages" not in f and "/lib/python" not in f:
-            try:
-                cloudpickle.register_pickle_by_value(mod)
-            except (ValueError, TypeError):
-                pass
+            found[name] = mod
     children: list[Any] = []
     if isinstance(obj, (dict, list, tuple, set, frozenset)):
         if len(obj) <= 32:  # settings and wrapped components, not data
@@ -367,4 +524,5 @@ def _by_value(obj: Any, depth: int, seen: set[int]) -> None:
         children = list(vars(obj).values())
     for c in children:
         if not isinstance(c, (str, bytes, int, float, bool, type(None))):
-            _by_value(c, depth - 1, seen)
+            _by_value(c, depth - 1, seen, found)
+    return found

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 
 class TransactionAttempt(NamedTuple):
@@ -37,14 +38,18 @@ class Fields(tuple):
     (1, 2, ['id', 'word'])
     """
 
-    def __new__(cls, *names: str | Iterable[str]) -> "Fields":
+    def __new__(cls, *names: str | Iterable[str]) -> Fields:
+        """Fields from names given one by one or as one iterable; ``TypeError`` for a name that
+        is not a non-empty str, ``ValueError`` for a duplicate."""
         if len(names) == 1 and not isinstance(names[0], str):
             names = tuple(names[0])  # Fields(["a", "b"])
         for n in names:
             if not isinstance(n, str) or not n:
-                raise TypeError(f"field names must be non-empty strings; got {n!r}")
+                msg = f"field names must be non-empty strings; got {n!r}"
+                raise TypeError(msg)
         if len(set(names)) != len(names):
-            raise ValueError(f"duplicate field names in {names!r}")
+            msg = f"duplicate field names in {names!r}"
+            raise ValueError(msg)
         return super().__new__(cls, names)
 
     def __repr__(self) -> str:
@@ -98,14 +103,17 @@ class Tuple:
 
     # Storm-style accessors, for code ported from Java.
     def get_value(self, i: int) -> Any:
+        """The value at index ``i`` (Storm's ``getValue``)."""
         return self.values[i]
 
     def get_value_by_field(self, name: str) -> Any:
+        """The value of field ``name`` (Storm's ``getValueByField``)."""
         return self.values[self.fields.index(name)]
 
     get_string = get_integer = get_long = get_value
 
     def contains(self, name: str) -> bool:
+        """True when the tuple has a field ``name`` (Storm's ``contains``)."""
         return name in self.fields
 
     def select(self, fields: Sequence[str]) -> tuple:

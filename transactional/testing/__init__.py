@@ -23,7 +23,6 @@ from typing import Any
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import FailedException
 
-
 __all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
            "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
 
@@ -74,6 +73,8 @@ class FaultPlan:
     txids: frozenset[int] | None = None
 
     def should_fail(self, component: str, task: int, txid: int, attempt_id: int) -> bool:
+        """Whether this attempt of ``component``'s ``task`` fails: a seeded hash of the five values,
+        so every process decides the same."""
         if attempt_id > self.max_attempt or (self.txids is not None and txid not in self.txids):
             return False
         h = zlib.crc32(f"{self.seed}:{component}:{task}:{txid}:{attempt_id}".encode())
@@ -87,9 +88,12 @@ class _Faulty(BaseBatchBolt):
     def _maybe_fail(self, where: str) -> None:
         if where == self.plan.where and self.plan.should_fail(
                 self.context.component_id, self.context.task_index, self.attempt.txid, self.attempt.attempt_id):
-            raise FailedException(f"injected failure in {where} of {self.context.component_id} "
-                                  f"task {self.context.task_index}, txid {self.attempt.txid} "
-                                  f"attempt {self.attempt.attempt_id}")
+            msg = (
+                f"injected failure in {where} of {self.context.component_id} "
+                f"task {self.context.task_index}, txid {self.attempt.txid} "
+                f"attempt {self.attempt.attempt_id}"
+            )
+            raise FailedException(msg)
 
     def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
         self.context, self.attempt, self.collector = context, id, collector
@@ -141,12 +145,16 @@ class EventLog:
         self.path = str(path)
 
     def record(self, event: str, **fields: Any) -> None:
+        """Append one event (``event``, wall time, pid and ``fields``) as a JSON line, under an
+        exclusive ``flock`` so concurrent writers do not interleave."""
         line = json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields}) + "\n"
         with open(self.path, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.write(line)
 
     def events(self, event: str | None = None) -> list[dict]:
+        """Every event recorded so far, in file order (only those named ``event`` if given); []
+        when nothing was recorded."""
         try:
             with open(self.path) as f:
                 rows = [json.loads(line) for line in f if line.strip()]
@@ -163,15 +171,20 @@ class ListSink(BaseBatchBolt, Committer):
     """A committer that appends ``(txid, values[1:])`` of every tuple it receives to
     ``SINKS[name]`` in the commit phase (on the driver), then emits nothing."""
 
+    rows: list[tuple[Any, ...]]
+
     def __init__(self, name: str) -> None:
         self.name = name
 
     def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        """Start the batch: keep its attempt, no rows yet."""
         self.attempt, self.rows = id, []
 
     def execute(self, tuple: Any) -> None:
+        """Keep the tuple's values without its TransactionAttempt."""
         self.rows.append(tuple.values[1:])
 
     def finish_batch(self) -> None:
+        """Append the batch's rows, each with its txid, to ``SINKS[name]`` (commit phase)."""
         with _sinks_guard:
             SINKS.setdefault(self.name, []).extend((self.attempt.txid, r) for r in self.rows)

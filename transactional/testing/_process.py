@@ -53,7 +53,8 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         if predicate():
             return
         if clock() >= deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            msg = f"timed out after {timeout}s waiting for {what}"
+            raise TimeoutError(msg)
         sleep(interval)
 
 
@@ -84,7 +85,7 @@ class ManagedProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self) -> "ManagedProcess":
+    def start(self) -> ManagedProcess:
         if self.running:
             return self
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -98,8 +99,11 @@ class ManagedProcess:
 
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start; "
-                                   f"log:\n{self.logs()}")
+                msg = (
+                    f"{self.name} exited with {self.proc.returncode} at start; "
+                    f"log:\n{self.logs()}"
+                )
+                raise RuntimeError(msg)
             return self.is_ready()
 
         wait_until(ready, self.start_timeout, what=f"{self.name} on 127.0.0.1:{self.port}")
@@ -145,7 +149,7 @@ class ManagedProcess:
         except OSError:
             return ""
 
-    def __enter__(self) -> "ManagedProcess":
+    def __enter__(self) -> ManagedProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

