@@ -100,3 +100,14 @@ def test_driver_sigkill_after_the_executors_wrote_then_restart_is_exact(tmp_path
     assert d.wait() == 0, d.stderr[-3000:]
     t, o = words.stored_counts(redis_url, tid)
     assert t == words.exact(words.make_data(1)) and o == words.exact(words.make_data(1))
+
+
+def test_two_spouts_with_commits_on_executors_count_exactly(spark_context, redis_url, tmp_path):
+    """A transactional and an opaque spout under each txid, txid 2 failing once, the
+    committer tasks writing an OpaqueMap in Redis from the executors."""
+    from test_engine import two_spouts, uid
+
+    r = run_topology(two_spouts(uid("spouts-exec"), str(tmp_path / "events")), config(redis_url),
+                     spark_context=spark_context)
+    assert r.map_state("per-value").multi_get([*range(30), *range(100, 125)]) == [1] * 55
+    assert len(r.failures) >= 2 and r.last_txid == 7

@@ -46,6 +46,7 @@ from transactional._coordinator import (
     Plan,
     Record,
     Recovered,
+    SpoutsReplay,
     Stop,
     TransactionalReplay,
     advance,
@@ -752,3 +753,43 @@ def test_max_batches_stops_after_the_last_commit(kind):
     assert c.committed(1, 0.2) == []
     assert c.processed(2, 1, None, 0.3)[0].txid == 2
     assert c.committed(2, 0.4) == [Stop("max_batches")]
+
+
+# -- several spouts under one txid ------------------------------------------------------------------
+
+def test_spouts_mixed_a_failed_txid_is_planned_again_keeping_the_transactional_part():
+    """Spout t (transactional, partitioned) and o (opaque) share each txid. A failure of txid
+    1 plans it again with t's part kept as it was (None included: t sat txid 2 out), o's
+    part planned anew; o's emitted-less report adjusts only o's part."""
+    pol = SpoutsReplay({"t": TransactionalReplay(True), "o": OpaqueReplay()})
+    c = Coordinator(CoordinatorSettings(max_spout_pending=2, idle_timeout_secs=None, retry_backoff_secs=0.0),
+                    pol, None, None)
+    assert c.start(0.0) == [Plan(1, None, None, None)]
+    m1 = {"t": meta((0, 5)), "o": meta((0, 4))}
+    s1 = pol.advance(None, m1)
+    out = c.planned(1, m1, s1, 0.0)
+    assert out == [Launch(1, 1, m1, s1, ()), Plan(2, m1, s1, None)]
+    m2 = {"t": None, "o": meta((4, 8))}
+    s2 = pol.advance(s1, m2)
+    assert s2 == {"t": meta((0, 5)), "o": meta((4, 8))}      # t keeps its state through txid 2
+    assert c.planned(2, m2, s2, 0.0)[0] == Launch(2, 1, m2, s2, ())
+    assert c.failed(1, 1, Fail("failed", 1, 1), 1.0) == [Cancel(1, 1), Cancel(2, 1), Plan(1, None, None, {"t": meta((0, 5))})]
+    m1b = {"t": meta((0, 5)), "o": meta((0, 6))}
+    out = c.planned(1, m1b, pol.advance(None, m1b), 1.0)
+    assert out[0].meta == m1b and out[1] == Plan(2, m1b, pol.advance(None, m1b), {"t": None})
+    assert c.keep == {2: {"t": None}}
+    # o emitted less in txid 1, attempt 2: its part adjusted, t's untouched; txid 2 planned again
+    out = c.processed(1, 2, {"o": {"0": {"start": 0, "end": 3}}}, 1.1)
+    kept = {"t": meta((0, 5)), "o": meta((0, 3))}
+    assert out[0] == Record(1, 2, kept, ()) and out[1] == Commit(1, 2, kept, pol.advance(None, kept), (2,))
+
+
+def test_spouts_all_transactional_replay_as_stored_and_resume_keeps_the_transactional_part():
+    both = SpoutsReplay({"a": TransactionalReplay(False), "b": TransactionalReplay(True)})
+    m3 = {"a": [3, 4], "b": None}
+    assert both.replay_meta(m3) == m3 and both.replays
+    mixed = SpoutsReplay({"a": TransactionalReplay(False), "o": OpaqueReplay()})
+    rec = Recovered(2, {"a": [2, 3], "o": meta((0, 2))}, {"a": [2, 3], "o": meta((0, 2))},
+                    {3: {"meta": {"a": [3, 4], "o": meta((2, 5))}, "attempts": 1, "commit_started": []}})
+    c = Coordinator(CoordinatorSettings(max_spout_pending=2, idle_timeout_secs=None), mixed, rec, None)
+    assert c.start(0.0) == [Plan(3, rec.committed_meta, rec.partitions, {"a": [3, 4]})]

@@ -444,3 +444,82 @@ def test_groupings_fields_all_direct_local_and_named_streams(spark_context, tmp_
     local = EventLog(str(tmp_path / "local")).events("finish")
     assert sorted((e["txid"], e["task"], e["n"]) for e in local) == [(t, k, 10) for t in (1, 2, 3) for k in (0, 1)], \
         "local_or_shuffle: each task reads its own emitter task's 10 tuples"
+
+
+# -- several spouts in one topology (one txid, each spout's metadata under it) ------------------------
+
+class AuditBatch(BaseBatchBolt):
+    """Logs, per attempt, the values each spout delivered; fails the first attempt of txid 2."""
+
+    def __init__(self, log_path: str) -> None:
+        self.log = EventLog(log_path)
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.task, self.seen = attempt, context.task_index, {}
+
+    def execute(self, tuple):
+        self.seen.setdefault(tuple.source_component, []).append(tuple[1])
+
+    def finish_batch(self):
+        from transactional import FailedException
+
+        self.log.record("batch", txid=self.attempt.txid, attempt=self.attempt.attempt_id, task=self.task,
+                        seen={k: sorted(v) for k, v in self.seen.items()})
+        if self.attempt == (2, 1):
+            raise FailedException("txid 2, attempt 1: the batch fails once")
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id"))
+
+
+def _short_b_on_first_try(tx, partition, start, end):
+    """Spout b delivers 2 fewer in the first attempt of txid 2 (its broker was down)."""
+    return start + 1 if tx == (2, 1) else end
+
+
+def two_spouts(tid: str, log_path: str, plan: FaultPlan | None = None) -> TransactionalTopologyBuilder:
+    """a: transactional, 2 partitions of 15 (5 a batch: 3 txids); b: opaque, 1 partition
+    of 25 (4 a batch, less once: 7 txids). Every value counted once into "per-value"."""
+    a = MemoryTransactionalSpout({0: list(range(15)), 1: list(range(15, 30))}, Fields("n"), 5)
+    b = OpaqueMemoryTransactionalSpout({0: list(range(100, 125))}, Fields("n"), 4, deliver=_short_b_on_first_try)
+    builder = TransactionalTopologyBuilder(tid, "a", a, 2)
+    builder.set_spout("b", b, 1)
+    count = CountPerValue(True)
+    builder.set_bolt("count", with_faults(count, plan) if plan else count, 2) \
+        .fields_grouping("a", Fields("n")).fields_grouping("b", Fields("n"))
+    builder.set_bolt("audit", AuditBatch(log_path), 1).global_grouping("a").global_grouping("b")
+    return builder
+
+
+def test_several_spouts_share_each_txid_and_count_exactly(spark_context, tmp_path):
+    log = str(tmp_path / "events")
+    r = run_topology(two_spouts(uid("spouts"), log), config(max_spout_pending=3))
+    counts = r.map_state("per-value").multi_get([*range(30), *range(100, 125)])
+    assert counts == [1] * 55, "every value of both spouts counted exactly once"
+    assert r.tuples == 55 and r.emitted["a"] == 30 and r.emitted["b"] == 25
+    batches = {(e["txid"], e["attempt"]): e["seen"] for e in EventLog(log).events("batch")}
+    # txid 1 holds a batch of each spout; b goes on alone once a has nothing more
+    assert batches[(1, 1)] == {"a": [0, 1, 2, 3, 4, 15, 16, 17, 18, 19], "b": [100, 101, 102, 103]}
+    # txid 2 failed once: a (transactional) replays the same batch; b (opaque) was
+    # planned again and delivers from where its txid 1 ended
+    assert batches[(2, 1)]["a"] == batches[(2, 2)]["a"] == [5, 6, 7, 8, 9, 20, 21, 22, 23, 24]
+    assert batches[(2, 1)]["b"] == [104] and batches[(2, 2)]["b"] == [104, 105, 106, 107]
+    assert "a" not in batches[(r.last_txid, 1)] and r.last_txid == 7
+
+
+def test_several_spouts_are_exact_under_injected_failures(spark_context, tmp_path):
+    plan = FaultPlan(seed=4, rate=0.2, max_attempt=2)
+    r = run_topology(two_spouts(uid("spoutsf"), str(tmp_path / "events"), plan),
+                     config(max_spout_pending=4, max_attempts=5))
+    assert r.map_state("per-value").multi_get([*range(30), *range(100, 125)]) == [1] * 55
+    assert any("injected failure" in f for f in r.failures)
+
+
+def test_several_spouts_resume_where_each_left_off(spark_context, tmp_path):
+    tid = uid("spoutsr")
+    b = two_spouts(tid, str(tmp_path / "events"))
+    r1 = run_topology(b, config(), max_batches=4)
+    assert r1.last_txid == 4
+    r2 = run_topology(b, config())
+    assert r2.first_txid == 5
+    assert r2.map_state("per-value").multi_get([*range(30), *range(100, 125)]) == [1] * 55

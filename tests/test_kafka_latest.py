@@ -109,7 +109,7 @@ def test_planner_stores_starts_before_a_batch_reads_them_and_a_new_planner_reuse
     try:
         p = _planner(c, state)
         assert p.plan(1, None, None) is None                  # 'latest': nothing new yet
-        assert state.get("starts") == {"initial_partitions": 2, "partitions": {
+        assert state.get("starts/spout") == {"initial_partitions": 2, "partitions": {
             "0": {"start": 5, "end": 5}, "1": {"start": 7, "end": 7}}}
         assert c.asked == [(0, False), (1, False)]
         c.ends[1] = 9
@@ -126,9 +126,9 @@ def test_planner_stores_starts_before_a_batch_reads_them_and_a_new_planner_reuse
         assert c2.asked == [(2, True)]                        # added after the first plan: new
         # the new start was stored before the plan returned the batch that reads it
         sets = [i for i, e in enumerate(c2.events) if e[0] == "set"]
-        assert len(sets) == 1 and c2.events[sets[0]][1] == "starts"
-        assert state.get("starts")["partitions"]["2"] == {"start": 0, "end": 0}
-        assert state.get("starts")["initial_partitions"] == 2
+        assert len(sets) == 1 and c2.events[sets[0]][1] == "starts/spout"
+        assert state.get("starts/spout")["partitions"]["2"] == {"start": 0, "end": 0}
+        assert state.get("starts/spout")["initial_partitions"] == 2
     finally:
         MemoryTransactionalState.reset(tid)
 
@@ -142,12 +142,12 @@ def test_planner_asks_again_when_the_start_cannot_be_told_and_without_initial_me
         p = _planner(c, state)
         assert p.plan(1, None, None) is None
         assert not any(e[0] == "plan" for e in c.events)      # not planned from nothing
-        assert state.get("starts") == {"initial_partitions": 1, "partitions": {}}
+        assert state.get("starts/spout") == {"initial_partitions": 1, "partitions": {}}
         c.down = False
         c.ends[0] = 4
         assert p.plan(1, None, None) is None                  # starts at 4 now
         assert c.asked == [(0, False), (0, False)]
-        assert state.get("starts")["partitions"] == {"0": {"start": 4, "end": 4}}
+        assert state.get("starts/spout")["partitions"] == {"0": {"start": 4, "end": 4}}
     finally:
         MemoryTransactionalState.reset(tid)
     tid = f"starts-{uuid.uuid4().hex[:8]}"
@@ -156,7 +156,7 @@ def test_planner_asks_again_when_the_start_cannot_be_told_and_without_initial_me
     try:
         assert _planner(plain, state).plan(1, None, None) == ({"0": {"start": 0, "end": 3}},
                                                               {"0": {"start": 0, "end": 3}})
-        assert state.get("starts") is None
+        assert state.get("starts/spout") is None
         assert _planner(Scripted({0: 3}), None).plan(1, None, None) is None   # no state: memory only
     finally:
         MemoryTransactionalState.reset(tid)

@@ -94,6 +94,24 @@ def test_duplicate_ids_bad_parallelism_and_basic_committers_are_refused():
         b.set_bolt("z", object())
 
 
+def test_more_spouts_join_with_set_spout_and_bad_ones_are_refused_naming_them():
+    b = builder()
+    b.set_spout("more", MemoryTransactionalSpout({0: ["b"]}, Fields("word"), 1), 2)
+    b.set_bolt("a", Emit2(), 2).shuffle_grouping("spout").fields_grouping("more", "word")
+    t = b.build()
+    assert [c.id for c in t.spouts] == ["spout", "more"] and [c.id for c in t.bolts] == ["a"]
+    assert t.spout_id == "spout" and t.component("more").parallelism == 2
+    assert "more (MemoryTransactionalSpout) x2 [spout]" in t.describe()
+    with pytest.raises(TopologyError, match="'more' is used twice"):
+        b.set_spout("more", MemoryTransactionalSpout({0: ["b"]}, Fields("word"), 1))
+    with pytest.raises(TopologyError, match="'a' is used twice"):
+        b.set_spout("a", MemoryTransactionalSpout({0: ["b"]}, Fields("word"), 1))
+    with pytest.raises(TopologyError, match="spout 'x' \\(dict\\) is not a transactional spout"):
+        b.set_spout("x", {})
+    with pytest.raises(TopologyError, match="'more' is used twice"):
+        b.set_bolt("more", Emit2())
+
+
 class Unpicklable(BaseBatchBolt):
     def __init__(self):
         import threading

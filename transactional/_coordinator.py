@@ -23,7 +23,8 @@ Rules (each checked by tests/test_coordinator.py, a hypothesis state machine):
 3. A failure of txid t (or a timeout: ``message_timeout_secs`` after its launch) fails t
    and every later txid in flight: their jobs are cancelled, and each is emitted again
    as a new attempt -- transactional spouts with the same metadata, opaque spouts planned
-   again from where the previous batch ended (the replay policy, one object per kind).
+   again from where the previous batch ended (the replay policy, one object per kind;
+   ``SpoutsReplay`` combines the policies of a topology's spouts under one txid).
 4. A failed txid is emitted again no earlier than its backoff allows
    (``retry_backoff_secs`` doubling per failure, at most ``retry_backoff_max_secs``).
 5. The ``max_attempts``-th failure of a txid, or a fatal failure, stops the run with an
@@ -46,7 +47,7 @@ from typing import Any, Protocol
 from transactional.exceptions import TopologyFailedError
 
 __all__ = ["Coordinator", "CoordinatorSettings", "Status", "Plan", "Launch", "Record", "Cancel",
-           "Commit", "Stop", "Action", "TransactionalReplay", "OpaqueReplay", "ReplayPolicy",
+           "Commit", "Stop", "Action", "TransactionalReplay", "OpaqueReplay", "SpoutsReplay", "ReplayPolicy",
            "Transition", "advance"]
 
 
@@ -83,11 +84,14 @@ class Failure(Protocol):
 @dataclass(frozen=True)
 class Plan:
     """Ask the spout for the metadata of ``txid``, continuing from ``prev_meta`` (txid-1's)
-    and ``partitions`` (the partition state after txid-1); answer with ``planned``."""
+    and ``partitions`` (the partition state after txid-1); answer with ``planned``.
+    ``keep``: the part of a failed attempt's metadata the new plan must reuse (the
+    transactional spouts of a topology that also has opaque ones), else None."""
 
     txid: int
     prev_meta: Any
     partitions: dict | None
+    keep: Any = None
 
 
 @dataclass(frozen=True)
@@ -168,19 +172,31 @@ class ReplayPolicy:
     """How a spout kind re-emits a failed txid. One object per kind."""
 
     partitioned = True
+    replays = False          # a failed txid is re-emitted with its stored metadata
 
     def replay_meta(self, meta: Any) -> Any | None:
         """The metadata a failed txid is re-emitted with, or None: plan it again."""
         raise NotImplementedError
+
+    def keep(self, meta: Any) -> Any | None:
+        """When ``replay_meta`` is None: the part of ``meta`` the new plan must reuse."""
+        return None
 
     def adopt(self, planned: Any, actual: dict | None) -> Any | None:
         """The metadata to keep when an attempt reports what it ``actual``-ly emitted, or
         None when that is what was planned."""
         return None
 
+    def advance(self, state: Any, meta: Any) -> Any:
+        """The spout's state after a batch with metadata ``meta``: the partition state
+        (partition -> its latest metadata), or None for a spout without partitions."""
+        return advance(state, meta) if self.partitioned else None
+
 
 class TransactionalReplay(ReplayPolicy):
     """Transactional and partitioned spouts: a replay re-emits exactly the stored metadata."""
+
+    replays = True
 
     def __init__(self, partitioned: bool = True) -> None:
         self.partitioned = partitioned
@@ -201,6 +217,55 @@ class OpaqueReplay(ReplayPolicy):
             return None
         kept = {p: actual.get(p, m) for p, m in planned.items()}
         return None if kept == planned else kept
+
+
+class SpoutsReplay(ReplayPolicy):
+    """The spouts of one topology, each with its own policy (Storm's MasterBatchCoordinator
+    keeps a list of spouts under one txid).
+
+    A txid's metadata is ``{spout_id: meta}``, None for a spout with nothing in that txid;
+    the state is ``{spout_id: state}``, where a spout without partitions keeps its last
+    metadata, so that one that sat a txid out continues from its own last batch. A failed
+    txid is re-emitted as stored when every spout replays; otherwise it is planned again
+    and the spouts that replay (transactional ones) ``keep`` their part, a None ("nothing
+    in this txid") included: a transactional spout's batch of a txid never changes.
+
+    >>> p = SpoutsReplay({"t": TransactionalReplay(False), "o": OpaqueReplay()})
+    >>> p.replay_meta({"t": [0, 3], "o": {"0": [5, 9]}}), p.keep({"t": None, "o": {"0": [5, 9]}})
+    (None, {'t': None})
+    >>> p.advance({"t": [0, 3], "o": {"0": [0, 5]}}, {"t": None, "o": {"1": [0, 2]}})
+    {'t': [0, 3], 'o': {'0': [0, 5], '1': [0, 2]}}
+    """
+
+    def __init__(self, policies: dict[str, ReplayPolicy]) -> None:
+        self.policies = dict(policies)
+        self.replays = all(p.replays for p in self.policies.values())
+
+    def replay_meta(self, meta: Any) -> Any | None:
+        if not self.replays:
+            return None
+        return {sid: (meta or {}).get(sid) for sid in self.policies}
+
+    def keep(self, meta: Any) -> Any | None:
+        kept = {sid: (meta or {}).get(sid) for sid, p in self.policies.items() if p.replays}
+        return kept or None
+
+    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
+        out, changed = dict(planned), False
+        for sid, p in self.policies.items():
+            if planned.get(sid) is not None:
+                kept = p.adopt(planned[sid], (actual or {}).get(sid))
+                if kept is not None:
+                    out[sid], changed = kept, True
+        return out if changed else None
+
+    def advance(self, state: Any, meta: Any) -> Any:
+        state, meta = state or {}, meta or {}
+        out = {}
+        for sid, p in self.policies.items():
+            m, prev = meta.get(sid), state.get(sid)
+            out[sid] = prev if m is None else (p.advance(prev, m) if p.partitioned else m)
+        return out
 
 
 # -- the state machine --------------------------------------------------------------------------------
@@ -249,15 +314,15 @@ class Coordinator:
 
     >>> c = Coordinator(CoordinatorSettings(max_spout_pending=2), TransactionalReplay(False))
     >>> c.start(0.0)
-    [Plan(txid=1, prev_meta=None, partitions=None)]
+    [Plan(txid=1, prev_meta=None, partitions=None, keep=None)]
     >>> c.planned(1, [0, 3], None, 0.0)
-    [Launch(txid=1, attempt=1, meta=[0, 3], partitions=None, commit_started=()), Plan(txid=2, prev_meta=[0, 3], partitions=None)]
+    [Launch(txid=1, attempt=1, meta=[0, 3], partitions=None, commit_started=()), Plan(txid=2, prev_meta=[0, 3], partitions=None, keep=None)]
     >>> c.planned(2, None, None, 0.0)           # nothing to emit now: ask again after a poll interval
     []
     >>> c.processed(1, 1, None, 0.1)
     [Commit(txid=1, attempt=1, meta=[0, 3], partitions=None, commit_started=(1,))]
     >>> c.committed(1, 0.15), c.last_committed   # a slot is free: ask the spout at once
-    ([Plan(txid=2, prev_meta=[0, 3], partitions=None)], 1)
+    ([Plan(txid=2, prev_meta=[0, 3], partitions=None, keep=None)], 1)
     >>> c.planned(2, None, None, 0.15)          # still nothing, nothing in flight: idle
     [Stop(reason='spout has nothing more', error=None)]
     """
@@ -276,11 +341,10 @@ class Coordinator:
         self.attempts: dict[int, int] = {t: int(r.get("attempts") or 0) for t, r in rec.pending.items()}
         self.commit_started: dict[int, list[int]] = {
             t: list(r.get("commit_started") or []) for t, r in rec.pending.items()}
-        self.replay: dict[int, Any] = {}
+        self.replay: dict[int, Any] = {}        # txid -> metadata it is re-emitted with
+        self.keep: dict[int, Any] = {}          # txid -> the part of its metadata a new plan reuses
         for t, r in rec.pending.items():
-            meta = policy.replay_meta(r.get("meta"))
-            if meta is not None:
-                self.replay[t] = meta
+            self._queue_again(t, r.get("meta"))
         self.failures_of: dict[int, int] = {}
         self.not_before: dict[int, float] = {}
         self.planning: int | None = None       # txid a Plan was asked for, unanswered
@@ -318,7 +382,7 @@ class Coordinator:
         kept = self.policy.adopt(b.meta, actual)
         if kept is not None:
             b.meta = kept
-            b.partitions = advance(self._prev(txid)[1], kept)
+            b.partitions = self.policy.advance(self._prev(txid)[1], kept)
             actions.append(Record(txid, attempt, kept, tuple(self.commit_started.get(txid, ()))))
             later = [t for t in self.inflight if t > txid]
             if later:
@@ -346,7 +410,7 @@ class Coordinator:
         del self.inflight[txid]
         self.committing = None
         self.last_committed, self.committed_meta, self.committed_partitions = txid, b.meta, b.partitions
-        for d in (self.commit_started, self.failures_of, self.not_before, self.attempts):
+        for d in (self.commit_started, self.failures_of, self.not_before, self.attempts, self.keep):
             d.pop(txid, None)
         self.next_poll = min(self.next_poll, now)    # a slot is free: ask the spout again now
         self._publish("committed", txid, b.attempt, now, launched_at=b.launched_at, **info)
@@ -405,18 +469,18 @@ class Coordinator:
                 break                                  # a failed txid waits out its backoff
             if t in self.replay:
                 meta = self.replay.pop(t)
-                parts = advance(self._prev(t)[1], meta) if self.policy.partitioned else None
-                actions += self._launch(t, meta, parts, now)
+                actions += self._launch(t, meta, self.policy.advance(self._prev(t)[1], meta), now)
                 continue
             if now < self.next_poll:
                 break                                  # the spout had nothing a moment ago
             prev_meta, prev_parts = self._prev(t)
             self.planning = t
-            actions.append(Plan(t, prev_meta, prev_parts))
+            actions.append(Plan(t, prev_meta, prev_parts, self.keep.get(t)))
         return actions
 
     def _launch(self, txid: int, meta: Any, partitions: dict | None, now: float) -> list[Action]:
         attempt = self.attempts[txid] = self.attempts.get(txid, 0) + 1
+        self.keep.pop(txid, None)
         self.inflight[txid] = _Batch(txid, attempt, meta, partitions, Status.PROCESSING, now)
         self.next_txid = txid + 1
         self._publish("launched", txid, attempt, now)
@@ -448,13 +512,22 @@ class Coordinator:
             b = self.inflight.pop(t)
             if b.status is not Status.COMMITTING:     # running, or processed: its result is void
                 actions.append(Cancel(t, b.attempt))
-            meta = self.policy.replay_meta(b.meta)
-            if meta is not None:
-                self.replay[t] = meta
+            self._queue_again(t, b.meta)
         if self.planning is not None and self.planning >= txid:
             self.planning = None                       # its answer will be ignored
         self.next_txid = txid
         return actions
+
+    def _queue_again(self, txid: int, meta: Any) -> None:
+        """txid is to be emitted again: with ``meta`` as it is, or planned again (keeping
+        what the policy says)."""
+        again = self.policy.replay_meta(meta)
+        if again is not None:
+            self.replay[txid] = again
+            return
+        kept = self.policy.keep(meta)
+        if kept is not None:
+            self.keep[txid] = kept
 
     def _count_failure(self, txid: int, failure: Failure, now: float) -> Stop | None:
         if failure.kind == "fatal":

@@ -1,7 +1,7 @@
 """One plan, one interpreter (docs/design.md §4, §10).
 
-``compile_plan(topology)`` turns a topology, once, into stages: the spout's emitter
-stage, then one stage per bolt, each with its **phase** (``processing``: may run for
+``compile_plan(topology)`` turns a topology, once, into stages: one emitter stage per
+spout, then one stage per bolt, each with its **phase** (``processing``: may run for
 several batches at once; ``commit``: committers and everything downstream of one,
 strictly in txid order) and its **placement** (``executors``: Spark tasks; ``driver``:
 the driver process). ``run_processing`` and ``run_commit`` interpret a plan for one
@@ -113,19 +113,21 @@ def empty_report() -> dict:
 
 
 def merge_reports(a: dict, b: dict) -> dict:
-    """Fold report ``b`` into ``a``: failures (list), counters (sum), actual metadata (dict)."""
+    """Fold report ``b`` into ``a``: failures (list), counters (sum), actual metadata
+    (spout -> partition -> what it emitted)."""
     a["failures"].extend(b["failures"])
     for k in ("executed", "emitted"):
         for c, n in b[k].items():
             a[k][c] = a[k].get(c, 0) + n
-    a["actual"].update(b["actual"])
+    for spout, parts in b["actual"].items():
+        a["actual"].setdefault(spout, {}).update(parts)
     return a
 
 
 def report(component: str, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
            actual: dict | None = None) -> dict:
     return {"failures": [failure] if failure else [], "executed": {component: executed},
-            "emitted": {component: emitted}, "actual": actual or {}}
+            "emitted": {component: emitted}, "actual": {component: actual} if actual else {}}
 
 
 @dataclass
@@ -150,27 +152,31 @@ class Shared(Protocol):
     value: Topology
 
 
-_SPOUTS: dict[str, Any] = {}
+_SPOUTS: dict[tuple[str, str], Any] = {}
 _SPOUTS_GUARD = threading.Lock()
 
 
 def _spout_instance(run_id: str, spec: Any) -> Any:
     """The spout object of this run in this process (emitters are cached on it)."""
     with _SPOUTS_GUARD:
-        s = _SPOUTS.get(run_id)
+        s = _SPOUTS.get((run_id, spec.id))
         if s is None:
-            _SPOUTS.clear()
-            s = _SPOUTS[run_id] = spec.new_instance()
+            for old in [k for k in _SPOUTS if k[0] != run_id]:
+                del _SPOUTS[old]
+            s = _SPOUTS[(run_id, spec.id)] = spec.new_instance()
         return s
 
 
-def emit_task(shared: Shared, run_id: str, attempt: TransactionAttempt, meta: Any, cleanup: int,
-              conf: dict, acc: Any) -> Callable[[int, Iterable], Iterator]:
-    """The function of spout emitter task ``task``: emits its share of the batch."""
+def emit_task(shared: Shared, component_id: str, run_id: str, attempt: TransactionAttempt, meta: Any,
+              cleanup: int, conf: dict, acc: Any) -> Callable[[int, Iterable], Iterator]:
+    """The function of emitter task ``task`` of spout ``component_id``: emits its share of
+    the batch (nothing when ``meta`` is None: the spout sits this txid out)."""
     def run(task: int, _: Iterable) -> Iterator:
+        if meta is None:
+            return iter(())
         with paused_gc():   # loading the topology and emitting build many small objects
             topology: Topology = shared.value
-            spec = topology.spout
+            spec = topology.component(component_id)
             router = Router(topology, spec, task, attempt)
             try:
                 spout = _spout_instance(run_id, spec)
@@ -342,8 +348,8 @@ class InProcessExecutor:
 # -- the interpreter -----------------------------------------------------------------------------------
 
 def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: str, conf: dict,
-                   attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
-    """The processing phase of ``attempt`` as one job of ``ex``."""
+                   attempt: TransactionAttempt, meta: dict, cleanup_before: int, group: str) -> ProcessingResult:
+    """The processing phase of ``attempt`` (metadata ``{spout_id: meta}``) as one job of ``ex``."""
     t0 = time.monotonic()
     topology = plan.topology
     ex.begin(group, f"trident {topology.topology_id} txid {attempt.txid} attempt "
@@ -353,7 +359,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
     try:
         for st in plan.processing:
             if st.kind == "spout":
-                data[st.component] = ex.source(st, emit_task(shared, run_id, attempt, meta, cleanup_before, conf, acc))
+                fn = emit_task(shared, st.component, run_id, attempt, meta.get(st.component), cleanup_before, conf, acc)
+                data[st.component] = ex.source(st, fn)
             else:
                 inputs = [ex.select(data[s], frozenset((st.index,))) for s in st.sources]
                 data[st.component] = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc))

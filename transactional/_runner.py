@@ -48,12 +48,10 @@ from transactional._coordinator import (
     Coordinator,
     CoordinatorSettings,
     Launch,
-    OpaqueReplay,
     Plan,
     Record,
     Recovered,
     Stop,
-    TransactionalReplay,
     Transition,
 )
 from transactional._faults import crash_point
@@ -67,7 +65,7 @@ from transactional._plan import (
     run_processing,
 )
 from transactional._spark import SparkExecutor, get_or_create_context
-from transactional._spout import SpoutPlanner
+from transactional._spout import SpoutsPlanner
 from transactional._store import CoordinatorStore
 from transactional._task import TaskContext, TaskFailure
 from transactional.config import TopologyConfig
@@ -316,7 +314,7 @@ class Engine:
         self.config = config
         self.sc = sc
         self.conf = {"topology.id": topology.topology_id, **config.conf}
-        self.result = RunResult(topology.topology_id, _spout_id=topology.spout_id)
+        self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
         self._driver = InProcessExecutor()                 # commit stages run in this process
         self._driver_shared = self._driver.shared(topology)
@@ -347,8 +345,7 @@ class Engine:
             if self.plan.commits_on_executors:
                 self.states.known.update(store.recover_maps())
                 self.states.declare(self.topology, self.conf)
-            planner = SpoutPlanner(self.topology.spout.new_instance(), self.conf, self.topology.topology_id,
-                                   self.topology.spout_id, self.topology.spout.parallelism, state=state)
+            planner = SpoutsPlanner(self.topology, self.conf, state=state)
             try:
                 jobs = _Jobs(self, owner)
                 try:
@@ -367,20 +364,19 @@ class Engine:
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, state: TransactionalState, store: CoordinatorStore, planner: SpoutPlanner,
+    def _loop(self, state: TransactionalState, store: CoordinatorStore, planner: SpoutsPlanner,
               jobs: _Jobs, max_batches: int | None) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
         self.states.last_committed = rec.last_committed
-        policy = OpaqueReplay() if planner.kind == "opaque" else TransactionalReplay(planner.partitioned)
-        coord = Coordinator(CoordinatorSettings.of(self.config), policy,
+        coord = Coordinator(CoordinatorSettings.of(self.config), planner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
         coord.listeners += self.listeners
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
-                     rec.last_committed, len(rec.pending), "plan again" if planner.kind == "opaque" else "replay")
+                     rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
         runner = _Attempts(self, jobs, store, planner, state)
         clock = time.monotonic
         pending: deque[Action] = deque(coord.start(clock()))
@@ -403,7 +399,7 @@ class Engine:
                 self._log_progress()
 
     # -- commit (main thread) ----------------------------------------------------------------
-    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: SpoutPlanner,
+    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: SpoutsPlanner,
                 state: TransactionalState, jobs: _Jobs) -> dict:
         """The commit of one attempt; returns what the ``committed`` transition reports.
         Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
@@ -510,7 +506,7 @@ class _Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, engine: Engine, jobs: _Jobs, store: CoordinatorStore, planner: SpoutPlanner,
+    def __init__(self, engine: Engine, jobs: _Jobs, store: CoordinatorStore, planner: SpoutsPlanner,
                  state: TransactionalState) -> None:
         self.engine = engine
         self.jobs = jobs
@@ -527,7 +523,7 @@ class _Attempts:
         """Do what ``a`` asks; return the coordinator's answer to its outcome."""
         now = time.monotonic
         if isinstance(a, Plan):
-            planned = self.planner.plan(a.txid, a.prev_meta, a.partitions)
+            planned = self.planner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
             return coord.planned(a.txid, meta, parts, now())
         if isinstance(a, Launch):

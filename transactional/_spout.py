@@ -1,15 +1,18 @@
 """One spout executor for the three spout kinds (docs/design.md §6).
 
-Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t";
-executor side, ``emit_spout_task`` runs one emitter task of a batch. Partitioned spouts
-keep a *partition state* (partition -> its latest metadata) that each planned batch
-advances; a batch's metadata holds only the partitions it reads.
+Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t", and
+``SpoutsPlanner`` plans every spout of a topology under one txid (metadata
+``{spout_id: meta}``, None for a spout with nothing in that txid; replays follow
+``transactional._coordinator.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
+emitter task of a batch. Partitioned spouts keep a *partition state* (partition -> its
+latest metadata) that each planned batch advances; a batch's metadata holds only the
+partitions it reads.
 
 Where a partition with no batch yet begins is decided once per topology, not once per
 driver: for a coordinator with ``initial_meta`` (spouts/base.py) the planner stores it in
 the coordinator state (``TransactionalState``) at::
 
-    starts         {"initial_partitions": n, "partitions": {"<p>": <empty meta where p begins>}}
+    starts/<spout_id>  {"initial_partitions": n, "partitions": {"<p>": <empty meta where p begins>}}
 
 ``initial_partitions`` is the number of partitions when the topology first planned
 (written once): partitions ``>= n`` were added later and are asked with
@@ -21,11 +24,14 @@ from it, and a partition missing from the partition state continues from its ent
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from transactional.exceptions import StateCorruptError, TopologyError
 from transactional.tuples import TransactionAttempt
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,6 +69,7 @@ class SpoutPlanner:
         self.kind = spout_kind(spout)
         self.coordinator = spout.get_coordinator(conf, SpoutContext(topology_id, spout_id, 0, parallelism))
         self.state = state
+        self.starts_key = f"starts/{spout_id}"
         self._starts: dict | None = None     # the "starts" record, read on first use
 
     @property
@@ -107,7 +114,7 @@ class SpoutPlanner:
     def _load_starts(self, partitions_now: int) -> dict:
         """The "starts" record (read once; created, and stored, on the topology's first plan)."""
         if self._starts is None:
-            stored = self.state.get("starts") if self.state is not None else None
+            stored = self.state.get(self.starts_key) if self.state is not None else None
             if stored is None:
                 self._starts = {"initial_partitions": partitions_now, "partitions": {}}
                 self._store_starts()
@@ -116,7 +123,7 @@ class SpoutPlanner:
                 self._starts = {"initial_partitions": stored["initial_partitions"],
                                 "partitions": dict(stored.get("partitions") or {})}
             else:
-                msg = (f"the coordinator state's 'starts' record of topology {self.state.topology_id!r} is "
+                msg = (f"the coordinator state's {self.starts_key!r} record of topology {self.state.topology_id!r} is "
                        f"{stored!r}, not {{'initial_partitions': n, 'partitions': {{...}}}}; was it written by "
                        "something else? Delete it only if every partition has had a batch (partitions "
                        "without one would start anew)")
@@ -125,7 +132,7 @@ class SpoutPlanner:
 
     def _store_starts(self) -> None:
         if self.state is not None:
-            self.state.set("starts", self._starts)
+            self.state.set(self.starts_key, self._starts)
 
     def committed(self, txid: int, meta: Any) -> None:
         self.coordinator.committed(txid, meta)
@@ -134,11 +141,65 @@ class SpoutPlanner:
         self.coordinator.close()
 
 
+class SpoutsPlanner:
+    """Every spout of a topology, planned under one txid (Storm's MasterBatchCoordinator
+    with its list of spouts). ``policy`` is the coordinator's replay policy for them."""
+
+    def __init__(self, topology: Any, conf: dict, *, state: Any = None) -> None:
+        from transactional._coordinator import OpaqueReplay, SpoutsReplay, TransactionalReplay
+
+        self.planners: dict[str, SpoutPlanner] = {}
+        try:
+            for spec in topology.spouts:
+                self.planners[spec.id] = SpoutPlanner(spec.new_instance(), conf, topology.topology_id, spec.id,
+                                                      spec.parallelism, state=state)
+        except BaseException:
+            self.close()
+            raise
+        self.policy = SpoutsReplay({sid: OpaqueReplay() if p.kind == "opaque" else TransactionalReplay(p.partitioned)
+                                    for sid, p in self.planners.items()})
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        return {sid: p.kind for sid, p in self.planners.items()}
+
+    def plan(self, txid: int, states: dict | None, keep: dict | None = None) -> tuple[dict, dict] | None:
+        """``(meta, states after it)`` for ``txid``, or None when no spout has anything
+        now. ``states``: each spout's state after txid-1 (``SpoutsReplay.advance``);
+        ``keep``: the spouts whose part is fixed (a replay), which are not asked."""
+        states = states or {}
+        meta: dict[str, Any] = {}
+        for sid, p in self.planners.items():
+            if keep is not None and sid in keep:
+                meta[sid] = keep[sid]
+                continue
+            last = states.get(sid)
+            planned = p.plan(txid, None if p.partitioned else last, last if p.partitioned else None)
+            meta[sid] = None if planned is None else planned[0]
+        if all(m is None for m in meta.values()):
+            return None
+        return meta, self.policy.advance(states, meta)
+
+    def committed(self, txid: int, meta: dict | None) -> None:
+        """Tell each spout's coordinator that its part of ``txid`` is committed."""
+        for sid, p in self.planners.items():
+            m = (meta or {}).get(sid)
+            if m is not None:
+                p.committed(txid, m)
+
+    def close(self) -> None:
+        for p in self.planners.values():
+            try:
+                p.close()
+            except Exception as e:  # noqa: BLE001 - one spout's close must not keep the others open
+                log.warning("closing spout coordinator: %r", e)
+
+
 _EMITTERS: dict[tuple, Any] = {}
 
 
 def _emitter(run_id: str, spout: Any, conf: dict, ctx: SpoutContext) -> Any:
-    key = (run_id, ctx.task_index)
+    key = (run_id, ctx.component_id, ctx.task_index)
     e = _EMITTERS.get(key)
     if e is None:
         # an earlier run's emitters in this worker are closed and dropped

@@ -96,10 +96,10 @@ class RunResult:
 
     @property
     def tuples(self) -> int:
-        """Tuples emitted by the spout in committed batches."""
-        return sum(self.emitted.get(c, 0) for c in self.emitted if c == self._spout_id)
+        """Tuples emitted by the spouts in committed batches."""
+        return sum(n for c, n in self.emitted.items() if c in self._spout_ids)
 
-    _spout_id: str = field(default="", repr=False)
+    _spout_ids: tuple[str, ...] = field(default=(), repr=False)
 
     def map_state(self, name: str, opaque: bool | None = None) -> Any:
         """The map ``name`` the committers used (``TransactionalMap``/``OpaqueMap``), to

@@ -105,9 +105,9 @@ class Topology:
     """A validated transactional topology. Immutable; build it with
     ``TransactionalTopologyBuilder``.
 
-    ``components`` lists the spout first, then bolts in a topological order;
-    ``commit_components`` are the committers and every bolt downstream of one (they run
-    in the commit phase, on the driver).
+    ``components`` lists the spouts first (in the order they were added), then bolts in
+    a topological order; ``commit_components`` are the committers and every bolt
+    downstream of one (they run in the commit phase). ``spout_id`` is the first spout's.
     """
 
     topology_id: str
@@ -124,13 +124,18 @@ class Topology:
 
     @property
     def spout(self) -> ComponentSpec:
-        """The spout's component (always first)."""
+        """The first spout's component (always first)."""
         return self.components[0]
+
+    @property
+    def spouts(self) -> tuple[ComponentSpec, ...]:
+        """Every spout's component: each batch (txid) holds a part of each spout's stream."""
+        return tuple(c for c in self.components if c.kind == "spout")
 
     @property
     def bolts(self) -> tuple[ComponentSpec, ...]:
         """The bolts' components, in topological order."""
-        return self.components[1:]
+        return tuple(c for c in self.components if c.kind == "bolt")
 
     def is_local(self, component: ComponentSpec) -> bool:
         """True when ``component`` runs in the same Spark tasks as its one source
@@ -237,17 +242,38 @@ class TransactionalTopologyBuilder:
     >>> _ = b.set_bolt("count", BaseBatchBolt(), 2).shuffle_grouping("spout")
     >>> b.build().describe().splitlines()[0]
     "topology 'doc'"
+
+    More spouts join with ``set_spout``: every txid then carries a batch of each (a
+    spout with nothing new sits that txid out), committed together, exactly once.
     """
 
     def __init__(self, topology_id: str, spout_id: str, spout: Any, spout_parallelism: int = 1) -> None:
         _check_id("topology_id", topology_id)
-        _check_id("spout id", spout_id)
         self.topology_id = topology_id
         self.spout_id = spout_id
         self.spout = spout
-        self.spout_parallelism = _check_parallelism(spout_id, spout_parallelism)
+        self.spout_parallelism = spout_parallelism
+        self._spouts: dict[str, tuple[Any, int]] = {}
         self._bolts: dict[str, tuple[Any, int, bool]] = {}
         self._inputs: dict[str, list[Subscription]] = {}
+        self.set_spout(spout_id, spout, spout_parallelism)
+
+    def set_spout(self, spout_id: str, spout: Any, parallelism: int = 1) -> None:
+        """Add a spout with ``parallelism`` emitter tasks. Spouts of any kind mix: on a
+        replay each re-emits as its kind does (transactional: the same batch; opaque:
+        planned again). Bolts read it as any component (``shuffle_grouping(spout_id)``)."""
+        _check_id("spout id", spout_id)
+        if spout_id in self._spouts or spout_id in self._bolts:
+            msg = f"component id {spout_id!r} is used twice; ids must be unique"
+            raise TopologyError(msg)
+        if not hasattr(spout, "declare_output_fields"):
+            msg = (
+                f"spout {spout_id!r} ({type(spout).__name__}) is not a "
+                "transactional spout; subclass one of spouts.TransactionalSpout, "
+                "PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout"
+            )
+            raise TopologyError(msg)
+        self._spouts[spout_id] = (spout, _check_parallelism(spout_id, parallelism))
 
     def set_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> InputDeclarer:
         """Add a bolt with ``parallelism`` tasks; a ``Committer`` bolt commits."""
@@ -259,7 +285,7 @@ class TransactionalTopologyBuilder:
 
     def _set(self, bolt_id: str, bolt: Any, parallelism: int, committer: bool) -> InputDeclarer:
         _check_id("bolt id", bolt_id)
-        if bolt_id == self.spout_id or bolt_id in self._bolts:
+        if bolt_id in self._spouts or bolt_id in self._bolts:
             msg = f"component id {bolt_id!r} is used twice; ids must be unique"
             raise TopologyError(msg)
         if not isinstance(bolt, (BaseBatchBolt, BaseBasicBolt)):
@@ -281,16 +307,10 @@ class TransactionalTopologyBuilder:
     def build(self) -> Topology:
         """Validate and freeze. Raises ``TopologyError`` naming the problem and the fix."""
         streams: dict[str, dict[str, StreamSpec]] = {}
-        d = _Declarer(self.spout_id)
-        if not hasattr(self.spout, "declare_output_fields"):
-            msg = (
-                f"spout {self.spout_id!r} ({type(self.spout).__name__}) is not a "
-                "transactional spout; subclass one of spouts.TransactionalSpout, "
-                "PartitionedTransactionalSpout, OpaquePartitionedTransactionalSpout"
-            )
-            raise TopologyError(msg)
-        self.spout.declare_output_fields(d)
-        streams[self.spout_id] = d.streams
+        for sid, (spout, _) in self._spouts.items():
+            d = _Declarer(sid)
+            spout.declare_output_fields(d)
+            streams[sid] = d.streams
         for bid, (bolt, _, _) in self._bolts.items():
             d = _Declarer(bid)
             bolt.declare_output_fields(d)
@@ -306,7 +326,7 @@ class TransactionalTopologyBuilder:
             for s in subs:
                 _check_subscription(bid, s, streams)
 
-        order = _topological_order(self.spout_id, self._inputs)
+        order = _topological_order(set(self._spouts), self._inputs)
         commit: set[str] = set()
         for bid in order:
             if self._bolts[bid][2] or any(s.source in commit for s in self._inputs[bid]):
@@ -314,10 +334,11 @@ class TransactionalTopologyBuilder:
 
         origin = uuid.uuid4().hex
         table: list[Any] = []     # this build's objects, for the driver forms
-        blob, driver_blob = _pickle(self.spout_id, self.spout, origin, table)
-        comps = [ComponentSpec(self.spout_id, "spout", self.spout_parallelism, False, False, (),
-                               dict(streams[self.spout_id]), blob, type(self.spout).__name__,
-                               driver_blob, origin)]
+        comps = []
+        for sid, (spout, par) in self._spouts.items():
+            blob, driver_blob = _pickle(sid, spout, origin, table)
+            comps.append(ComponentSpec(sid, "spout", par, False, False, (), dict(streams[sid]), blob,
+                                       type(spout).__name__, driver_blob, origin))
         for bid in order:
             bolt, par, committer = self._bolts[bid]
             blob, driver_blob = _pickle(bid, bolt, origin, table)
@@ -385,13 +406,13 @@ def _check_subscription(bid: str, s: Subscription, streams: dict[str, dict[str, 
         raise TopologyError(msg)
 
 
-def _topological_order(spout_id: str, inputs: dict[str, list[Subscription]]) -> list[str]:
+def _topological_order(spouts: set[str], inputs: dict[str, list[Subscription]]) -> list[str]:
     """Bolts in an order where every source comes first; raises on a cycle."""
     order: list[str] = []
     state: dict[str, int] = {}  # 1 visiting, 2 done
 
     def visit(n: str, path: list[str]) -> None:
-        if state.get(n) == 2 or n == spout_id:
+        if state.get(n) == 2 or n in spouts:
             return
         if state.get(n) == 1:
             cycle = path[path.index(n):] + [n]
