@@ -89,7 +89,7 @@ def main() -> None:
         produce(bootstrap, topic, {p: corpus[p::PARTITIONS] for p in range(PARTITIONS)})
         produce_secs = time.monotonic() - t0
 
-        cfg = TopologyConfig(spark_master=args.master, max_spout_pending=args.max_spout_pending,
+        cfg = TopologyConfig(spark_master=args.master, spark_ui=False, max_spout_pending=args.max_spout_pending,
                              state=redis_url, progress=False, message_timeout_secs=600)
         sc = get_or_create_context(cfg)
         sc.parallelize(range(4), 2).count()  # start the Python workers before timing

@@ -160,7 +160,7 @@ def main():
 
 def run_one(args, corpus, placement, bare_line):
     words = sum(s.count(" ") + 1 for s in corpus)
-    cfg = TopologyConfig(spark_master=args.master, max_spout_pending=args.max_spout_pending,
+    cfg = TopologyConfig(spark_master=args.master, spark_ui=False, max_spout_pending=args.max_spout_pending,
                          state=args.state, progress=False, message_timeout_secs=600,
                          commit_placement=placement)
     sc = get_or_create_context(cfg)

@@ -18,6 +18,6 @@ def spark_context():
     from transactional._spark import get_or_create_context
     from transactional.config import TopologyConfig
 
-    sc = get_or_create_context(TopologyConfig(spark_master="local[2]"))
+    sc = get_or_create_context(TopologyConfig(spark_master="local[2]", spark_ui=False))
     yield sc
     sc.stop()

@@ -136,11 +136,29 @@ def test_a_bolt_that_cannot_be_shipped_is_named():
     ({"state": "memory://", "commit_placement": "executors"}, "needs user state that executors can reach"),
     ({"max_spout_pendng": 3}, "max_spout_pendng: unknown setting; known settings:"),
     ({"coordination_auth": "nopassword"}, "coordination_auth: must be 'user:password'"),
+    ({"spark_master": "spark:/127.0.0.1:7077"}, "spark_master: 'spark:/127.0.0.1:7077' is not a Spark master URL; use local"),
+    ({"spark_master": "spark://127.0.0.1"}, "is not a Spark master URL; use local, local[N], local[*]"),
+    ({"spark_master": "local[0]"}, "spark_master: 'local[0]' is not a Spark master URL"),
 ])
 def test_invalid_config_values_get_a_clear_error(kw, message):
     with pytest.raises(ConfigError) as e:
         TopologyConfig(**kw)
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[2,3]", "local-cluster[2,1,1024]",
+                                    "spark://127.0.0.1:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://h:6443"])
+def test_every_spark_master_form_is_accepted(master):
+    assert TopologyConfig(spark_master=master).spark_master == master
+
+
+def test_an_unreachable_spark_master_is_named_before_spark_starts():
+    from transactional._spark import check_master_reachable
+    from transactional.testing._process import free_port
+
+    port = free_port()
+    with pytest.raises(ConfigError, match=f"cannot reach the Spark master spark://127.0.0.1:{port}: 127.0.0.1:{port} "):
+        check_master_reachable(f"spark://127.0.0.1:{port}")
 
 
 def test_config_redacts_passwords():

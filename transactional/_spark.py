@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -24,34 +25,67 @@ from pyspark.accumulators import AccumulatorParam
 from transactional._plan import Stage, empty_report, merge_reports
 from transactional._task import KEY_STRIDE
 from transactional.config import TopologyConfig
+from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 
 log = logging.getLogger("trident")
 
 
+def _loopback_master(master: str) -> bool:
+    """A local master, or a standalone master on this machine's loopback."""
+    if master.startswith("local"):
+        return True
+    hosts = [h.rsplit(":", 1)[0] for h in master.removeprefix("spark://").split(",")] if master.startswith("spark://") else []
+    return bool(hosts) and all(h in ("127.0.0.1", "localhost", "::1") for h in hosts)
+
+
+def check_master_reachable(master: str, timeout: float = 3.0) -> None:
+    """For ``spark://`` masters: at least one of the masters accepts a connection, else
+    ``ConfigError`` naming them (Spark itself would retry for a minute, then print pages of
+    stack traces)."""
+    if not master.startswith("spark://"):
+        return
+    tried = []
+    for hp in master.removeprefix("spark://").split(","):
+        host, _, port = hp.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            return
+        except OSError as e:
+            tried.append(f"{hp} ({e.strerror or e})")
+    msg = (f"cannot reach the Spark master {master}: {', '.join(tried)}. Start it (spark-class "
+           "org.apache.spark.deploy.master.Master --host HOST --port PORT), or fix spark_master / --master")
+    raise ConfigError(msg)
+
+
 def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> SparkContext:
-    """The active SparkContext, or a new one for ``config.spark_master`` bound to loopback."""
+    """The active SparkContext, or a new one for ``config.spark_master``: bound to loopback
+    when the master is local or on loopback; the Spark UI on unless ``config.spark_ui`` is
+    False (its address is logged)."""
     active = SparkContext._active_spark_context
     if active is not None:
         return active
+    check_master_reachable(config.spark_master)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     if "JAVA_HOME" not in os.environ:  # Spark 4 runs on Java 17/21; prefer 17 when present
         for jdk in sorted(glob.glob("/usr/lib/jvm/java-17-openjdk-*")):
             os.environ["JAVA_HOME"] = jdk
             break
     conf = (SparkConf().setMaster(config.spark_master).setAppName(config.app_name or app_name)
-            .set("spark.ui.enabled", "false")
+            .set("spark.ui.enabled", "true" if config.spark_ui else "false")
             .set("spark.ui.showConsoleProgress", "false")
             .set("spark.executorEnv.PYTHONHASHSEED", "0")
             .set("spark.python.task.killTimeout", "1s")
             .set("spark.scheduler.mode", "FAIR"))
-    if config.spark_master.startswith("local"):
+    if _loopback_master(config.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, before the JVM starts
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     for k, v in config.spark_conf.items():
         conf.set(k, v)
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
+    if sc.uiWebUrl:
+        log.info("Spark UI of %s (master %s): %s", sc.appName, sc.master, sc.uiWebUrl)
     return sc
 
 

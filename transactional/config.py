@@ -8,6 +8,7 @@ Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pendi
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -31,6 +32,7 @@ class TopologyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     spark_master: str = Field("local[*]", description="Spark master URL (local[*], spark://host:port, yarn, k8s://...)")
+    spark_ui: bool = Field(True, description="the Spark web UI of a context this run creates (its address is logged at start; each attempt's jobs are described 'txid N attempt A (processing|commit)')")
     commit_placement: Literal["driver", "executors"] = Field("driver", description="where the commit phase runs: 'driver' (committers are the user's own classes in the driver process) or 'executors' (a Spark job per commit; each committer task writes its own maps; needs a state server such as redis://)")
     executor: Literal["spark", "in-process"] = Field("spark", description="where processing tasks run: 'spark', or 'in-process' (the driver process, no Spark: for tests and debugging)")
     app_name: str | None = Field(None, description="Spark application name; default 'trident-<topology_id>'")
@@ -81,6 +83,11 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        return check_master(v)
+
     @field_validator("coordination")
     @classmethod
     def _coordination_url(cls, v: str) -> str:
@@ -120,6 +127,30 @@ class TopologyConfig(BaseModel):
         if d["coordination_auth"]:
             d["coordination_auth"] = d["coordination_auth"].split(":")[0] + ":***"
         return d
+
+
+_MASTER_FORMS = (
+    r"local", r"local\[(\*|[1-9]\d*)\]", r"local\[(\*|[1-9]\d*),\s*[1-9]\d*\]",
+    r"local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]",
+    r"spark://[^\s/:,]+:\d{1,5}(,[^\s/:,]+:\d{1,5})*", r"yarn", r"k8s://(https?://)?[^\s/:]+(:\d{1,5})?(/\S*)?",
+)
+
+
+def check_master(v: str) -> str:
+    """``v`` if it is a Spark master URL Spark accepts, else ``ValueError`` listing the forms.
+
+    >>> check_master("spark://127.0.0.1:7077")
+    'spark://127.0.0.1:7077'
+    >>> check_master("spark:/127.0.0.1")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'spark:/127.0.0.1' is not a Spark master URL; use local, local[N], local[*], local[N,maxFailures], spark://host:port[,host:port], yarn or k8s://https://host:port
+    """
+    if not any(re.fullmatch(f, v) for f in _MASTER_FORMS):
+        msg = (f"{v!r} is not a Spark master URL; use local, local[N], local[*], local[N,maxFailures], "
+               "spark://host:port[,host:port], yarn or k8s://https://host:port")
+        raise ValueError(msg)
+    return v
 
 
 def _checked_url(role: str, v: str) -> str:
