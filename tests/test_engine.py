@@ -523,3 +523,22 @@ def test_several_spouts_resume_where_each_left_off(spark_context, tmp_path):
     r2 = run_topology(b, config())
     assert r2.first_txid == 5
     assert r2.map_state("per-value").multi_get([*range(30), *range(100, 125)]) == [1] * 55
+
+
+class ImportsMissing(BaseBatchBolt):
+    def prepare(self, conf, context, collector, attempt):
+        import trident_no_such_module  # noqa: F401
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id"))
+
+
+def test_code_the_executors_cannot_import_stops_at_once_naming_the_module_and_the_fix(spark_context):
+    b = TransactionalTopologyBuilder(uid("noimport"), "spout", MemoryTransactionalSpout({0: [1, 2]}, Fields("n"), 1), 1)
+    b.set_bolt("needs", ImportsMissing(), 1).shuffle_grouping("spout")
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(b, config(max_attempts=5))
+    msg = str(e.value)
+    assert "ModuleNotFoundError: No module named 'trident_no_such_module'" in msg, msg
+    assert "install 'trident_no_such_module' there, or ship it" in msg and "--py-files" in msg, msg
+    assert "failed 5 times" not in msg and e.value.component == "needs"

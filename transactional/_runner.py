@@ -64,7 +64,7 @@ from transactional._plan import (
     run_commit,
     run_processing,
 )
-from transactional._spark import SparkExecutor, get_or_create_context
+from transactional._spark import SparkExecutor, get_or_create_context, ship
 from transactional._spout import SpoutsPlanner
 from transactional._store import CoordinatorStore
 from transactional._task import TaskContext, TaskFailure
@@ -478,8 +478,10 @@ class _Jobs:
         if engine.config.executor == "in-process":
             self.executor: Any = InProcessExecutor()
         else:
-            engine.sc = engine.sc or get_or_create_context(
-                engine.config, f"trident-{engine.topology.topology_id}")
+            if engine.sc is None:
+                engine.sc = get_or_create_context(engine.config, f"trident-{engine.topology.topology_id}")
+            else:
+                ship(engine.sc, engine.config)      # py_files / archives of this run
             self.executor = SparkExecutor(engine.sc)
         self.shared = self.executor.shared(engine.topology)
 

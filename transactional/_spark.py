@@ -64,6 +64,7 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
     False (its address is logged)."""
     active = SparkContext._active_spark_context
     if active is not None:
+        ship(active, config)
         return active
     check_master_reachable(config.spark_master)
     os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -80,13 +81,31 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
     if _loopback_master(config.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, before the JVM starts
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+    if config.archives:
+        conf.set("spark.archives", ",".join(config.archives))
     for k, v in config.spark_conf.items():
         conf.set(k, v)
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     if sc.uiWebUrl:
         log.info("Spark UI of %s (master %s): %s", sc.appName, sc.master, sc.uiWebUrl)
+    ship(sc, config, archives=False)
     return sc
+
+
+_SHIPPED: set[tuple[int, str]] = set()
+
+
+def ship(sc: SparkContext, config: TopologyConfig, archives: bool = True) -> None:
+    """Add ``config.py_files`` (and ``archives``) to ``sc`` once each, for its executors."""
+    for path in config.py_files:
+        if (id(sc), path) not in _SHIPPED:
+            sc.addPyFile(path)
+            _SHIPPED.add((id(sc), path))
+    for path in config.archives if archives else ():
+        if (id(sc), path) not in _SHIPPED:
+            sc.addArchive(path)
+            _SHIPPED.add((id(sc), path))
 
 
 class _ReportParam(AccumulatorParam):

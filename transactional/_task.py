@@ -78,8 +78,16 @@ class TaskFailure:
     def of(cls, exc: BaseException, component: str, task: int, attempt: TransactionAttempt) -> TaskFailure:
         kind = "failed" if isinstance(exc, FailedException) else (
             "fatal" if isinstance(exc, FATAL) else "error")
+        message = str(exc)
+        if isinstance(exc, ModuleNotFoundError):
+            # the same on every attempt: code the workers do not have (docs/cluster.md)
+            kind = "fatal"
+            message += (f" (in the process running this task: install {exc.name!r} there, or ship it: "
+                        "`trident run` ships the topology's local modules to a non-local master; add "
+                        "more with --py-files / TopologyConfig(py_files=...), or a packed environment "
+                        "with --archives)")
         return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__,
-                   str(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                   message, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
     def describe(self) -> str:
         return (f"txid {self.txid} (attempt {self.attempt_id}), component {self.component!r}, "

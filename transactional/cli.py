@@ -57,7 +57,10 @@ def load_topology_file(path: str) -> ModuleType:
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batches", type=int, default=None, help="commit at most N batches, then stop")
-    parser.add_argument("--master", help="Spark master (default local[*])")
+    parser.add_argument("--master", help="Spark master (default local[*]; spark://host:port, yarn, k8s://...)")
+    parser.add_argument("--py-files", help="comma-separated .py/.zip/.egg files for executors (as spark-submit's); "
+                        "for a non-local master the topology's local modules are zipped and shipped too")
+    parser.add_argument("--archives", help="comma-separated archives unpacked on executors, e.g. venv.tar.gz#environment")
     parser.add_argument("--coordination", help="memory:// or zk://host:port[,host:port]/<root>")
     parser.add_argument("--coordination-auth", help="ZooKeeper digest credentials user:password")
     parser.add_argument("--state", help="memory:// or redis://[user:password@]host:port/db")
@@ -81,6 +84,10 @@ def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> 
                         ("max_spout_pending", "max_spout_pending"), ("message_timeout", "message_timeout_secs")):
         if getattr(args, attr, None) is not None:
             kw[field] = getattr(args, attr)
+    for attr, field in (("py_files", "py_files"), ("archives", "archives")):
+        v = getattr(args, attr, None)
+        if v:
+            kw[field] = [*kw.get(field, []), *(x.strip() for x in v.split(",") if x.strip())]
     for attr, field in (("idle_timeout", "idle_timeout_secs"), ("lock_wait", "lock_wait_secs")):
         v = getattr(args, attr, None)
         if v is not None:
@@ -105,6 +112,7 @@ def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> 
 def _run(build: Callable[[], Any], report: Callable[[Any], None] | None, args: argparse.Namespace,
          defaults: dict | None) -> int:
     from transactional._runner import run_topology
+    from transactional.ship import code_zip, needs_shipping
 
     config = config_from_args(args, defaults)
     logging.basicConfig(level=logging.INFO if config.progress else logging.WARNING,
@@ -114,6 +122,10 @@ def _run(build: Callable[[], Any], report: Callable[[Any], None] | None, args: a
     topology = build()
     if hasattr(topology, "build"):
         topology = topology.build()
+    if config.executor == "spark" and needs_shipping(config.spark_master):
+        # executors elsewhere import only what is installed there or shipped: ship this
+        # package and every local module the topology imported (docs/cluster.md)
+        config = config.model_copy(update={"py_files": [str(code_zip()), *config.py_files]})
     result = run_topology(topology, config, max_batches=args.max_batches)
     if args.json:
         print(json.dumps(result.summary()))

@@ -35,6 +35,8 @@ class TopologyConfig(BaseModel):
     spark_ui: bool = Field(True, description="the Spark web UI of a context this run creates (its address is logged at start; each attempt's jobs are described 'txid N attempt A (processing|commit)')")
     commit_placement: Literal["driver", "executors"] = Field("driver", description="where the commit phase runs: 'driver' (committers are the user's own classes in the driver process) or 'executors' (a Spark job per commit; each committer task writes its own maps; needs a state server such as redis://)")
     executor: Literal["spark", "in-process"] = Field("spark", description="where processing tasks run: 'spark', or 'in-process' (the driver process, no Spark: for tests and debugging)")
+    py_files: list[str] = Field(default_factory=list, description="code for executors (.py, .zip, .egg), as spark-submit --py-files; `trident run` adds a zip of the topology's local modules for non-local masters")
+    archives: list[str] = Field(default_factory=list, description="archives unpacked in each executor's directory, as spark-submit --archives (e.g. 'venv.tar.gz#environment' with spark_conf spark.pyspark.python=./environment/bin/python)")
     app_name: str | None = Field(None, description="Spark application name; default 'trident-<topology_id>'")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings for a context this run creates")
     coordination: str = Field("memory://", description="coordinator state: memory:// or zk://host:port[,host:port]/<root>")

@@ -1,0 +1,123 @@
+"""On a real Spark standalone cluster (``transactional.testing.ManagedSparkCluster``: a
+master and one-core workers on loopback, each worker in its own directory with no
+``PYTHONPATH``): ``trident run FILE --master spark://...`` ships the package and the
+topology's local modules, and a run that loses a worker (kill -9 of the worker JVM and its
+executor) mid-run completes with exact counts, commits on the driver or on executors.
+
+The driver is a ``trident run`` subprocess (one SparkContext per process: the test
+session's own is local)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from state import OpaqueMap, RedisMapBacking, TransactionalMap
+from transactional.testing._process import wait_until
+from transactional.testing.spark_cluster import ManagedSparkCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+PROJECT = Path(__file__).resolve().parent / "cluster_project"
+sys.path.insert(0, str(PROJECT))
+import topology as cluster_topology  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = ManagedSparkCluster(workers=2).start()
+    yield c
+    c.destroy()
+
+
+def expected(sentences: int) -> dict[str, int]:
+    return dict(Counter(w.lower() for rows in cluster_topology.sentences(sentences).values()
+                        for s in rows for w in s.split()))
+
+
+def trident_run(cluster: ManagedSparkCluster, tmp_path: Path, tid: str, *args: str, sentences: int = 40,
+                per_batch: int = 4, opaque: bool = False) -> subprocess.Popen:
+    """``trident run`` of the project's topology file against ``cluster``, from a directory
+    that holds none of the project's code."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(CLUSTER_SENTENCES=str(sentences), CLUSTER_PER_BATCH=str(per_batch),
+               CLUSTER_OPAQUE="1" if opaque else "0", CLUSTER_TOPOLOGY_ID=tid, SPARK_LOCAL_IP="127.0.0.1")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    out = open(tmp_path / f"{tid}.log", "w")   # noqa: SIM115 - closed by the caller's wait
+    return subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", str(PROJECT / "topology.py"),
+                             "--master", cluster.master_url, "--json", "--set", "spark_ui=false", *args],
+                            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def finished(p: subprocess.Popen, tmp_path: Path, tid: str, cluster: ManagedSparkCluster, timeout: float = 240) -> str:
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    log = (tmp_path / f"{tid}.log").read_text()
+    assert p.returncode == 0, f"driver exited {p.returncode}:\n{log[-6000:]}\n{cluster.logs()[-4000:]}"
+    return log
+
+
+def stored(redis_url: str, tid: str, words: list[str]) -> tuple[dict, dict]:
+    t = TransactionalMap(RedisMapBacking.from_url(redis_url, f"{tid}:t"))
+    o = OpaqueMap(RedisMapBacking.from_url(redis_url, f"{tid}:o"))
+    return dict(zip(words, t.multi_get(words), strict=True)), dict(zip(words, o.multi_get(words), strict=True))
+
+
+def test_trident_run_ships_the_package_and_the_topologys_local_modules(cluster, redis_server, redis_url, tmp_path):
+    """The bolts live in a sibling module that imports a local package; neither is on
+    the workers' path. Each executor imports both, and this package, from the shipped zip."""
+    tid = f"ship-{uuid.uuid4().hex[:8]}"
+    p = trident_run(cluster, tmp_path, tid, "--state", redis_url)
+    log = finished(p, tmp_path, tid, cluster)
+    want = expected(40)
+    assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
+    places = [k.decode() for k in redis_server.client().keys(f"{tid}:where:*")]
+    assert places, "the committers recorded where the executors imported their code from"
+    for key in places:
+        wordlib_file, cwd, transactional_file = key.split("|")[1:4]
+        assert "trident-code-" in wordlib_file and wordlib_file.endswith("wordlib/norm.py"), key
+        assert "trident-code-" in transactional_file, key
+        assert "trident-spark-worker-" in cwd and str(PROJECT) not in cwd, key
+
+
+
+@pytest.mark.parametrize("placement,opaque", [("driver", False), ("executors", True)])
+def test_a_worker_killed_mid_run_loses_nothing_and_counts_nothing_twice(
+        cluster, redis_url, zk_url, tmp_path, placement, opaque):
+    """kill -9 of a worker (its JVM and executor) once a few txids committed; another
+    worker joins; the run completes with exact counts in both maps."""
+    from transactional.status import topology_status
+
+    cluster.wait_for_workers(2)
+    tid = f"kill-{placement}-{uuid.uuid4().hex[:8]}"
+    p = trident_run(cluster, tmp_path, tid, "--state", redis_url, "--coordination", zk_url,
+                    "--set", f"commit_placement={placement}", "--message-timeout", "20",
+                    sentences=120, per_batch=4, opaque=opaque)
+
+    def committed() -> int:
+        try:
+            return int(topology_status(zk_url, tid).get("last_committed_txid") or 0)
+        except Exception:  # noqa: BLE001 - not created yet
+            return 0
+
+    wait_until(lambda: committed() >= 3 or p.poll() is not None, 180, 0.1, what="3 committed txids")
+    assert p.poll() is None, "the run ended before the fault: give it more data"
+    victim = next(i for i, w in enumerate(cluster.workers) if w.running)
+    cluster.kill_worker(victim)
+    killed_at = committed()
+    cluster.add_worker()
+    log = finished(p, tmp_path, tid, cluster)
+    want = expected(120)
+    assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
+    assert committed() == 30 and killed_at < 30
