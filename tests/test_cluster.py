@@ -121,3 +121,33 @@ def test_a_worker_killed_mid_run_loses_nothing_and_counts_nothing_twice(
     want = expected(120)
     assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
     assert committed() == 30 and killed_at < 30
+
+
+def test_spark_submit_runs_a_packaged_topology(cluster, redis_url, tmp_path):
+    """``trident package`` zips the code; ``spark-submit --py-files`` it, with the entry
+    script, runs the topology (client deploy mode: Spark's standalone master has no
+    cluster deploy mode for Python)."""
+    import pyspark
+
+    from transactional.ship import SUBMIT_SCRIPT
+
+    tid = f"submit-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, CLUSTER_TOPOLOGY_ID=tid, SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("PYTHONPATH", None)
+    pkg = subprocess.run([sys.executable, "-m", "transactional.cli", "package", str(PROJECT / "topology.py"),
+                          "-o", str(tmp_path / "dist")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert pkg.returncode == 0, pkg.stderr
+    code = pkg.stdout.strip()
+    assert code.endswith(".zip") and "spark-submit --master MASTER --py-files" in pkg.stderr
+    submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
+    env["PYSPARK_PYTHON"] = sys.executable
+    p = subprocess.run([submit, "--master", cluster.master_url, "--py-files", code, SUBMIT_SCRIPT,
+                        "run", str(PROJECT / "topology.py"), "--state", redis_url, "--json", "-q",
+                        "--set", "spark_ui=false"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 0, p.stderr[-6000:]
+    assert f'"topology_id": "{tid}"' in p.stdout and '"batches_committed": 10' in p.stdout, p.stdout
+    want = expected(40)
+    assert stored(redis_url, tid, sorted(want)) == (want, want)

@@ -109,25 +109,53 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
 # -- reports -------------------------------------------------------------------------------------------
 
 def empty_report() -> dict:
-    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}}
+    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}}
 
 
 def merge_reports(a: dict, b: dict) -> dict:
-    """Fold report ``b`` into ``a``: failures (list), counters (sum), actual metadata
-    (spout -> partition -> what it emitted)."""
+    """Fold report ``b`` into ``a``: failures (list), counters per (component, task), actual
+    metadata (spout -> partition -> what it emitted). A task Spark runs again (a lost
+    executor) reports again what it reported before: counters and metadata are set, not
+    added, so they do not double."""
     a["failures"].extend(b["failures"])
     for k in ("executed", "emitted"):
-        for c, n in b[k].items():
-            a[k][c] = a[k].get(c, 0) + n
+        a[k].update(b[k])
+    for k, n in b.get("runs", {}).items():
+        a["runs"][k] = a["runs"].get(k, 0) + n
     for spout, parts in b["actual"].items():
         a["actual"].setdefault(spout, {}).update(parts)
     return a
 
 
-def report(component: str, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
+def report(component: str, task: int, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
            actual: dict | None = None) -> dict:
-    return {"failures": [failure] if failure else [], "executed": {component: executed},
-            "emitted": {component: emitted}, "actual": {component: actual} if actual else {}}
+    """One task's report: its failure, or its counters (and an opaque emitter's actual
+    metadata, with ``runs``: how many times Spark ran that emitter task)."""
+    if failure is not None:
+        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}}
+    return {"failures": [], "executed": {(component, task): executed}, "emitted": {(component, task): emitted},
+            "actual": {component: actual} if actual is not None else {},
+            "runs": {(component, task): 1} if actual is not None else {}}
+
+
+def rerun_failures(r: dict, attempt: TransactionAttempt) -> list[TaskFailure]:
+    """Spark runs a task again when the executor holding its output is lost, and both runs
+    report. An opaque emitter may read a different range the second time (retention moved
+    on, more data arrived), and consumers that read the first run's output would see a
+    batch mixing two readings: an opaque emitter task that ran twice fails the attempt."""
+    return [TaskFailure(c, t, attempt.txid, attempt.attempt_id, "failed", "EmitterRerun",
+                        f"opaque emitter {c!r} task {t} ran {n} times in this attempt (Spark re-ran it "
+                        "after losing an executor); it may have read a different range, so the attempt "
+                        "is replayed", "")
+            for (c, t), n in sorted(r.get("runs", {}).items()) if n > 1]
+
+
+def per_component(counts: dict) -> dict[str, int]:
+    """Counters per (component, task) summed per component."""
+    out: dict[str, int] = {}
+    for (component, _), n in counts.items():
+        out[component] = out.get(component, 0) + n
+    return out
 
 
 @dataclass
@@ -184,9 +212,9 @@ def emit_task(shared: Shared, component_id: str, run_id: str, attempt: Transacti
                                          SpoutContext(topology.topology_id, spec.id, task, spec.parallelism),
                                          attempt, meta, router, cleanup)
             except Exception as e:  # noqa: BLE001 - reported to the driver as data
-                acc.add(report(spec.id, failure=TaskFailure.of(e, spec.id, task, attempt)))
+                acc.add(report(spec.id, task, failure=TaskFailure.of(e, spec.id, task, attempt)))
                 return iter(())
-        acc.add(report(spec.id, 0, router.emitted, actual=actual))
+        acc.add(report(spec.id, task, 0, router.emitted, actual=actual))
         return iter(router.records())
     return run
 
@@ -207,9 +235,9 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
             if task_states is not None:
                 task_states.abort()
-            acc.add(report(component_id, failure=TaskFailure.of(exc, component_id, task, attempt)))
+            acc.add(report(component_id, task, failure=TaskFailure.of(exc, component_id, task, attempt)))
             return iter(())
-        acc.add(report(component_id, n, e))
+        acc.add(report(component_id, task, n, e))
         if phase == COMMIT:
             crash_point("commit.after_task", txid=attempt.txid, component=component_id, task=task)
         return iter(out)
@@ -376,11 +404,12 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
     finally:
         ex.end()
     r = acc.value or empty_report()
+    r["failures"] += rerun_failures(r, attempt)
     if r["failures"] and kept is not None:
         ex.release(kept)
         kept = None
-    return ProcessingResult(attempt, records, r["failures"], r["executed"], r["emitted"], r["actual"],
-                            time.monotonic() - t0, kept)
+    return ProcessingResult(attempt, records, r["failures"], per_component(r["executed"]),
+                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept)
 
 
 def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, attempt: TransactionAttempt,
@@ -402,7 +431,8 @@ def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, at
                 break
     finally:
         ex.end()
-    return acc.value
+    r = acc.value
+    return {**r, "executed": per_component(r["executed"]), "emitted": per_component(r["emitted"])}
 
 
 # -- user state for committer tasks on executors ------------------------------------------------------

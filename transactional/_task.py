@@ -122,7 +122,8 @@ class Router:
                 elif topology.is_local(consumer):
                     routes.append(lists[task].append)   # the same task index, no shuffle
                 else:
-                    routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields]))
+                    routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields],
+                                         task * 40503 + attempt.txid))
             self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)
             if spec.direct:
                 self._direct[stream] = direct_targets
@@ -192,7 +193,11 @@ class Router:
         return out
 
 
-def _route(grouping: str, lists: list[list], field_idx: list[int]) -> Callable[[tuple], None]:
+def _route(grouping: str, lists: list[list], field_idx: list[int], seed: int) -> Callable[[tuple], None]:
+    """How one output stream reaches a consumer's tasks. Every grouping is a function of
+    the task's input (and ``seed``: the task and txid): a task Spark runs again after a
+    lost executor sends each tuple where the first run did, so consumers that already
+    read the first run's output and those reading the new run's see one batch."""
     n = len(lists)
     if grouping == "global" or n == 1:
         return lists[0].append
@@ -214,10 +219,9 @@ def _route(grouping: str, lists: list[list], field_idx: list[int]) -> Callable[[
         def by_fields(v: tuple) -> None:
             appends[stable_hash(tuple(v[i] for i in field_idx)) % n](v)
         return by_fields
-    # shuffle / none: round robin from a per-task random start -- an even spread
-    import random
-
-    state = [random.randrange(n)]
+    # shuffle / none: round robin from a start that differs per task and txid -- an even
+    # spread that is the same when the task runs again (its input order is fixed: run_task)
+    state = [seed % n]
     appends = [l.append for l in lists]
 
     def shuffle(v: tuple) -> None:
@@ -300,13 +304,20 @@ class TaskContext:
         return self._states.map_state(name, opaque)
 
 
+def _payload_order(p: Payload) -> tuple[str, str, int]:
+    return p[0], p[1], p[2]
+
+
 def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
              payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int]:
     """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted).
 
-    Exceptions propagate; callers turn them into ``TaskFailure``.
+    Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
+    fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
+    order), so a task run again emits the same tuples to the same tasks (``_route``).
     """
+    payloads = sorted(payloads, key=_payload_order)
     bolt = component.new_instance()
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, TaskContext(topology, component, task, phase, states), router, attempt)

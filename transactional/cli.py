@@ -4,6 +4,7 @@
                 [--coordination zk://127.0.0.1:2181/trident] [--state redis://127.0.0.1:6379/0]
                 [--max-spout-pending 3] [--set key=value ...] [--json]
     trident describe examples/global_count.py
+    trident package examples/global_count.py [-o DIR]    (a zip for spark-submit --py-files)
     trident status TOPOLOGY_ID --coordination zk://127.0.0.1:2181/trident [--json]
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``
@@ -112,7 +113,7 @@ def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> 
 def _run(build: Callable[[], Any], report: Callable[[Any], None] | None, args: argparse.Namespace,
          defaults: dict | None) -> int:
     from transactional._runner import run_topology
-    from transactional.ship import code_zip, needs_shipping
+    from transactional.ship import code_zip, needs_shipping, under_spark_submit
 
     config = config_from_args(args, defaults)
     logging.basicConfig(level=logging.INFO if config.progress else logging.WARNING,
@@ -122,7 +123,7 @@ def _run(build: Callable[[], Any], report: Callable[[Any], None] | None, args: a
     topology = build()
     if hasattr(topology, "build"):
         topology = topology.build()
-    if config.executor == "spark" and needs_shipping(config.spark_master):
+    if config.executor == "spark" and needs_shipping(config.spark_master) and not under_spark_submit():
         # executors elsewhere import only what is installed there or shipped: ship this
         # package and every local module the topology imported (docs/cluster.md)
         config = config.model_copy(update={"py_files": [str(code_zip()), *config.py_files]})
@@ -165,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _config_args(p_run)
     p_desc = sub.add_parser("describe", help="print a topology's components and groupings")
     p_desc.add_argument("file")
+    p_pkg = sub.add_parser("package", help="zip this package and the topology's local modules for "
+                           "spark-submit --py-files (docs/cluster.md)")
+    p_pkg.add_argument("file")
+    p_pkg.add_argument("-o", "--out-dir", default=".", help="where to write trident-code-<hash>.zip (default .)")
     p_status = sub.add_parser("status", help="a topology's coordinator state")
     p_status.add_argument("topology_id")
     p_status.add_argument("--coordination", required=True, help="zk://host:port[,host:port]/<root>")
@@ -176,6 +181,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = load_topology_file(args.file)
         return _guard(lambda: _run(module.build_topology, getattr(module, "report", None), args,
                                    getattr(module, "CONFIG", None)))
+    if args.command == "package":
+        module = load_topology_file(args.file)
+
+        def package() -> int:
+            from transactional.ship import SUBMIT_SCRIPT, code_zip
+
+            module.build_topology()          # imports what building it imports
+            path = code_zip(args.out_dir)
+            print(path)
+            print(f"spark-submit --master MASTER --py-files {path} --files {args.file} "
+                  f"{SUBMIT_SCRIPT} run {Path(args.file).name} [options]", file=sys.stderr)
+            return 0
+        return _guard(package)
     if args.command == "describe":
         module = load_topology_file(args.file)
 

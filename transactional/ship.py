@@ -27,6 +27,9 @@ from pathlib import Path
 
 log = logging.getLogger("trident")
 
+#: the script ``spark-submit`` runs (its arguments are ``trident``'s: ``run FILE ...``)
+SUBMIT_SCRIPT = str(Path(__file__).resolve().parent / "submit" / "trident_submit.py")
+
 #: always shipped: the engine, the spouts and the state packages
 OWN_PACKAGES = ("transactional", "spouts", "state")
 
@@ -103,3 +106,8 @@ def code_zip(out_dir: str | Path | None = None, extra: Iterable[str] = OWN_PACKA
 def needs_shipping(master: str) -> bool:
     """True for masters whose executors may not share this process's files (not ``local``)."""
     return not master.startswith("local")
+
+
+def under_spark_submit() -> bool:
+    """True when ``spark-submit`` started this driver (its ``--py-files`` ship the code)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
