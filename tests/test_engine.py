@@ -500,10 +500,13 @@ def test_several_spouts_share_each_txid_and_count_exactly(spark_context, tmp_pat
     batches = {(e["txid"], e["attempt"]): e["seen"] for e in EventLog(log).events("batch")}
     # txid 1 holds a batch of each spout; b goes on alone once a has nothing more
     assert batches[(1, 1)] == {"a": [0, 1, 2, 3, 4, 15, 16, 17, 18, 19], "b": [100, 101, 102, 103]}
-    # txid 2 failed once: a (transactional) replays the same batch; b (opaque) was
-    # planned again and delivers from where its txid 1 ended
-    assert batches[(2, 1)]["a"] == batches[(2, 2)]["a"] == [5, 6, 7, 8, 9, 20, 21, 22, 23, 24]
-    assert batches[(2, 1)]["b"] == [104] and batches[(2, 2)]["b"] == [104, 105, 106, 107]
+    # txid 2 failed (once by itself; txid 1's failed commit may fail it again): a
+    # (transactional) replays the same batch in every attempt; b (opaque) was planned again
+    # and its committed attempt, the last, delivers from where its txid 1 ended
+    tries = sorted(a for t, a in batches if t == 2)
+    assert tries[0] == 1 and len(tries) >= 2, batches
+    assert all(batches[(2, a)]["a"] == [5, 6, 7, 8, 9, 20, 21, 22, 23, 24] for a in tries), batches
+    assert batches[(2, 1)]["b"] == [104] and batches[(2, tries[-1])]["b"] == [104, 105, 106, 107]
     assert "a" not in batches[(r.last_txid, 1)] and r.last_txid == 7
 
 
