@@ -4,13 +4,15 @@ benchmarks/wordcount.py in a 4-partition Kafka topic, counted exactly once into 
 through a worker kill, plotted.
 
     python benchmarks/cluster_wordcount.py [--sentences 400000] [--batch 20000] [--workers 1,2]
-        [--placements driver,executors] [--kill-plot benchmarks/cluster_kill.png] [--no-kill]
+        [--placements driver,executors] [--kill-plot benchmarks/cluster_kill.png] [--kill-batch 4000]
+        [--no-kill | --only-kill]
 
 Starts its own Tansu broker, redis-server and cluster (``ManagedSparkCluster``: a master
 and one-core workers on loopback); the driver is this process. Each measured run reads the
 whole topic under a new topology id and checks every count. Prints one JSON line per run:
 words/s, commit latency p50/p99 (launch to commit), commit-phase p50/p99, workers,
-placement. The kill run (2 workers, commits on the driver) kills worker 0 with SIGKILL
+placement. The kill run (2 workers, commits on the driver, ``--kill-batch`` sentences a
+batch so that it lasts long enough to see the dip) kills a worker with SIGKILL
 (its JVM and executor) a third of the way in and starts a new worker 5 s later; it prints
 one JSON line with the throughput per second and writes a PNG of it (matplotlib; without
 it, a CSV next to the PNG's name).
@@ -49,9 +51,9 @@ def executors(sc) -> int:
 
 
 def measured_run(sc, cfg: TopologyConfig, bootstrap: str, topic: str, args, corpus_words: Counter,
-                 on_commit=None) -> tuple[dict, float]:
+                 on_commit=None, batch: int | None = None) -> tuple[dict, float]:
     tid = f"bench-cluster-{uuid.uuid4().hex[:8]}"
-    topo = build(tid, bootstrap, topic, args.batch, args.parallelism, args.committers, False)
+    topo = build(tid, bootstrap, topic, batch or args.batch, args.parallelism, args.committers, False)
     t0 = time.monotonic()
     r = run_topology(topo, cfg, spark_context=sc, on_commit=on_commit)
     wall = time.monotonic() - t0
@@ -74,7 +76,7 @@ def kill_run(sc, cluster: ManagedSparkCluster, cfg: TopologyConfig, bootstrap: s
              corpus_words: Counter, words_per_sentence: float) -> dict:
     """2 workers; kill worker 0 a third of the way in, a new worker 5 s later."""
     commits: list[tuple[float, int]] = []
-    batches = -(-args.sentences // args.batch)
+    batches = -(-args.sentences // args.kill_batch)
     events: dict[str, float] = {}
 
     def on_commit(txid, result):
@@ -91,7 +93,7 @@ def kill_run(sc, cluster: ManagedSparkCluster, cfg: TopologyConfig, bootstrap: s
                 events["registered"] = time.monotonic()
             threading.Thread(target=replace, daemon=True).start()
 
-    line, t0 = measured_run(sc, cfg, bootstrap, topic, args, corpus_words, on_commit)
+    line, t0 = measured_run(sc, cfg, bootstrap, topic, args, corpus_words, on_commit, args.kill_batch)
     # words per 1-second bucket, from the sentences of each committed batch
     series: dict[int, float] = {}
     prev = 0
@@ -121,14 +123,17 @@ def plot(path: str, xs: list[int], ys: list[float], marks: dict[str, float]) -> 
         print(f"matplotlib is not installed (pip install matplotlib): wrote {csv}", file=sys.stderr)
         return
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.step(xs, ys, where="post", label="words committed per second")
+    window = 5                                  # a batch commits 1-2 times a second: smooth over 5 s
+    smooth = [sum(ys[max(0, i - window + 1):i + 1]) / min(window, i + 1) for i in range(len(ys))]
+    ax.step(xs, ys, where="post", color="lightsteelblue", label="words committed in each second")
+    ax.plot(xs, smooth, color="navy", label=f"{window}-second average")
     for name, at in marks.items():
         ax.axvline(at, linestyle="--", color={"kill": "red"}.get(name, "gray"))
         ax.text(at, max(ys or [1]) * 0.95, f" {name}", rotation=90, va="top", fontsize=8)
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("words / s")
     ax.set_title("exactly-once word count, 2 one-core workers: kill -9 of a worker and its executor")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}", file=sys.stderr)
@@ -144,7 +149,9 @@ def main() -> None:
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--committers", type=int, default=1)
     ap.add_argument("--kill-plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_kill.png"))
+    ap.add_argument("--kill-batch", type=int, default=4000, help="sentences per batch in the kill run")
     ap.add_argument("--no-kill", action="store_true")
+    ap.add_argument("--only-kill", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
 
@@ -166,7 +173,7 @@ def main() -> None:
                               max_spout_pending=args.max_spout_pending, progress=False,
                               message_timeout_secs=120, py_files=[str(code_zip())])
         sc = get_or_create_context(base)
-        for n in counts:
+        for n in [] if args.only_kill else counts:
             while len([w for w in cluster.workers if w.running]) < n:
                 cluster.add_worker()
             wait_until(lambda n=n: executors(sc) >= n, 60, 0.2, what=f"{n} executors")
@@ -186,7 +193,7 @@ def main() -> None:
             line = kill_run(sc, cluster, base, broker.bootstrap, topic, args, corpus_words,
                             sum(corpus_words.values()) / len(corpus))
             print(json.dumps({"benchmark": "cluster_wordcount_kill", "workers": 2, "commit_placement": "driver",
-                              **line, "plot": args.kill_plot}), flush=True)
+                              **line, "batch_sentences": args.kill_batch, "plot": args.kill_plot}), flush=True)
         sc.stop()
     finally:
         cluster.destroy()
