@@ -20,6 +20,7 @@ def test_trident_run_prints_the_summary_progress_and_exact_results():
     assert "global-count: committed 3 batches (txids 1..3), 3 attempts, 0 failed; 18 tuples" in p.stdout
     assert "global count: 18 (expected 18)" in p.stdout
     assert "committed txid 3: 3 batches" in p.stderr, "progress lines on stderr"
+    assert "Spark UI of trident-global-count (master local[1]): http://" in p.stderr, "the UI is on and named"
 
 
 def test_trident_describe_reads_the_topology_without_running_it():

@@ -10,6 +10,8 @@ session's own is local)."""
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import sys
 import uuid
@@ -54,7 +56,8 @@ def trident_run(cluster: ManagedSparkCluster, tmp_path: Path, tid: str, *args: s
     out = open(tmp_path / f"{tid}.log", "w")   # noqa: SIM115 - closed by the caller's wait
     return subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", str(PROJECT / "topology.py"),
                              "--master", cluster.master_url, "--json", "--set", "spark_ui=false", *args],
-                            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+                            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def finished(p: subprocess.Popen, tmp_path: Path, tid: str, cluster: ManagedSparkCluster, timeout: float = 240) -> str:
@@ -66,6 +69,16 @@ def finished(p: subprocess.Popen, tmp_path: Path, tid: str, cluster: ManagedSpar
     log = (tmp_path / f"{tid}.log").read_text()
     assert p.returncode == 0, f"driver exited {p.returncode}:\n{log[-6000:]}\n{cluster.logs()[-4000:]}"
     return log
+
+
+def committed(zk_url: str, tid: str) -> int:
+    """The topology's last committed txid in ZooKeeper (0 before its first commit)."""
+    from transactional.status import topology_status
+
+    try:
+        return int(topology_status(zk_url, tid).get("last_committed_txid") or 0)
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
 
 
 def stored(redis_url: str, tid: str, words: list[str]) -> tuple[dict, dict]:
@@ -95,32 +108,27 @@ def test_trident_run_ships_the_package_and_the_topologys_local_modules(cluster, 
 @pytest.mark.parametrize("placement,opaque", [("driver", False), ("executors", True)])
 def test_a_worker_killed_mid_run_loses_nothing_and_counts_nothing_twice(
         cluster, redis_url, zk_url, tmp_path, placement, opaque):
-    """kill -9 of a worker (its JVM and executor) once a few txids committed; another
-    worker joins; the run completes with exact counts in both maps."""
-    from transactional.status import topology_status
-
+    """kill -9 of a worker (its JVM and executor) at a random moment once a txid or more
+    committed; another worker joins; the run completes with exact counts in both maps."""
     cluster.wait_for_workers(2)
+    rng = random.Random(int(os.environ.get("TRIDENT_TEST_SEED", random.randrange(1 << 30))))
     tid = f"kill-{placement}-{uuid.uuid4().hex[:8]}"
     p = trident_run(cluster, tmp_path, tid, "--state", redis_url, "--coordination", zk_url,
                     "--set", f"commit_placement={placement}", "--message-timeout", "20",
                     sentences=120, per_batch=4, opaque=opaque)
 
-    def committed() -> int:
-        try:
-            return int(topology_status(zk_url, tid).get("last_committed_txid") or 0)
-        except Exception:  # noqa: BLE001 - not created yet
-            return 0
-
-    wait_until(lambda: committed() >= 3 or p.poll() is not None, 180, 0.1, what="3 committed txids")
+    at = rng.randint(1, 12)
+    wait_until(lambda: committed(zk_url, tid) >= at or p.poll() is not None, 180, 0.05,
+               what=f"{at} committed txids")
     assert p.poll() is None, "the run ended before the fault: give it more data"
     victim = next(i for i, w in enumerate(cluster.workers) if w.running)
     cluster.kill_worker(victim)
-    killed_at = committed()
+    killed_at = committed(zk_url, tid)
     cluster.add_worker()
     log = finished(p, tmp_path, tid, cluster)
     want = expected(120)
     assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
-    assert committed() == 30 and killed_at < 30
+    assert committed(zk_url, tid) == 30 and killed_at < 30
 
 
 def test_spark_submit_runs_a_packaged_topology(cluster, redis_url, tmp_path):
@@ -151,3 +159,23 @@ def test_spark_submit_runs_a_packaged_topology(cluster, redis_url, tmp_path):
     assert f'"topology_id": "{tid}"' in p.stdout and '"batches_committed": 10' in p.stdout, p.stdout
     want = expected(40)
     assert stored(redis_url, tid, sorted(want)) == (want, want)
+
+
+def test_a_driver_killed_mid_run_against_the_cluster_resumes_exactly(cluster, redis_url, zk_url, tmp_path):
+    """SIGKILL of the driver (and its Spark JVM) with commits on executors, after a few
+    txids; a new driver resumes from ZooKeeper on the same cluster; exact counts."""
+    cluster.wait_for_workers(2)
+    tid = f"driver-kill-{uuid.uuid4().hex[:8]}"
+    args = ("--state", redis_url, "--coordination", zk_url, "--set", "commit_placement=executors",
+            "--lock-wait", "30")
+    p = trident_run(cluster, tmp_path, tid, *args, sentences=60, per_batch=4, opaque=True)
+    wait_until(lambda: committed(zk_url, tid) >= 3 or p.poll() is not None, 180, 0.05, what="3 committed txids")
+    assert p.poll() is None, "the run ended before the kill"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert 3 <= committed(zk_url, tid) < 15
+    again = trident_run(cluster, tmp_path, tid, *args, sentences=60, per_batch=4, opaque=True)
+    log = finished(again, tmp_path, tid, cluster)
+    want = expected(60)
+    assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
+    assert committed(zk_url, tid) == 15
