@@ -31,11 +31,18 @@ from transactional.topology import Topology
 log = logging.getLogger("trident")
 
 
+def _standalone_masters(master: str) -> list[tuple[str, str]]:
+    """The (host, port) pairs of a ``spark://host:port[,host:port]`` master; [] for others."""
+    if not master.startswith("spark://"):
+        return []
+    return [(hp.rpartition(":")[0], hp.rpartition(":")[2]) for hp in master.removeprefix("spark://").split(",")]
+
+
 def _loopback_master(master: str) -> bool:
     """A local master, or a standalone master on this machine's loopback."""
     if master.startswith("local"):
         return True
-    hosts = [h.rsplit(":", 1)[0] for h in master.removeprefix("spark://").split(",")] if master.startswith("spark://") else []
+    hosts = [h for h, _ in _standalone_masters(master)]
     return bool(hosts) and all(h in ("127.0.0.1", "localhost", "::1") for h in hosts)
 
 
@@ -43,16 +50,16 @@ def check_master_reachable(master: str, timeout: float = 3.0) -> None:
     """For ``spark://`` masters: at least one of the masters accepts a connection, else
     ``ConfigError`` naming them (Spark itself would retry for a minute, then print pages of
     stack traces)."""
-    if not master.startswith("spark://"):
+    masters = _standalone_masters(master)
+    if not masters:
         return
     tried = []
-    for hp in master.removeprefix("spark://").split(","):
-        host, _, port = hp.rpartition(":")
+    for host, port in masters:
         try:
             socket.create_connection((host, int(port)), timeout=timeout).close()
             return
         except OSError as e:
-            tried.append(f"{hp} ({e.strerror or e})")
+            tried.append(f"{host}:{port} ({e.strerror or e})")
     msg = (f"cannot reach the Spark master {master}: {', '.join(tried)}. Start it (spark-class "
            "org.apache.spark.deploy.master.Master --host HOST --port PORT), or fix spark_master / --master")
     raise ConfigError(msg)
