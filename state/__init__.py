@@ -3,11 +3,20 @@
 from typing import Any
 
 from state.base import MemoryTransactionalState, TransactionalState, open_transactional_state
-from state.map import MapBacking, MapState, MemoryMapBacking, OpaqueMap, TransactionalMap, open_map_backing
+from state.map import (
+    MapBacking,
+    MapState,
+    MemoryMapBacking,
+    NonTransactionalMap,
+    OpaqueMap,
+    TransactionalMap,
+    map_class,
+    open_map_backing,
+)
 
 __all__ = [
     "TransactionalState", "MemoryTransactionalState", "open_transactional_state",
-    "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "MemoryMapBacking", "open_map_backing",
+    "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "NonTransactionalMap", "map_class", "MemoryMapBacking", "open_map_backing",
     "RedisMapBacking",
 ]
 

@@ -404,6 +404,21 @@ class MapState(Generic[V]):
         """The value of one ``key``, as ``multi_get([key])[0]``."""
         return self.multi_get([key])[0]
 
+    def multi_get_committed(self, keys: Sequence[Any]) -> list[V | None]:
+        """The committed values of ``keys`` before the current txid, whatever this txid
+        has updated so far (outside a commit: ``multi_get``). Trident's state queries read
+        this: the state every batch before this one left."""
+        if self.scope is None:
+            return self.multi_get(keys)
+        keys = list(keys)
+        txid = self.scope.txid
+        return [None if s is None else self._base_value(k, s, txid)
+                for k, s in zip(keys, self.backing.multi_get(_encode_all(keys)), strict=True)]
+
+    def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
+        """The value before batch ``txid`` of a stored value (as ``_load`` takes it)."""
+        raise NotImplementedError
+
     def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
         """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
         exactly once across replays; returns the new values. One updater may serve all.
@@ -535,6 +550,10 @@ class TransactionalMap(MapState[V]):
     def _committed_value(self, key: Any, stored: Any) -> Any:
         return _checked(key, stored, ("txid", "val"), "TransactionalMap")["val"]
 
+    def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
+        # as in Trident: a key an earlier attempt of this txid wrote shows the txid's value
+        return transactional_base(key, stored, txid)[0]
+
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         keys, value, t = list(self._dirty), self._value, scope.txid
         if self.shared_writes:
@@ -567,6 +586,9 @@ class OpaqueMap(MapState[V]):
             else:
                 b = opaque_base(decode_key(e), s, txid)
             value[e] = base[e] = b
+
+    def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
+        return opaque_base(key, stored, txid)
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
         s = _checked(key, stored, ("txid", "curr", "prev"), "OpaqueMap")
@@ -607,6 +629,59 @@ class OpaqueMap(MapState[V]):
         if keys:
             self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid))
         return len(keys)
+
+
+class NonTransactionalMap(MapState[V]):
+    """A map that stores plain values (Trident's non-transactional state): a replay of a
+    batch whose earlier attempt wrote it applies the batch again. At-least-once, not
+    exactly-once; for state whose updates are idempotent (``"replace"``, ``"max"``).
+
+    >>> m = NonTransactionalMap(MemoryMapBacking())
+    >>> m.begin_commit(1); m.multi_combine(["a"], [2]); m.commit(1)
+    [2]
+    >>> m.begin_commit(1); m.multi_combine(["a"], [2]); m.commit(1); m.get("a")   # replayed: counted twice
+    [4]
+    4
+    """
+
+    kind = "non-transactional"
+
+    def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
+        self._value.update(zip(keys, stored, strict=True))
+
+    def _committed_value(self, key: Any, stored: Any) -> Any:
+        return stored
+
+    def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
+        return stored
+
+    def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
+        keys, value = list(self._dirty), self._value
+        return keys, [value[k] for k in keys]
+
+
+#: The map kinds by name: ``TopologyContext.map_state(name, kind)`` takes a name or a bool.
+MAP_KINDS: dict[str, type[MapState[Any]]] = {
+    TransactionalMap.kind: TransactionalMap,
+    OpaqueMap.kind: OpaqueMap,
+    NonTransactionalMap.kind: NonTransactionalMap,
+}
+
+
+def map_class(kind: bool | str) -> type[MapState[Any]]:
+    """The map class for ``kind``: False (``TransactionalMap``), True (``OpaqueMap``), or a
+    name of ``MAP_KINDS``.
+
+    >>> map_class(True).__name__, map_class("non-transactional").__name__
+    ('OpaqueMap', 'NonTransactionalMap')
+    """
+    if isinstance(kind, bool):
+        return OpaqueMap if kind else TransactionalMap
+    cls = MAP_KINDS.get(kind)
+    if cls is None:
+        msg = f"unknown map kind {kind!r}; use one of {sorted(MAP_KINDS)} (or opaque=True/False)"
+        raise ValueError(msg)
+    return cls
 
 
 # -- backings by URL -----------------------------------------------------------------------

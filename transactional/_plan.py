@@ -465,16 +465,16 @@ class TaskStates:
         self.task = task
         self.maps: dict[str, Any] = {}
 
-    def map_state(self, name: str, opaque: bool = False) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False) -> Any:
         from state.keys import check_state_name
-        from state.map import OpaqueMap, TransactionalMap, open_map_backing
+        from state.map import map_class, open_map_backing
         from transactional.exceptions import ConfigError
 
         m = self.maps.get(name)
         if m is not None:
             return m
         check_state_name(name)
-        kind = OpaqueMap if opaque else TransactionalMap
+        kind = map_class(opaque)
         declared = self.spec.known.get(name)
         if declared is None:
             msg = (

@@ -40,7 +40,7 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from state.keys import check_state_name
-from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, open_map_backing
+from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, map_class, open_map_backing
 from transactional._coordinator import (
     Action,
     Cancel,
@@ -102,10 +102,11 @@ class StateRegistry:
         self.last_committed: int | None = None
         self.record_map = record_map
 
-    def map_state(self, name: str, opaque: bool = False) -> MapState:
-        """The map called ``name`` (``OpaqueMap`` when ``opaque``), in the current commit."""
+    def map_state(self, name: str, opaque: bool | str = False) -> MapState:
+        """The map called ``name`` (``OpaqueMap`` when ``opaque``; or a kind of
+        ``state.map.MAP_KINDS``), in the current commit."""
         check_state_name(name)
-        kind = OpaqueMap if opaque else TransactionalMap
+        kind = map_class(opaque)
         m = self.maps.get(name)
         if m is None:
             if self.known.get(name, kind.kind) != kind.kind:
@@ -152,13 +153,11 @@ class StateRegistry:
                                  fence_scope=self.topology_id, **self.options())
         check.multi_put([], [], Fence(epoch, None))
 
-    def existing(self, name: str, opaque: bool | None = None) -> MapState:
+    def existing(self, name: str, opaque: bool | str | None = None) -> MapState:
         """The map ``name`` for reading after a run (opened if this run did not use it)."""
         if name not in self.maps:
             check_state_name(name)
-            if opaque is None:
-                opaque = self.known.get(name) == OpaqueMap.kind
-            self._open(name, OpaqueMap if opaque else TransactionalMap)
+            self._open(name, map_class(self.known.get(name, TransactionalMap.kind) if opaque is None else opaque))
         return self.maps[name]
 
     def begin(self, txid: int, attempt: int, rollback: Sequence[str] = ()) -> None:
@@ -204,7 +203,7 @@ class StateRegistry:
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
             for name, opaque in ctx.asked:
                 check_state_name(name)
-                kind = (OpaqueMap if opaque else TransactionalMap).kind
+                kind = map_class(opaque).kind
                 if self.known.get(name, kind) != kind:
                     msg = (
                         f"map state {name!r} is used both as a {self.known[name]} and as a "
@@ -250,7 +249,7 @@ class _DriverTask:
     def __init__(self, registry: StateRegistry) -> None:
         self.registry = registry
 
-    def map_state(self, name: str, opaque: bool = False) -> MapState[Any]:
+    def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
         """The registry's map ``name``."""
         return self.registry.map_state(name, opaque)
 
@@ -268,7 +267,7 @@ class _DeclaringContext(TaskContext):
         super().__init__(topology, component, 0, "commit")
         self.asked: list[tuple[str, bool]] = []
 
-    def map_state(self, name: str, opaque: bool = False) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False) -> Any:
         self.asked.append((name, opaque))
         return None
 

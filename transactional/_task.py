@@ -294,7 +294,7 @@ class TaskContext:
     def component_tasks(self, component_id: str) -> int:
         return self._topology.component(component_id).parallelism
 
-    def map_state(self, name: str, opaque: bool = False) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False) -> Any:
         if self._states is None:
             msg = (
                 f"map_state({name!r}) is not available in {self.component_id!r}: "

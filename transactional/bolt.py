@@ -48,10 +48,10 @@ class TopologyContext(Protocol):
         """Parallelism of ``component_id``."""
         ...
 
-    def map_state(self, name: str, opaque: bool = False) -> MapState:
+    def map_state(self, name: str, opaque: bool | str = False) -> MapState:
         """The exactly-once map ``<topology_id>:<name>`` over the configured state
         (``TopologyConfig.state``): a ``TransactionalMap`` or, with ``opaque=True``, an
-        ``OpaqueMap``. In a committer the framework calls ``begin_commit``/``commit``
+        ``OpaqueMap`` (or a kind by name: ``"non-transactional"``, see ``state.map_class``). In a committer the framework calls ``begin_commit``/``commit``
         around ``finish_batch``; call ``multi_update``/``multi_combine`` there."""
         ...
 

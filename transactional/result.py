@@ -101,7 +101,7 @@ class RunResult:
 
     _spout_ids: tuple[str, ...] = field(default=(), repr=False)
 
-    def map_state(self, name: str, opaque: bool | None = None) -> Any:
+    def map_state(self, name: str, opaque: bool | str | None = None) -> Any:
         """The map ``name`` the committers used (``TransactionalMap``/``OpaqueMap``), to
         read values: ``result.map_state("counts").get("cow")``."""
         return self._states.existing(name, opaque)

@@ -1,0 +1,50 @@
+"""Trident for Python: Storm's fluent stream API, compiled onto the transactional engine
+(docs/trident.md).
+
+>>> from trident import TridentTopology, FixedBatchSpout, Count, state
+>>> from transactional import Fields, TopologyConfig, run_topology
+>>> spout = FixedBatchSpout(Fields("sentence"), 2, ("the cow",), ("the moon",), ("a cow",))
+>>> t = TridentTopology("doc-wordcount")
+>>> counts = (t.new_stream("sentences", spout)
+...           .flat_map(lambda s: [(w,) for w in s["sentence"].split()], Fields("word"))
+...           .group_by(Fields("word"))
+...           .persistent_aggregate(state.transactional("counts"), Count(), Fields("count")))
+>>> r = run_topology(t.build(), TopologyConfig(executor="in-process", progress=False))
+>>> r.map_state("counts").multi_get(["the", "cow", "moon", "a"])
+[2, 2, 1, 1]
+"""
+
+from trident import state
+from trident.builtin import Count, Debug, FirstN, MapGet, Max, Min, Sum
+from trident.operation import (
+    Aggregator,
+    BaseAggregator,
+    BaseFilter,
+    BaseFunction,
+    BaseQueryFunction,
+    BaseStateUpdater,
+    BatchFunction,
+    CombinerAggregator,
+    Filter,
+    FlatMapFunction,
+    Function,
+    MapFunction,
+    QueryFunction,
+    ReducerAggregator,
+    StateUpdater,
+    TridentCollector,
+    TridentTuple,
+)
+from trident.spout import FixedBatchSpout
+from trident.state import MapStateFactory, StateType, TridentState
+from trident.topology import ChainedAggregatorDeclarer, GroupedStream, Stream, TridentTopology
+
+__all__ = [
+    "TridentTopology", "Stream", "GroupedStream", "ChainedAggregatorDeclarer", "TridentState",
+    "Function", "BaseFunction", "Filter", "BaseFilter", "MapFunction", "FlatMapFunction", "BatchFunction",
+    "CombinerAggregator", "ReducerAggregator", "Aggregator", "BaseAggregator",
+    "QueryFunction", "BaseQueryFunction", "StateUpdater", "BaseStateUpdater",
+    "TridentTuple", "TridentCollector",
+    "Count", "Sum", "Max", "Min", "FirstN", "MapGet", "Debug",
+    "FixedBatchSpout", "MapStateFactory", "StateType", "state",
+]

@@ -1,0 +1,867 @@
+"""What a compiled Trident stage runs: one ``TridentBolt`` per stage, a chain of processors
+inside it (docs/trident.md, "Compilation").
+
+A processor takes rows (plain tuples of the stream's fields at that point) or whole
+``pyarrow.RecordBatch``-es, and passes its output to the next one; ``finish`` (the end
+of the task's share of the batch) flows down the chain once. Every processor accepts
+both forms: a per-tuple processor iterates a batch's rows, a columnar one collects rows
+into a batch. The last processor emits: rows as tuples ``(attempt, *values)``, or a
+batch as Arrow IPC buffers sent with ``emit_direct`` to the consumer's tasks (the
+producer partitions the batch itself: by key hash for a fields grouping, in contiguous
+slices for a shuffle), so no row is pickled on the columnar path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from transactional.bolt import BaseBatchBolt, Committer
+from transactional.tuples import Fields
+from trident.operation import (
+    Aggregator,
+    CombinerAggregator,
+    ReducerAggregator,
+    TridentCollector,
+    TridentTuple,
+)
+
+ARROW_FIELD = "_arrow"
+TX_FIELD = "_tx"
+
+
+# -- Arrow helpers ---------------------------------------------------------------------------
+
+def rows_of(batch: Any) -> Iterable[tuple]:
+    """The rows of a record batch or table, as tuples."""
+    if batch.num_rows == 0:
+        return ()
+    return zip(*[c.to_pylist() for c in batch.columns], strict=True)
+
+
+def batch_of(rows: Sequence[tuple], fields: Sequence[str]) -> Any:
+    """A record batch of ``rows`` with columns ``fields``."""
+    import pyarrow as pa
+
+    cols = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    return pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=list(fields))
+
+
+def to_ipc(batch: Any) -> bytes:
+    """A batch or table as one Arrow IPC stream buffer."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(buf: bytes) -> Any:
+    """The table of an Arrow IPC stream buffer."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
+
+
+def _as_batch(out: Any, what: str) -> Any:
+    import pyarrow as pa
+
+    if isinstance(out, pa.Table):
+        return out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], out.schema)
+    if isinstance(out, pa.RecordBatch):
+        return out
+    msg = f"{what} returned {type(out).__name__}; return a pyarrow.RecordBatch or Table"
+    raise TypeError(msg)
+
+
+def _concat(batches: list[Any]) -> Any:
+    import pyarrow as pa
+
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def key_of(row: tuple, idx: Sequence[int]) -> Any:
+    """A map key of group fields: the value of one field, a tuple of several, ``"$GLOBAL"``
+    for none (the one key of an ungrouped persistent aggregation)."""
+    if len(idx) == 1:
+        return row[idx[0]]
+    if not idx:
+        return GLOBAL_KEY
+    return tuple(row[i] for i in idx)
+
+
+GLOBAL_KEY = "$GLOBAL"
+
+
+# -- operation specs (compiled once, shipped with the bolt) ----------------------------------
+
+@dataclass
+class Op:
+    """One operation of a stage: its kind, the user's object, and the field positions it
+    reads (``in_idx``, in the stream's fields at that point ``fields``)."""
+
+    kind: str
+    fields: Fields                    # the stream's fields before the operation
+    out_fields: Fields                # the stream's fields after it
+    fn: Any = None
+    in_idx: tuple[int, ...] = ()
+    in_fields: Fields = field(default_factory=Fields)
+    group_idx: tuple[int, ...] = ()
+    state: Any = None                 # MapStateFactory of persist / query ops
+    emit_values: bool = True          # persist: its new values have a consumer
+    columnar: bool = False            # its output is a record batch when its input is
+
+
+# -- processors ------------------------------------------------------------------------------
+
+class Proc:
+    """A processor of rows and batches (see the module docstring)."""
+
+    def __init__(self, op: Op | None, nxt: Proc | None) -> None:
+        self.op = op
+        self.nxt = nxt
+
+    def open(self, bolt: TridentBolt) -> None:
+        """Per task and batch, before any input."""
+        if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "prepare"):
+            self.op.fn.prepare(bolt.conf, bolt.context)
+
+    def row(self, r: tuple) -> None:
+        """One row."""
+        raise NotImplementedError
+
+    def batch(self, b: Any) -> None:
+        """A record batch: its rows, one by one (a columnar processor overrides this)."""
+        row = self.row
+        for r in rows_of(b):
+            row(r)
+
+    def finish(self) -> None:
+        """The end of the task's input."""
+        if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "cleanup"):
+            self.op.fn.cleanup()
+        if self.nxt is not None:
+            self.nxt.finish()
+
+
+class _Collect(TridentCollector):
+    """The collector of a function: each emit is the current row plus the emitted values."""
+
+    __slots__ = ("current", "push", "width")
+
+    def __init__(self, push: Callable[[tuple], None], width: int) -> None:
+        self.current: tuple = ()
+        self.push = push
+        self.width = width
+
+    def emit(self, values: Sequence[Any]) -> None:
+        if type(values) is not tuple:
+            values = tuple(values)
+        if len(values) != self.width:
+            msg = f"a function emitted {len(values)} values {values!r}; its output fields are {self.width}"
+            raise ValueError(msg)
+        self.push(self.current + values)
+
+
+class EachProc(Proc):
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.tt = TridentTuple.of(op.in_fields)
+        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields))
+        self.execute = op.fn.execute
+        idx = op.in_idx
+        self.pick = (lambda r, i=idx[0]: (r[i],)) if len(idx) == 1 else (lambda r: tuple(r[i] for i in idx))
+
+    def row(self, r: tuple) -> None:
+        c = self.collector
+        c.current = r
+        self.execute(self.tt(self.pick(r)), c)
+
+
+class FilterProc(Proc):
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.tt = TridentTuple.of(op.in_fields)
+        keep = op.fn.is_keep if hasattr(op.fn, "is_keep") else op.fn
+        idx, tt, push = op.in_idx, self.tt, self.nxt.row
+
+        def row(r: tuple) -> None:
+            if keep(tt(tuple(r[i] for i in idx))):
+                push(r)
+        self.row = row  # type: ignore[method-assign]
+
+
+class MapProc(Proc):
+    """``map`` (one tuple out) and ``flat_map`` (any number out): the output replaces the row."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        fn = op.fn.execute if hasattr(op.fn, "execute") else op.fn
+        idx, tt, push, width = op.in_idx, TridentTuple.of(op.in_fields), self.nxt.row, len(op.out_fields)
+
+        def check(v: Any) -> tuple:
+            v = v if type(v) is tuple else tuple(v) if isinstance(v, (list, tuple)) else (v,)
+            if len(v) != width:
+                msg = f"{op.kind} produced {v!r}; its output fields are {list(op.out_fields)}"
+                raise ValueError(msg)
+            return v
+
+        if op.kind == "map":
+            def row(r: tuple) -> None:
+                push(check(fn(tt(tuple(r[i] for i in idx)))))
+        else:
+            def row(r: tuple) -> None:
+                for v in fn(tt(tuple(r[i] for i in idx))):
+                    push(check(v))
+        self.row = row  # type: ignore[method-assign]
+
+
+class ProjectProc(Proc):
+    def row(self, r: tuple) -> None:
+        assert self.op is not None and self.nxt is not None
+        self.nxt.row(tuple(r[i] for i in self.op.in_idx))
+
+    def batch(self, b: Any) -> None:
+        assert self.op is not None and self.nxt is not None
+        self.nxt.batch(b.select(list(self.op.out_fields)))
+
+
+class BatchProc(Proc):
+    """The columnar functions: ``each_batch`` (columns appended) and ``map_batches``
+    (the output replaces the batch). Rows arriving are collected into one batch."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        self.rows: list[tuple] = []
+        self.batches: list[Any] = []
+
+    def row(self, r: tuple) -> None:
+        self.rows.append(r)
+
+    def batch(self, b: Any) -> None:
+        self.batches.append(b)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None and nxt is not None
+        if self.rows:
+            self.batches.append(batch_of(self.rows, op.fields))
+        if self.batches:
+            b = _concat(self.batches)
+            fn = op.fn.execute_batch if hasattr(op.fn, "execute_batch") else op.fn
+            out = _as_batch(fn(b.select(list(op.in_fields))), op.kind)
+            if op.kind == "each_batch":
+                if out.num_rows != b.num_rows:
+                    msg = (f"each_batch function returned {out.num_rows} rows for {b.num_rows}; "
+                           "each_batch keeps the rows (use map_batches to change them)")
+                    raise ValueError(msg)
+                import pyarrow as pa
+
+                out = pa.RecordBatch.from_arrays(b.columns + out.columns, names=list(op.out_fields))
+            elif list(out.schema.names) != list(op.out_fields):
+                msg = f"map_batches function returned columns {out.schema.names}; declared {list(op.out_fields)}"
+                raise ValueError(msg)
+            nxt.batch(out)
+        super().finish()
+
+
+class _AggCollect(TridentCollector):
+    __slots__ = ("group", "push", "width")
+
+    def __init__(self, push: Callable[[tuple], None], width: int) -> None:
+        self.group: tuple = ()
+        self.push = push
+        self.width = width
+
+    def emit(self, values: Sequence[Any]) -> None:
+        values = tuple(values)
+        if len(values) != self.width:
+            msg = f"an aggregator emitted {values!r}; its output fields are {self.width}"
+            raise ValueError(msg)
+        self.push(self.group + values)
+
+
+class AggregateProc(Proc):
+    """Any aggregator over the task's rows, per group (``group_idx``) or over all of them.
+    Emits ``group values + aggregator output`` at the end. Combiner and reducer
+    aggregators run as the equivalent ``Aggregator``."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.agg = as_aggregator(op.fn)
+        self.tt = TridentTuple.of(op.in_fields)
+        self.attempt = bolt.attempt
+        self.collector = _AggCollect(self.nxt.row, len(op.out_fields) - len(op.group_idx))
+        self.states: dict[Any, Any] = {}
+        if not op.group_idx:
+            self.states[()] = self.agg.init(self.attempt, self.collector)
+
+    def row(self, r: tuple) -> None:
+        op = self.op
+        assert op is not None
+        g = tuple(r[i] for i in op.group_idx)
+        s = self.states.get(g, _MISSING)
+        if s is _MISSING:
+            self.collector.group = g
+            s = self.states[g] = self.agg.init(self.attempt, self.collector)
+        self.collector.group = g
+        self.agg.aggregate(s, self.tt(tuple(r[i] for i in op.in_idx)), self.collector)
+
+    def finish(self) -> None:
+        c = self.collector
+        for g, s in self.states.items():
+            c.group = g
+            self.agg.complete(s, c)
+        super().finish()
+
+
+_MISSING = object()
+
+
+class _CombinerAsAggregator(Aggregator):
+    def __init__(self, c: CombinerAggregator) -> None:
+        self.c = c
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+        return [self.c.zero()]
+
+    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+        state[0] = self.c.combine(state[0], self.c.init(tuple))
+
+    def complete(self, state: list, collector: TridentCollector) -> None:
+        collector.emit((state[0],))
+
+
+class _ReducerAsAggregator(Aggregator):
+    def __init__(self, r: ReducerAggregator) -> None:
+        self.r = r
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+        return [self.r.init()]
+
+    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+        state[0] = self.r.reduce(state[0], tuple)
+
+    def complete(self, state: list, collector: TridentCollector) -> None:
+        collector.emit((state[0],))
+
+
+class _Chained(Aggregator):
+    """Several aggregators over the same tuples; each sees its own input fields; the
+    output is the cross product of their results (Storm's chained aggregation)."""
+
+    def __init__(self, parts: list[tuple[Any, tuple[int, ...], Fields]]) -> None:
+        self.parts = [(as_aggregator(a), idx, TridentTuple.of(f)) for a, idx, f in parts]
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+        cols = [_ListCollect() for _ in self.parts]
+        return [(a.init(batch_id, c), c) for (a, _, _), c in zip(self.parts, cols, strict=True)]
+
+    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+        for (a, idx, tt), (s, c) in zip(self.parts, state, strict=True):
+            a.aggregate(s, tt(tuple_pick(tuple, idx)), c)
+
+    def complete(self, state: list, collector: TridentCollector) -> None:
+        import itertools
+
+        for (a, _, _), (s, c) in zip(self.parts, state, strict=True):
+            a.complete(s, c)
+        for combo in itertools.product(*[c.out for _, c in state]):
+            collector.emit(sum((tuple(v) for v in combo), ()))
+
+
+def tuple_pick(t: Sequence[Any], idx: tuple[int, ...]) -> tuple:
+    """The values of ``t`` at ``idx``."""
+    return tuple(t[i] for i in idx)
+
+
+class _ListCollect(TridentCollector):
+    def __init__(self) -> None:
+        self.out: list[tuple] = []
+
+    def emit(self, values: Sequence[Any]) -> None:
+        self.out.append(tuple(values))
+
+
+def as_aggregator(agg: Any) -> Aggregator:
+    """Any of Trident's aggregator kinds as an ``Aggregator``."""
+    if isinstance(agg, CombinerAggregator):
+        return _CombinerAsAggregator(agg)
+    if isinstance(agg, ReducerAggregator):
+        return _ReducerAsAggregator(agg)
+    return agg
+
+
+class PartialProc(Proc):
+    """Partial aggregation of a combiner before the shuffle: per group (or in all), the
+    combined value of the task's rows; emits ``(group..., partial)``. On a record batch,
+    ``Count``/``Sum`` run as one Arrow hash aggregation."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None
+        self.c = op.fn
+        self.tt = TridentTuple.of(op.in_fields)
+        self.acc: dict[Any, Any] = {}
+        self.batches: list[Any] = []
+        self.count = getattr(self.c, "arrow_agg", None) == "count"
+
+    def row(self, r: tuple) -> None:
+        op = self.op
+        assert op is not None
+        gi = op.group_idx
+        k = r[gi[0]] if len(gi) == 1 else tuple(r[i] for i in gi)
+        acc = self.acc
+        if self.count:
+            acc[k] = acc.get(k, 0) + 1
+            return
+        v = self.c.init(self.tt(tuple(r[i] for i in op.in_idx)))
+        old = acc.get(k, _MISSING)
+        acc[k] = v if old is _MISSING else self.c.combine(old, v)
+
+    def batch(self, b: Any) -> None:
+        if getattr(self.c, "arrow_agg", None) is None:
+            super().batch(b)
+        else:
+            self.batches.append(b)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None and nxt is not None
+        group = [op.fields[i] for i in op.group_idx]
+        if self.batches:
+            nxt.batch(arrow_group_agg(_concat(self.batches), group,
+                                      None if self.count else op.in_fields[0], self.c.arrow_agg,
+                                      op.out_fields[-1]))
+        if self.acc:
+            if len(op.group_idx) == 1:
+                for k, v in self.acc.items():
+                    nxt.row((k, v))
+            else:
+                for k, v in self.acc.items():
+                    nxt.row((*k, v))
+        Proc.finish(self)
+
+
+def arrow_group_agg(b: Any, group: list[str], column: str | None, how: str, out: str) -> Any:
+    """``group`` columns and ``how`` ("count" of rows, "sum" of ``column``) per group, as
+    one record batch ``(*group, out)``; no group: one row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not group:
+        v = b.num_rows if how == "count" else pc.sum(b.column(column)).as_py()
+        return pa.RecordBatch.from_arrays([pa.array([v])], names=[out])
+    t = pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
+    if how == "count":
+        r = t.group_by(group, use_threads=False).aggregate([([], "count_all")])
+        agg_col = "count_all"
+    else:
+        r = t.group_by(group, use_threads=False).aggregate([(column, "sum")])
+        agg_col = f"{column}_sum"
+    cols = [r.column(g) for g in group] + [r.column(agg_col)]
+    return pa.Table.from_arrays(cols, names=[*group, out]).combine_chunks().to_batches()[0] \
+        if r.num_rows else pa.RecordBatch.from_arrays([pa.array([], type=c.type) for c in cols], names=[*group, out])
+
+
+class FinalProc(Proc):
+    """Combines the partials ``(group..., partial)`` of every task per group; emits
+    ``(group..., value)``. An ungrouped aggregation emits one row (``zero()`` if no
+    partials came)."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        self.acc: dict[Any, Any] = {}
+        self.batches: list[Any] = []
+
+    def row(self, r: tuple) -> None:
+        k, v = r[:-1], r[-1]
+        old = self.acc.get(k, _MISSING)
+        assert self.op is not None
+        self.acc[k] = v if old is _MISSING else self.op.fn.combine(old, v)
+
+    def batch(self, b: Any) -> None:
+        if getattr(self.op.fn, "arrow_agg", None) is None:   # type: ignore[union-attr]
+            super().batch(b)
+        else:
+            self.batches.append(b)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None and nxt is not None
+        group = list(op.fields[:-1])
+        out = op.fields[-1]
+        if self.batches:
+            # partials of counts and sums both add up
+            b = arrow_group_agg(_concat(self.batches), group, out, "sum", out)
+            if self.acc:
+                for r in rows_of(b):
+                    self.row(r)
+            else:
+                nxt.batch(b)
+        if not group and not self.acc and not self.batches:
+            self.acc[()] = op.fn.zero()
+        for k, v in self.acc.items():
+            nxt.row((*k, v))
+        Proc.finish(self)
+
+
+class PersistProc(Proc):
+    """``persistent_aggregate``, in the commit phase: the combined partials (or, for a
+    reducer, the raw tuples) of each key folded into the map once per txid, through one
+    ``multi_get`` and one write. Emits ``(key fields..., new value)`` when its new values
+    stream has a consumer."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None
+        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.reducer = isinstance(op.fn, ReducerAggregator)
+        self.tt = TridentTuple.of(op.in_fields)
+        self.acc: dict[Any, Any] = {}
+        self.batches: list[Any] = []
+
+    def row(self, r: tuple) -> None:
+        op = self.op
+        assert op is not None
+        if self.reducer:
+            k = key_of(r, op.group_idx)
+            self.acc.setdefault(k, []).append(self.tt(tuple(r[i] for i in op.in_idx)))
+        else:
+            ng = len(op.group_idx)
+            k = r[0] if ng == 1 else r[:-1] if ng else GLOBAL_KEY
+            old = self.acc.get(k, _MISSING)
+            self.acc[k] = r[-1] if old is _MISSING else op.fn.combine(old, r[-1])
+
+    def batch(self, b: Any) -> None:
+        if self.reducer or getattr(self.op.fn, "arrow_agg", None) is None:   # type: ignore[union-attr]
+            super().batch(b)
+        else:
+            self.batches.append(b)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None
+        fn = op.fn
+        if self.batches:
+            b = _concat(self.batches)
+            group = list(b.schema.names[:-1])
+            if len(self.batches) > 1:
+                b = arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])
+            cols = [c.to_pylist() for c in b.columns]
+            keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
+            acc = self.acc
+            if acc:
+                for k, v in zip(keys, cols[-1], strict=True):
+                    old = acc.get(k, _MISSING)
+                    acc[k] = v if old is _MISSING else fn.combine(old, v)
+            else:
+                self.acc = dict(zip(keys, cols[-1], strict=True))
+        keys = list(self.acc)
+        if keys:
+            if self.reducer:
+                def reduce_into(ts: list) -> Callable[[Any], Any]:
+                    def up(old: Any) -> Any:
+                        v = fn.init() if old is None else old
+                        for t in ts:
+                            v = fn.reduce(v, t)
+                        return v
+                    return up
+                new = self.map.multi_update(keys, [reduce_into(self.acc[k]) for k in keys])
+            elif getattr(fn, "arrow_agg", None) in ("count", "sum"):
+                new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
+            else:
+                zero = fn.zero
+
+                def combine(old: Any, v: Any) -> Any:
+                    return fn.combine(zero() if old is None else old, v)
+                new = self.map.multi_combine(keys, list(self.acc.values()), combine)
+            if op.emit_values and nxt is not None:
+                ng = len(op.group_idx)
+                for k, v in zip(keys, new, strict=True):
+                    nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
+        Proc.finish(self)
+
+
+class PartitionPersistProc(Proc):
+    """``partition_persist``: the task's tuples handed to the ``StateUpdater`` with the map,
+    in the commit phase; what it emits goes on as ``new_values_stream``."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None
+        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.tt = TridentTuple.of(op.in_fields)
+        self.tuples: list[TridentTuple] = []
+
+    def row(self, r: tuple) -> None:
+        assert self.op is not None
+        self.tuples.append(self.tt(tuple(r[i] for i in self.op.in_idx)))
+
+    def finish(self) -> None:
+        op = self.op
+        assert op is not None
+        push = self.nxt.row if self.nxt is not None else (lambda r: None)
+        c = _AggCollect(push, len(op.out_fields))
+        if self.tuples:
+            op.fn.update_state(self.map, self.tuples, c)
+        Proc.finish(self)
+
+
+class _ReadView:
+    """A query's view of a map: the values committed before this batch."""
+
+    def __init__(self, m: Any) -> None:
+        self._m = m
+
+    def multi_get(self, keys: Sequence[Any]) -> list[Any]:
+        return self._m.multi_get_committed(keys)
+
+    def get(self, key: Any) -> Any:
+        return self.multi_get([key])[0]
+
+
+class QueryProc(Proc):
+    """``state_query``: the task's tuples, one ``batch_retrieve`` against the state as it was
+    committed before this batch, then ``execute`` per tuple; output appended to the row."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
+        self.tt = TridentTuple.of(op.in_fields)
+        self.rows: list[tuple] = []
+
+    def row(self, r: tuple) -> None:
+        self.rows.append(r)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None and nxt is not None
+        if self.rows:
+            tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.rows]
+            results = op.fn.batch_retrieve(self.view, tts)
+            if len(results) != len(tts):
+                msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
+                raise ValueError(msg)
+            c = _Collect(nxt.row, len(op.out_fields) - len(op.fields))
+            for r, t, res in zip(self.rows, tts, results, strict=True):
+                c.current = r
+                op.fn.execute(t, res, c)
+        Proc.finish(self)
+
+
+class JoinProc(Proc):
+    """An inner join of two or more streams on their join fields within the batch; emits
+    ``join fields + the other fields of each stream in order``."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        assert self.op is not None
+        self.sides: list[dict[Any, list[tuple]]] = [{} for _ in self.op.fn]
+
+    def side_row(self, side: int, r: tuple) -> None:
+        idx, rest = self.op.fn[side]    # type: ignore[union-attr]
+        self.sides[side].setdefault(tuple(r[i] for i in idx), []).append(tuple(r[i] for i in rest))
+
+    def row(self, r: tuple) -> None:
+        self.side_row(0, r)
+
+    def finish(self) -> None:
+        import itertools
+
+        assert self.nxt is not None
+        first, others = self.sides[0], self.sides[1:]
+        for k, rows in first.items():
+            matches = [o.get(k) for o in others]
+            if not all(matches):
+                continue
+            for combo in itertools.product(rows, *matches):
+                self.nxt.row(k + sum(combo, ()))
+        Proc.finish(self)
+
+
+@dataclass
+class ArrowOut:
+    """One consumer fed Arrow buffers: its stream, grouping, key columns and task count."""
+
+    stream: str
+    grouping: str                     # "local", "shuffle", "fields", "global", "all"
+    keys: tuple[str, ...]
+    tasks: int
+
+
+class EmitProc(Proc):
+    """The end of a stage: rows become tuples ``(attempt, *values)``; batches become Arrow
+    IPC buffers for the consumers that take them (rows for the others)."""
+
+    def __init__(self, fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut]) -> None:
+        super().__init__(None, None)
+        self.fields = fields
+        self.rows_out = rows_out
+        self.arrow_outs = arrow_outs
+
+    def open(self, bolt: TridentBolt) -> None:
+        self.bolt = bolt
+        self.attempt = bolt.attempt
+        self.rows: list[tuple] = []
+        self.batches: list[Any] = []
+        if self.rows_out and not self.arrow_outs:
+            emit, att = bolt.collector.emit, (bolt.attempt,)
+            self.row = lambda r: emit(att + r)  # type: ignore[method-assign]
+        elif not self.rows_out and not self.arrow_outs:
+            self.row = lambda r: None  # type: ignore[method-assign]
+            self.batch = lambda b: None  # type: ignore[method-assign]
+
+    def row(self, r: tuple) -> None:
+        self.rows.append(r)
+
+    def batch(self, b: Any) -> None:
+        if self.arrow_outs:
+            self.batches.append(b)
+        if self.rows_out:
+            emit, att = self.bolt.collector.emit, (self.attempt,)
+            for r in rows_of(b):
+                emit(att + r)
+
+    def finish(self) -> None:
+        if self.arrow_outs and (self.batches or self.rows):
+            if self.rows:
+                self.batches.append(batch_of(self.rows, self.fields))
+                if self.rows_out:
+                    emit, att = self.bolt.collector.emit, (self.attempt,)
+                    for r in self.rows:
+                        emit(att + r)
+            b = _concat(self.batches)
+            for out in self.arrow_outs:
+                self._send(b, out)
+
+    def _send(self, b: Any, out: ArrowOut) -> None:
+        if b.num_rows == 0:
+            return
+        emit, att, task = self.bolt.collector.emit_direct, self.attempt, self.bolt.task
+        if out.grouping == "global" or out.tasks == 1:
+            emit(0, (att, to_ipc(b)), out.stream)
+        elif out.grouping == "all":
+            buf = to_ipc(b)
+            for t in range(out.tasks):
+                emit(t, (att, buf), out.stream)
+        elif out.grouping == "local" and self.bolt.num_tasks == out.tasks:
+            emit(task, (att, to_ipc(b)), out.stream)
+        elif out.grouping == "fields":
+            for t, part in enumerate(partition_by_keys(b, list(out.keys), out.tasks)):
+                if part.num_rows:
+                    emit(t, (att, to_ipc(part)), out.stream)
+        else:                        # shuffle: contiguous slices, starting at this task's turn
+            n = out.tasks
+            step = -(-b.num_rows // n)
+            for i in range(n):
+                part = b.slice(i * step, step)
+                if part.num_rows:
+                    emit((task + i) % n, (att, to_ipc(part)), out.stream)
+
+
+def partition_by_keys(b: Any, keys: list[str], n: int) -> list[Any]:
+    """``b`` split into ``n`` batches by the stable hash of its key columns (the same
+    placement as a fields grouping of rows: ``transactional._task.stable_hash``)."""
+    import pyarrow as pa
+
+    from transactional._task import stable_hash
+
+    cols = [b.column(k).to_pylist() for k in keys]
+    if len(cols) == 1:
+        target = [stable_hash(v) % n for v in cols[0]]
+    else:
+        target = [stable_hash(v) % n for v in zip(*cols, strict=True)]
+    t = pa.array(target, type=pa.int32())
+    import pyarrow.compute as pc
+
+    return [b.filter(pc.equal(t, i)) for i in range(n)]
+
+
+PROCS: dict[str, type[Proc]] = {
+    "each": EachProc, "filter": FilterProc, "map": MapProc, "flat_map": MapProc,
+    "project": ProjectProc, "each_batch": BatchProc, "map_batches": BatchProc,
+    "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
+    "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
+    "join": JoinProc,
+}
+
+
+class TridentBolt(BaseBatchBolt):
+    """One compiled Trident stage: the input dispatch, the processor chain, the outputs.
+
+    ``sides`` maps an input ``(component, stream)`` to its side (the stream's position in
+    a join, else 0); inputs on streams in ``arrow_in`` carry Arrow IPC buffers."""
+
+    def __init__(self, ops: list[Op], out_fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut],
+                 sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str) -> None:
+        self.ops = ops
+        self.out_fields = out_fields
+        self.rows_out = rows_out
+        self.arrow_outs = arrow_outs
+        self.sides = sides
+        self.arrow_in = arrow_in
+        self.description = description
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        """Build the processor chain for this task and batch."""
+        self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
+        self.task, self.num_tasks = context.task_index, context.num_tasks
+        chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
+        procs = [chain]
+        for op in reversed(self.ops):
+            chain = PROCS[op.kind](op, chain)
+            procs.append(chain)
+        for p in procs:               # the last first: each captures its successor's row()
+            p.open(self)
+        self.head = chain
+        self.join = chain if isinstance(chain, JoinProc) else None
+        row = chain.row
+        self._last: tuple[str, str] | None = None
+        self._row = row
+
+    def execute(self, tuple: Any) -> None:
+        """One input tuple: a row (its values after the attempt), or an Arrow buffer."""
+        src = (tuple.source_component, tuple.source_stream)
+        if src in self.arrow_in:
+            t = from_ipc(tuple.values[1])
+            for b in t.to_batches():
+                self.head.batch(b)
+        elif self.join is not None:
+            self.join.side_row(self.sides[src], tuple.values[1:])
+        else:
+            self._row(tuple.values[1:])
+
+    def finish_batch(self) -> None:
+        """The end of the task's share: flows down the chain."""
+        self.head.finish()
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """The stream's fields after the attempt, and a direct stream per Arrow consumer."""
+        declarer.declare(Fields(TX_FIELD, *self.out_fields))
+        for out in self.arrow_outs:
+            declarer.declare_stream(out.stream, Fields(TX_FIELD, ARROW_FIELD), direct=True)
+
+    def __repr__(self) -> str:
+        return f"TridentBolt({self.description})"
+
+
+class TridentCommitterBolt(TridentBolt, Committer):
+    """A stage that updates or queries state: in the commit phase, in txid order."""

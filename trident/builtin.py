@@ -1,0 +1,146 @@
+"""Trident's built-in operations: ``Count``, ``Sum``, ``Max``, ``Min``, ``FirstN``,
+``MapGet``, ``Debug``.
+
+``Count`` and ``Sum`` are combiner aggregators that the columnar path also runs as Arrow
+hash aggregations (``arrow_agg``) when their input is a record batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from trident.operation import Aggregator, CombinerAggregator, Filter, QueryFunction, TridentCollector, TridentTuple
+
+
+class Count(CombinerAggregator):
+    """The number of tuples (Storm's ``Count``)."""
+
+    arrow_agg = "count"
+
+    def init(self, tuple: TridentTuple) -> int:
+        """One tuple counts 1."""
+        return 1
+
+    def combine(self, val1: int, val2: int) -> int:
+        """Counts add."""
+        return val1 + val2
+
+    def zero(self) -> int:
+        """No tuples: 0."""
+        return 0
+
+
+class Sum(CombinerAggregator):
+    """The sum of the first input field (Storm's ``Sum``)."""
+
+    arrow_agg = "sum"
+
+    def init(self, tuple: TridentTuple) -> Any:
+        """The tuple's value."""
+        return tuple[0]
+
+    def combine(self, val1: Any, val2: Any) -> Any:
+        """Values add."""
+        return val1 + val2
+
+    def zero(self) -> int:
+        """No tuples: 0."""
+        return 0
+
+
+class Max(CombinerAggregator):
+    """The largest value of the first input field (None for no tuples)."""
+
+    def init(self, tuple: TridentTuple) -> Any:
+        """The tuple's value."""
+        return tuple[0]
+
+    def combine(self, val1: Any, val2: Any) -> Any:
+        """The larger; None is no value."""
+        return val2 if val1 is None else val1 if val2 is None else max(val1, val2)
+
+    def zero(self) -> Any:
+        """No tuples: None."""
+        return None
+
+
+class Min(Max):
+    """The smallest value of the first input field (None for no tuples)."""
+
+    def combine(self, val1: Any, val2: Any) -> Any:
+        """The smaller; None is no value."""
+        return val2 if val1 is None else val1 if val2 is None else min(val1, val2)
+
+
+class FirstN(Aggregator):
+    """The first ``n`` tuples of a batch (or group), or with ``sort_field`` the ``n`` with the
+    largest values of that field (the smallest with ``reverse=True``). Emits whole input
+    tuples: declare the output fields as the input fields. ``stream.apply_assembly(FirstN(...))``
+    runs it per partition, then once over the partitions' survivors (Storm's assembly).
+    """
+
+    def __init__(self, n: int, sort_field: str | None = None, reverse: bool = False) -> None:
+        if not isinstance(n, int) or n < 1:
+            msg = f"FirstN needs n >= 1; got {n!r}"
+            raise ValueError(msg)
+        self.n, self.sort_field, self.reverse = n, sort_field, reverse
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+        """An empty selection: ``[kept, seen]``."""
+        return [[], 0]
+
+    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+        """Keep ``tuple`` if it is among the first n so far."""
+        kept, seen = state
+        state[1] = seen + 1
+        if self.sort_field is None:
+            if len(kept) < self.n:
+                kept.append(tuple)
+            return
+        v = tuple[self.sort_field]
+        item = (-v if self.reverse else v, -seen, tuple)     # ties: the earlier tuple wins
+        if len(kept) < self.n:
+            heapq.heappush(kept, item)
+        elif item[:2] > kept[0][:2]:
+            heapq.heapreplace(kept, item)
+
+    def complete(self, state: list, collector: TridentCollector) -> None:
+        """Emit the kept tuples (largest first when sorted)."""
+        kept = state[0]
+        if self.sort_field is None:
+            for t in kept:
+                collector.emit(t)
+            return
+        for _, _, t in sorted(kept, key=lambda it: it[:2], reverse=True):
+            collector.emit(t)
+
+    def apply(self, stream: Any) -> Any:
+        """Storm's assembly: FirstN in each partition, then over the partitions' results."""
+        f = stream.fields
+        return stream.partition_aggregate(f, self, f).global_().partition_aggregate(f, self, f)
+
+
+class MapGet(QueryFunction):
+    """The value stored under each tuple's key (its input fields: one field is the key
+    itself, several make a tuple) in a map state; emits it as one field."""
+
+    def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
+        """One ``multi_get`` for the batch."""
+        return state.multi_get([t[0] if len(t) == 1 else tuple(t) for t in tuples])
+
+    def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        """Emit the value (None when absent)."""
+        collector.emit((result,))
+
+
+class Debug(Filter):
+    """Prints every tuple (with an optional prefix) and keeps it."""
+
+    def __init__(self, prefix: str = "DEBUG") -> None:
+        self.prefix = prefix
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        """Print and keep."""
+        print(f"{self.prefix}: {tuple!r}", flush=True)
+        return True

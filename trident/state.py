@@ -1,0 +1,111 @@
+"""Trident state: map state factories in Trident's three flavours, and the pairing rule.
+
+A factory names a map and its flavour; the backing is the topology's state
+(``TopologyConfig.state``: ``memory://`` or ``redis://...``), as for bolts'
+``context.map_state``. So ``transactional("counts")`` is the ``TransactionalMap`` called
+``counts`` of the topology, readable after a run with ``result.map_state("counts")``.
+
+| spout \\ state      | transactional | opaque | non-transactional |
+| ------------------- | ------------- | ------ | ----------------- |
+| transactional       | exactly-once  | exactly-once | at-least-once |
+| opaque              | **refused**   | exactly-once | at-least-once |
+
+An opaque spout may replay a txid with different tuples; a transactional map skips a key
+its txid already updated, so it would keep the first attempt's value for some keys and
+the second's for others. ``check_pairing`` refuses that pairing when the topology is built.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from state.keys import check_state_name
+from transactional.exceptions import ConfigError
+
+
+class StateType(str, enum.Enum):
+    """Trident's state flavours (the names of ``state.map.MAP_KINDS``)."""
+
+    TRANSACTIONAL = "transactional"
+    OPAQUE = "opaque"
+    NON_TRANSACTIONAL = "non-transactional"
+
+
+@dataclass(frozen=True)
+class MapStateFactory:
+    """A map state of the topology: its ``name`` and flavour (``state_type``)."""
+
+    name: str
+    state_type: StateType = StateType.OPAQUE
+
+    def __post_init__(self) -> None:
+        check_state_name(self.name)
+        object.__setattr__(self, "state_type", StateType(self.state_type))
+
+
+def transactional(name: str) -> MapStateFactory:
+    """A transactional map (exactly-once with a transactional spout)."""
+    return MapStateFactory(name, StateType.TRANSACTIONAL)
+
+
+def opaque(name: str) -> MapStateFactory:
+    """An opaque map (exactly-once with any spout we have)."""
+    return MapStateFactory(name, StateType.OPAQUE)
+
+
+def non_transactional(name: str) -> MapStateFactory:
+    """A non-transactional map (at-least-once: a replayed batch is applied again)."""
+    return MapStateFactory(name, StateType.NON_TRANSACTIONAL)
+
+
+PAIRING_TABLE = """\
+  spout \\ state   transactional   opaque         non-transactional
+  transactional   exactly-once    exactly-once   at-least-once
+  opaque          REFUSED         exactly-once   at-least-once"""
+
+
+def check_pairing(factory: MapStateFactory, spouts: list[tuple[str, Any]]) -> None:
+    """Refuse a transactional map fed by an opaque spout (see the module docstring)."""
+    if factory.state_type is not StateType.TRANSACTIONAL:
+        return
+    bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
+    if bad:
+        msg = (
+            f"state {factory.name!r} is transactional, but it is fed by the opaque spout(s) "
+            f"{bad}: a replayed batch of an opaque spout may hold other tuples, and a "
+            "transactional map would keep some keys from one attempt and some from another. "
+            f"Use trident.state.opaque({factory.name!r}). Trident's table:\n{PAIRING_TABLE}"
+        )
+        raise ConfigError(msg)
+
+
+class TridentState:
+    """What ``persistent_aggregate`` and ``partition_persist`` return: the state, to query
+    with ``Stream.state_query``, and the stream of updated values."""
+
+    def __init__(self, topology: Any, factory: MapStateFactory, node: Any) -> None:
+        self.topology = topology
+        self.factory = factory
+        self._node = node
+
+    @property
+    def name(self) -> str:
+        """The map's name (``result.map_state(name)`` reads it after a run)."""
+        return self.factory.name
+
+    def new_values_stream(self) -> Any:
+        """The stream of ``(key fields..., new value)`` this state's updates produce (in the
+        commit phase, after each update)."""
+        from trident.topology import Stream
+
+        return Stream(self.topology, self._node)
+
+    def parallelism_hint(self, n: int) -> TridentState:
+        """The number of tasks updating this state."""
+        self._node.hint = n
+        return self
+
+    def __repr__(self) -> str:
+        return f"TridentState({self.factory.name!r}, {self.factory.state_type.value})"
