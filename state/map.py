@@ -178,8 +178,10 @@ class MapBacking(Protocol):
         """Stored values for ``keys``, in order; None where absent."""
         ...
 
-    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None) -> None:
-        """Store ``values[i]`` at ``keys[i]``, atomically for the batch. With a ``fence``,
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
+        """Store ``values[i]`` at ``keys[i]``, atomically for the batch. ``trusted``: the
+        last that many keys are known to hold this backing's values (a hint that lets a
+        backing skip checking them). With a ``fence``,
         first check it against the backing's fence (``fence_refusal``), atomically with
         the write: refused, raise ``fence_error`` and write nothing; else raise the
         backing's fence to it. With no keys, only check and raise the fence."""
@@ -205,7 +207,7 @@ class MemoryMapBacking:
         get = self.data.get
         return [get(k) for k in keys]
 
-    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None) -> None:
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
         """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
         fence first, under its lock, as ``MapBacking.multi_put`` says."""
         if len(keys) != len(values):
@@ -317,6 +319,9 @@ class MapState(Generic[V]):
     """
 
     kind = "map"
+    #: the fields of a stored wrapper dict that hold user values (None: the stored value
+    #: is the user's value)
+    _user_fields: tuple[str, ...] | None = None
 
     def __init__(self, backing: MapBacking, name: str | None = None, writer: str = "driver") -> None:
         self.backing = backing
@@ -331,6 +336,14 @@ class MapState(Generic[V]):
         #: the last txid known committed (set by the engine): reads outside a commit show
         #: values as of it; None: whatever was written last
         self.last_committed: int | None = None
+        #: what the backing holds for keys this object read or wrote (encoded key -> stored
+        #: value), valid while it is the only writer: the driver's maps, fenced by its
+        #: epoch (any other writer has a newer epoch, and then this object's next write
+        #: is refused whatever it read). Keys found here are not read again: Trident's
+        #: ``CachedMap``. Dropped on a new epoch, a failed write, a rollback, and when it
+        #: outgrows ``CACHE_LIMIT``; never used with ``shared_writes``.
+        self._cache: dict[str, Any] = {}
+        self._cache_epoch: int | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -346,6 +359,9 @@ class MapState(Generic[V]):
     def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
         """Start applying batch ``txid`` (see ``CommitScope``); drops anything buffered."""
         self.scope = CommitScope(txid, attempt, epoch)
+        if epoch != self._cache_epoch or epoch is None:
+            self._cache = {}
+            self._cache_epoch = epoch
         self._reset()
 
     def flush(self) -> None:
@@ -354,8 +370,43 @@ class MapState(Generic[V]):
         keys, values = self._writes(scope)
         if keys:
             writer = self.writer if self.shared_writes else None
-            self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid, scope.attempt, writer))
+            trusted = 0
+            cache = self._cache
+            if cache:      # keys the cache knows go last: the backing need not check them
+                # (a key read as absent may hold a non-string value MGET cannot show)
+                fresh = [i for i, k in enumerate(keys) if cache.get(k) is None]
+                if len(fresh) < len(keys):
+                    order = fresh + [i for i, k in enumerate(keys) if cache.get(k) is not None]
+                    trusted = len(keys) - len(fresh)
+                    keys, values = [keys[i] for i in order], [values[i] for i in order]
+            try:
+                self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid, scope.attempt, writer),
+                                       trusted=trusted)
+            except BaseException:
+                self._cache = {}        # written or not: unknown
+                raise
+            self._remember(keys, values)
         self._dirty = {}
+
+    def _remember(self, keys: list[str], stored: list[Any]) -> None:
+        """Cache what the backing now holds for ``keys`` (values that cannot change under
+        it: a user's updater may mutate a list or dict it is given)."""
+        if self.shared_writes or self._cache_epoch is None:
+            return
+        cache = self._cache
+        if len(cache) + len(keys) > CACHE_LIMIT:
+            cache.clear()
+        scalar, fields = _SCALARS, self._user_fields
+        f1, f2 = (fields + (fields[0],))[:2] if fields else (None, None)
+        drop = []
+        for k, v in zip(keys, stored, strict=True):
+            if v is None or (type(v) in scalar if f1 is None else (
+                    type(v) is dict and type(v.get(f1)) in scalar and type(v.get(f2)) in scalar)):
+                cache[k] = v
+            else:
+                drop.append(k)
+        for k in drop:
+            cache.pop(k, None)
 
     def rollback(self, writers: Sequence[str]) -> int:
         """Before this attempt commits its txid: put back what failed attempts of the txid
@@ -478,13 +529,22 @@ class MapState(Generic[V]):
         missing = list(dict.fromkeys(enc if not value else [e for e in enc if e not in value]))
         if not missing:
             return
-        stored = self.backing.multi_get(missing)
         scope = self.scope
         assert scope is not None
+        cache = self._cache
+        if cache:
+            hits = [e for e in missing if e in cache]
+            if hits:
+                self._load(hits, [cache[e] for e in hits], scope.txid)
+                if len(hits) == len(missing):
+                    return
+                missing = [e for e in missing if e not in cache]
+        stored = self.backing.multi_get(missing)
         if self.shared_writes:
             for e, s in zip(missing, stored, strict=True):
                 self._check_claim(e, s, scope)
         self._load(missing, stored, scope.txid)
+        self._remember(missing, stored)
 
     def _check_claim(self, key: str, stored: Any, scope: CommitScope) -> None:
         """One of several writers of an attempt finds a key another writer of the same
@@ -514,6 +574,12 @@ class MapState(Generic[V]):
         raise NotImplementedError
 
 
+#: The most keys a map caches (``MapState._cache``) before it starts over.
+CACHE_LIMIT = 1_000_000
+#: user values no updater can change in place: the ones a map caches
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
 def _call(old: Any, update: Updater) -> Any:
     return update(old)
 
@@ -534,6 +600,7 @@ class TransactionalMap(MapState[V]):
     """
 
     kind = "transactional"
+    _user_fields = ("val",)
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
         value, skip = self._value, self._skip
@@ -575,6 +642,7 @@ class OpaqueMap(MapState[V]):
     """
 
     kind = "opaque"
+    _user_fields = ("curr", "prev")
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
         value, base = self._value, self._base
@@ -613,6 +681,7 @@ class OpaqueMap(MapState[V]):
         through the ``writers``' records), so this attempt updates the committed values.
         Returns how many keys were put back."""
         scope = self._require_scope("rolled back")
+        self._cache = {}
         records = self.backing.multi_get([written_key(w) for w in writers])
         left = sorted({k for r in records if isinstance(r, dict) and r.get("txid") == scope.txid
                        and r.get("attempt") != scope.attempt for k in r.get("keys", ())})

@@ -322,9 +322,15 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, TaskContext(topology, component, task, phase, states), router, attempt)
     execute = bolt.execute
+    # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects
+    take = getattr(bolt, "execute_values", None)
     fields_of: dict[tuple[str, str], Fields] = {}
     n = 0
     for source, stream, source_task, values_list in payloads:
+        if take is not None:
+            take(values_list, source, stream)
+            n += len(values_list)
+            continue
         fields = fields_of.get((source, stream))
         if fields is None:
             fields = fields_of[(source, stream)] = topology.component(source).streams[stream].fields

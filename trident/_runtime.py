@@ -134,6 +134,12 @@ class Proc:
         """One row."""
         raise NotImplementedError
 
+    def rows(self, rs: list[tuple]) -> None:
+        """Many rows (a columnar processor collects them at once)."""
+        row = self.row
+        for r in rs:
+            row(r)
+
     def batch(self, b: Any) -> None:
         """A record batch: its rows, one by one (a columnar processor overrides this)."""
         row = self.row
@@ -242,11 +248,14 @@ class BatchProc(Proc):
 
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
-        self.rows: list[tuple] = []
+        self.pending: list[tuple] = []
         self.batches: list[Any] = []
 
     def row(self, r: tuple) -> None:
-        self.rows.append(r)
+        self.pending.append(r)
+
+    def rows(self, rs: list[tuple]) -> None:
+        self.pending.extend(rs)
 
     def batch(self, b: Any) -> None:
         self.batches.append(b)
@@ -254,8 +263,8 @@ class BatchProc(Proc):
     def finish(self) -> None:
         op, nxt = self.op, self.nxt
         assert op is not None and nxt is not None
-        if self.rows:
-            self.batches.append(batch_of(self.rows, op.fields))
+        if self.pending:
+            self.batches.append(batch_of(self.pending, op.fields))
         if self.batches:
             b = _concat(self.batches)
             fn = op.fn.execute_batch if hasattr(op.fn, "execute_batch") else op.fn
@@ -447,13 +456,28 @@ class PartialProc(Proc):
                                       None if self.count else op.in_fields[0], self.c.arrow_agg,
                                       op.out_fields[-1]))
         if self.acc:
-            if len(op.group_idx) == 1:
+            if getattr(self.c, "arrow_agg", None) is not None:
+                nxt.batch(_acc_batch(self.acc, group, op.out_fields[-1]))   # numbers: one Arrow batch
+            elif len(op.group_idx) == 1:
                 for k, v in self.acc.items():
                     nxt.row((k, v))
             else:
                 for k, v in self.acc.items():
                     nxt.row((*k, v))
         Proc.finish(self)
+
+
+def _acc_batch(acc: dict[Any, Any], group: list[str], out: str) -> Any:
+    """A dict of partials (key: one group value, a tuple of several, or ``()``) as a record
+    batch ``(*group, out)``."""
+    import pyarrow as pa
+
+    if len(group) == 1:
+        cols = [pa.array(list(acc)), pa.array(list(acc.values()))]
+    else:
+        keys = list(zip(*acc, strict=True)) if group else []
+        cols = [pa.array(list(c)) for c in keys] + [pa.array(list(acc.values()))]
+    return pa.RecordBatch.from_arrays(cols, names=[*group, out])
 
 
 def arrow_group_agg(b: Any, group: list[str], column: str | None, how: str, out: str) -> Any:
@@ -646,22 +670,22 @@ class QueryProc(Proc):
         assert op is not None and self.nxt is not None
         self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
         self.tt = TridentTuple.of(op.in_fields)
-        self.rows: list[tuple] = []
+        self.buffered: list[tuple] = []
 
     def row(self, r: tuple) -> None:
-        self.rows.append(r)
+        self.buffered.append(r)
 
     def finish(self) -> None:
         op, nxt = self.op, self.nxt
         assert op is not None and nxt is not None
-        if self.rows:
-            tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.rows]
+        if self.buffered:
+            tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.buffered]
             results = op.fn.batch_retrieve(self.view, tts)
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)
             c = _Collect(nxt.row, len(op.out_fields) - len(op.fields))
-            for r, t, res in zip(self.rows, tts, results, strict=True):
+            for r, t, res in zip(self.buffered, tts, results, strict=True):
                 c.current = r
                 op.fn.execute(t, res, c)
         Proc.finish(self)
@@ -720,7 +744,7 @@ class EmitProc(Proc):
     def open(self, bolt: TridentBolt) -> None:
         self.bolt = bolt
         self.attempt = bolt.attempt
-        self.rows: list[tuple] = []
+        self.buffered: list[tuple] = []
         self.batches: list[Any] = []
         if self.rows_out and not self.arrow_outs:
             emit, att = bolt.collector.emit, (bolt.attempt,)
@@ -730,7 +754,7 @@ class EmitProc(Proc):
             self.batch = lambda b: None  # type: ignore[method-assign]
 
     def row(self, r: tuple) -> None:
-        self.rows.append(r)
+        self.buffered.append(r)
 
     def batch(self, b: Any) -> None:
         if self.arrow_outs:
@@ -741,12 +765,12 @@ class EmitProc(Proc):
                 emit(att + r)
 
     def finish(self) -> None:
-        if self.arrow_outs and (self.batches or self.rows):
-            if self.rows:
-                self.batches.append(batch_of(self.rows, self.fields))
+        if self.arrow_outs and (self.batches or self.buffered):
+            if self.buffered:
+                self.batches.append(batch_of(self.buffered, self.fields))
                 if self.rows_out:
                     emit, att = self.bolt.collector.emit, (self.attempt,)
-                    for r in self.rows:
+                    for r in self.buffered:
                         emit(att + r)
             b = _concat(self.batches)
             for out in self.arrow_outs:
@@ -848,6 +872,21 @@ class TridentBolt(BaseBatchBolt):
             self.join.side_row(self.sides[src], tuple.values[1:])
         else:
             self._row(tuple.values[1:])
+
+    def execute_values(self, values_list: list[tuple], source: str, stream: str) -> None:
+        """A whole payload of one source's task at once (``run_task`` calls this instead of
+        ``execute`` for each tuple): rows go down the chain without ``Tuple`` objects."""
+        src = (source, stream)
+        if src in self.arrow_in:
+            for v in values_list:
+                for b in from_ipc(v[1]).to_batches():
+                    self.head.batch(b)
+        elif self.join is not None:
+            side, side_row = self.sides[src], self.join.side_row
+            for v in values_list:
+                side_row(side, v[1:])
+        else:
+            self.head.rows([v[1:] for v in values_list])
 
     def finish_batch(self) -> None:
         """The end of the task's share: flows down the chain."""

@@ -578,8 +578,15 @@ class _Segment:
 
     @property
     def columnar_out(self) -> bool:
-        return bool(self.ops) and self.ops[-1].columnar and (
-            self.ops[-1].kind in COLUMNAR or _columnar_before(self, len(self.ops) - 1))
+        """Whether the stage ends in record batches: a columnar function, an operation that
+        keeps batches it is given, or the partial counts/sums of Count and Sum (numbers:
+        always one Arrow batch)."""
+        if not self.ops:
+            return False
+        last = self.ops[-1]
+        if last.kind == "partial" and getattr(last.fn, "arrow_agg", None) is not None:
+            return True
+        return last.columnar and (last.kind in COLUMNAR or _columnar_before(self, len(self.ops) - 1))
 
 
 def _columnar_before(seg: _Segment, i: int) -> bool:
