@@ -195,6 +195,9 @@ class MemoryMapBacking:
     [{'txid': 1, 'val': 2}, None]
     """
 
+    #: in this process: a map does not cache what it reads (``MapState._cache``)
+    remote = False
+
     def __init__(self, fence: FenceCell | None = None, namespace: str = "memory map") -> None:
         self.data: dict[Hashable, Any] = {}
         self.fence = fence or FenceCell()
@@ -361,7 +364,8 @@ class MapState(Generic[V]):
         self.scope = CommitScope(txid, attempt, epoch)
         if epoch != self._cache_epoch or epoch is None:
             self._cache = {}
-            self._cache_epoch = epoch
+            # a backing in this process's memory is as fast as a cache of it
+            self._cache_epoch = epoch if getattr(self.backing, "remote", True) else None
         self._reset()
 
     def flush(self) -> None:
