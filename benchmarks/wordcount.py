@@ -19,7 +19,8 @@ word -> ``group_by(word).persistent_aggregate(transactional, Count())``, partial
 before the shuffle); ``--api trident-columnar`` the same with the split as one Arrow
 kernel per batch (``map_batches``) and the counts as Arrow hash aggregations, moved as
 Arrow IPC buffers. Both default to ``--state local-redis`` and check every key against
-the true counts (``exact``).
+the true counts (``exact``); ``--trident-state`` picks the map flavour (``counters``: the
+``CounterMap``, one atomic add per batch with no read of the keys).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def split_batch(batch):
     return pa.RecordBatch.from_arrays([words], names=["word"])
 
 
-def build_trident(topology_id, corpus, batch, parallelism, committers, columnar):
+def build_trident(topology_id, corpus, batch, parallelism, committers, columnar, flavour="transactional"):
     """Storm's TridentWordCount: sentences -> split -> group_by word -> persistent Count."""
     spout = sentence_spout(corpus, batch, parallelism)
     t = TridentTopology(topology_id)
@@ -168,8 +169,8 @@ def build_trident(topology_id, corpus, batch, parallelism, committers, columnar)
         s = s.map_batches(split_batch, Fields("word"))
     else:
         s = s.each(Fields("sentence"), SplitWords(), Fields("word"))
-    s.group_by(Fields("word")).persistent_aggregate(
-        trident_state.transactional("word-counts"), Count(), Fields("count")).parallelism_hint(committers)
+    factory = getattr(trident_state, flavour)("word-counts")
+    s.group_by(Fields("word")).persistent_aggregate(factory, Count(), Fields("count")).parallelism_hint(committers)
     return t.build()
 
 
@@ -199,6 +200,8 @@ def main():
     ap.add_argument("--api", choices=["bolt", "trident", "trident-columnar"], default="bolt",
                     help="bolt: the --topology of batch bolts; trident: Storm's TridentWordCount (one "
                          "tuple per word, partial counts); trident-columnar: the same over Arrow batches")
+    ap.add_argument("--trident-state", choices=["transactional", "opaque", "counters"], default="transactional",
+                    help="the map flavour of the Trident word counts (counters: CounterMap, no reads)")
     ap.add_argument("--state", default=None,
                     help="memory://, redis://..., or local-redis (the default for the trident APIs)")
     ap.add_argument("--commit-placement", choices=["driver", "executors", "both"], default="driver")
@@ -237,7 +240,7 @@ def run_one(args, corpus, placement, bare_line):
         topo = build(tid, corpus, args.batch, args.parallelism, args.committers, args.topology)
     else:
         topo = build_trident(tid, corpus, args.batch, args.parallelism, args.committers,
-                             args.api == "trident-columnar")
+                             args.api == "trident-columnar", args.trident_state)
     t0 = time.monotonic()
     r = run_topology(topo, cfg)
     wall = time.monotonic() - t0
@@ -250,6 +253,7 @@ def run_one(args, corpus, placement, bare_line):
         "topology": args.topology if args.api == "bolt" else "trident-wordcount",
         "sentences": args.sentences, "words": words,
         "keys_verified": len(check), "exact": all(got[w] == truth[w] for w in check),
+        "trident_state": None if args.api == "bolt" else args.trident_state,
         "batches": r.batches_committed, "batch_sentences": args.batch, "wall_secs": round(wall, 2),
         "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
         "commit_latency_p99_ms": round(r.latency_ms(99), 1),

@@ -4,6 +4,7 @@ from typing import Any
 
 from state.base import MemoryTransactionalState, TransactionalState, open_transactional_state
 from state.map import (
+    CounterMap,
     MapBacking,
     MapState,
     MemoryMapBacking,
@@ -16,7 +17,7 @@ from state.map import (
 
 __all__ = [
     "TransactionalState", "MemoryTransactionalState", "open_transactional_state",
-    "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "NonTransactionalMap", "map_class", "MemoryMapBacking", "open_map_backing",
+    "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "NonTransactionalMap", "CounterMap", "map_class", "MemoryMapBacking", "open_map_backing",
     "RedisMapBacking",
 ]
 

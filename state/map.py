@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from state.keys import decode_key, encode_key
-from transactional.exceptions import LeadershipLostError, StateAheadError, StateCorruptError
+from transactional.exceptions import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
@@ -59,6 +59,8 @@ Combine = Callable[[Any, Any], Any]   # fn(old_or_None, arg) -> new
 #: which an ``OpaqueMap`` writer records the keys its last flush wrote:
 #: ``~written:<writer>`` -> ``{"txid", "attempt", "keys"}``.
 WRITTEN_KEY = "~written"
+#: The stored key of a ``CounterMap``'s marker: the last txid whose additions it holds.
+APPLIED_KEY = "~applied"
 
 
 def written_key(writer: str) -> str:
@@ -209,6 +211,27 @@ class MemoryMapBacking:
         self.round_trips += 1
         get = self.data.get
         return [get(k) for k in keys]
+
+    def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
+        """Add numbers once for ``fence.txid`` (see ``RedisMapBacking.multi_add``); False
+        when the txid was added before (nothing written)."""
+        self.round_trips += 1
+        with self.fence.lock:
+            applied = self.data.get(APPLIED_KEY) or 0
+            self.fence.check_and_raise(fence, f"memory map {self.namespace!r}")
+            if fence.txid is not None and applied >= fence.txid:
+                return False
+            bad = [(k, v) for k, v in ((k, self.data.get(k)) for k in keys)
+                   if v is not None and (type(v) not in (int, float))]
+            if bad:
+                msg = f"memory map {self.namespace!r} key {bad[0][0]!r} holds {bad[0][1]!r}, not a number"
+                raise StateCorruptError(msg)
+            data = self.data
+            for k, d in zip(keys, deltas, strict=True):
+                data[k] = data.get(k, 0) + d
+            if fence.txid is not None:
+                data[APPLIED_KEY] = fence.txid
+            return True
 
     def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
         """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
@@ -733,11 +756,121 @@ class NonTransactionalMap(MapState[V]):
         return keys, [value[k] for k in keys]
 
 
+class CounterMap(MapState[V]):
+    """Numbers that batches add to: ``multi_combine(keys, deltas, "sum")`` buffers the
+    additions of a txid, and ``flush`` adds them in the store in one atomic, fenced write
+    that also records the txid (``APPLIED_KEY``); a txid added before is skipped whole. So
+    counts are exactly-once for transactional spouts (a replay adds the identical batch)
+    without reading a key: the commit costs one write, not a read and a write of every
+    key (Trident's ``TransactionalMap`` keeps a txid per key because Storm's multi-put is
+    not atomic; here the write is). Values are plain numbers in the store.
+
+    Only for a single writer per txid (``commit_placement="driver"``) and transactional
+    spouts; reads inside a commit see the committed value plus this txid's additions.
+
+    >>> m = CounterMap(MemoryMapBacking())
+    >>> m.begin_commit(1, epoch=1); m.multi_combine(["a", "b", "a"], [2, 3, 1]); m.commit(1)
+    [3, 3, 3]
+    >>> m.begin_commit(1, epoch=1); m.multi_combine(["a"], [2]); m.commit(1); m.get("a")   # replay
+    [5]
+    3
+    """
+
+    kind = "counter"
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._deltas: dict[str, Any] = {}
+
+    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
+        """Start adding batch ``txid``'s numbers."""
+        if self.shared_writes:
+            msg = (f"counter map {self.name!r} has several writers per txid (committers on executors); "
+                   "counter maps need commit_placement='driver' (or use a transactional map)")
+            raise ConfigError(msg)
+        super().begin_commit(txid, attempt, epoch=epoch)
+
+    def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
+        """Add ``values[i]`` to ``keys[i]`` in this txid (``combiner`` must be ``"sum"`` or
+        ``"count"``); returns the values as this txid leaves them (one read of the keys
+        not read before in the txid)."""
+        if combiner not in ("sum", "count"):
+            msg = f"a counter map adds numbers; combiner {combiner!r} is not 'sum' (use a transactional map)"
+            raise ValueError(msg)
+        self._require_scope("updated")
+        keys = list(keys)
+        if len(values) != len(keys):
+            msg = f"{len(keys)} keys but {len(values)} values"
+            raise ValueError(msg)
+        enc = _encode_all(keys)
+        deltas = self._deltas
+        for e, v in zip(enc, values, strict=True):
+            if type(v) not in (int, float):
+                msg = f"a counter map adds numbers; got {v!r} for key {decode_key(e)!r}"
+                raise TypeError(msg)
+            deltas[e] = deltas.get(e, 0) + v
+        return self._current(enc)
+
+    def add(self, keys: Sequence[Any], deltas: Sequence[Any]) -> None:
+        """``multi_combine(keys, deltas)`` without reading the new values back."""
+        self._require_scope("updated")
+        d = self._deltas
+        enc = _encode_all(list(keys))
+        if not d and len(enc) == len(deltas) and len(set(enc)) == len(enc):
+            self._deltas = dict(zip(enc, deltas, strict=True))       # the common case: one task's distinct keys
+            return
+        for e, v in zip(enc, deltas, strict=True):
+            d[e] = d.get(e, 0) + v
+
+    def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
+        """Not for counters: they only add (``multi_combine(keys, deltas, "sum")``)."""
+        msg = f"counter map {self.name!r} only adds numbers: use multi_combine(keys, deltas, 'sum')"
+        raise TypeError(msg)
+
+    def multi_get(self, keys: Sequence[Any]) -> list[V | None]:
+        """Committed values (plus this txid's additions inside a commit)."""
+        if self.scope is None:
+            return super().multi_get(keys)
+        return self._current(_encode_all(list(keys)))
+
+    def _current(self, enc: list[str]) -> list[Any]:
+        uniq = list(dict.fromkeys(enc))
+        stored = dict(zip(uniq, self.backing.multi_get(uniq), strict=True))
+        d = self._deltas
+        out = []
+        for e in enc:
+            s, x = stored.get(e), d.get(e)
+            out.append(s if x is None else (x if s is None else s + x))
+        return out
+
+    def flush(self) -> None:
+        """Add this txid's numbers in one atomic, fenced write (skipped if added before)."""
+        scope = self._require_scope("flushed")
+        if self._deltas:
+            add = getattr(self.backing, "multi_add", None)
+            if add is None:
+                msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
+                raise ConfigError(msg)
+            keys = list(self._deltas)
+            add(keys, [self._deltas[k] for k in keys], Fence(scope.epoch, scope.txid, scope.attempt))
+        self._deltas = {}
+
+    def _committed_value(self, key: Any, stored: Any) -> Any:
+        if type(stored) not in (int, float):
+            msg = f"key {key!r} holds {stored!r}, not a number of a counter map; use another state name"
+            raise StateCorruptError(msg)
+        return stored
+
+    def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
+        return self._committed_value(key, stored)
+
+
 #: The map kinds by name: ``TopologyContext.map_state(name, kind)`` takes a name or a bool.
 MAP_KINDS: dict[str, type[MapState[Any]]] = {
     TransactionalMap.kind: TransactionalMap,
     OpaqueMap.kind: OpaqueMap,
     NonTransactionalMap.kind: NonTransactionalMap,
+    CounterMap.kind: CounterMap,
 }
 
 

@@ -44,11 +44,11 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from state.keys import decode_key, encode_key, hashable_key
-from state.map import Fence, conflict_error, fence_error
+from state.map import APPLIED_KEY, Fence, conflict_error, fence_error
 from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
-           "client_from_url", "LUA_FENCED_MSET"]
+           "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD"]
 
 #: Pairs written per ``MSET`` inside the write script (Lua's ``unpack`` has a stack limit).
 MSET_CHUNK = 1000
@@ -70,7 +70,8 @@ FENCE_SUFFIX = "~fence"
 #        {1, epoch, txid} when the fence holds a newer txid (nothing written);
 #        {4, key, writer} when another writer of the attempt claimed a key (nothing written);
 #        {2, key, type} when a data key holds a non-string Redis value (nothing written)
-LUA_FENCED_MSET = """
+# the fence check both write scripts open with (KEYS[1], ARGV[1], ARGV[2] as above)
+_LUA_FENCE_CHECK = """
 local fe, ft = 0, 0
 local f = redis.call('GET', KEYS[1])
 if f then
@@ -84,6 +85,13 @@ end
 if t and ft > t then
   return {1, tostring(fe), tostring(ft)}
 end
+"""
+_LUA_FENCE_RAISE = """
+if (e and e > fe) or (t and t > ft) then
+  redis.call('SET', KEYS[1], string.format('%d:%d', math.max(e or 0, fe), math.max(t or 0, ft)))
+end
+"""
+LUA_FENCED_MSET = _LUA_FENCE_CHECK + """
 local writer = ARGV[3]
 if writer ~= '' then
   for i = 3, #KEYS do
@@ -126,13 +134,46 @@ end
 if writer ~= '' then
   redis.call('EXPIRE', KEYS[2], 86400)
 end
-if (e and e > fe) or (t and t > ft) then
-  redis.call('SET', KEYS[1], string.format('%d:%d', math.max(e or 0, fe), math.max(t or 0, ft)))
+""" + _LUA_FENCE_RAISE + """
+return {0}
+"""
+
+# The counter write (``multi_add``): add numbers to keys, once per txid, atomically.
+# KEYS[1]        the fence key (as above)
+# KEYS[2]        the map's applied marker: the last txid whose additions it holds
+# KEYS[3..n+2]   the data keys
+# ARGV[1], [2]   epoch and txid (as above)
+# ARGV[3..n+2]   the numbers to add, in KEYS order
+# ARGV[n+3]      'int' (INCRBY) or 'float' (INCRBYFLOAT)
+# return {0} added; {5, applied} the txid was added before (nothing written); {1|3, ...} as
+#        above; {2, key, what} a data key holds something that is not a number (nothing written)
+LUA_FENCED_ADD = _LUA_FENCE_CHECK + """
+local applied = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if t and applied >= t then
+  return {5, tostring(applied)}
 end
+for i = 3, #KEYS do
+  local ok, v = pcall(redis.call, 'GET', KEYS[i])
+  if not ok then
+    return {2, KEYS[i], 'non-string value'}
+  end
+  if v and not tonumber(v) then
+    return {2, KEYS[i], 'string that is not a number'}
+  end
+end
+local op = ARGV[#ARGV] == 'int' and 'INCRBY' or 'INCRBYFLOAT'
+for i = 3, #KEYS do
+  redis.call(op, KEYS[i], ARGV[i])
+end
+if t then
+  redis.call('SET', KEYS[2], tostring(t))
+end
+""" + _LUA_FENCE_RAISE + """
 return {0}
 """
 
 _SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
+_ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
 
 _RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
 
@@ -483,12 +524,44 @@ class RedisMapBacking:
         self.round_trips += 1
         reply = self._io("writing", self._eval, [self._fence_key, claims_key, *rkeys],
                          [epoch, txid, writer, *data, MSET_CHUNK, min(max(trusted, 0), len(keys))])
+        self._raise_for(reply, fence)
+
+    def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
+        """Add ``deltas[i]`` to the numbers at ``keys[i]`` (absent: 0), once for
+        ``fence.txid``: one ``EVALSHA`` that checks the fence and the namespace's applied
+        marker (``<namespace>:~applied``) and writes nothing when the txid was added before
+        (returns False) -- ``CounterMap``'s write. Numbers are stored as Redis integers
+        (``INCRBY``) or floats (``INCRBYFLOAT``), readable with ``redis-cli GET``. Every key
+        is checked before anything is written: a key holding something that is not a
+        number refuses the whole write."""
+        if len(keys) != len(deltas):
+            msg = f"{len(keys)} keys but {len(deltas)} deltas"
+            raise ValueError(msg)
+        mode = "int" if all(type(d) is int for d in deltas) else "float"
+        bad = [d for d in deltas if not isinstance(d, (int, float)) or isinstance(d, bool)]
+        if bad:
+            msg = f"a counter map adds numbers; got {bad[:3]!r}"
+            raise TypeError(msg)
+        prefix = self._prefix
+        epoch = "" if fence.epoch is None else str(fence.epoch)
+        txid = "" if fence.txid is None else str(fence.txid)
+        self.round_trips += 1
+        keys_ = [self._fence_key, prefix + APPLIED_KEY, *[prefix + k for k in keys]]
+        args = [epoch, txid, *deltas, mode]
+        reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA, keys_, args)
+        if int(reply[0]) == 5:
+            return False
+        self._raise_for(reply, fence)
+        return True
+
+    def _raise_for(self, reply: Any, fence: Fence | None) -> None:
+        """Raise what a write script's refusal means (see the scripts' return codes)."""
         code = int(reply[0])
         if code == 4:
             assert fence is not None
             prefix_len = len(self.fence_scope) + 1 if self.namespace.startswith(f"{self.fence_scope}:") else 0
             where = f"map {self.namespace[prefix_len:]!r} (Redis namespace {self.namespace!r} at {self.address})"
-            raise conflict_error(where, _s(reply[1])[len(prefix):], _s(reply[2]), fence)
+            raise conflict_error(where, _s(reply[1])[len(self._prefix):], _s(reply[2]), fence)
         if code in (1, 3):
             assert fence is not None
             raise fence_error("epoch" if code == 3 else "txid",
@@ -496,19 +569,22 @@ class RedisMapBacking:
                               int(reply[1]), int(reply[2]), fence)
         if code == 2:
             msg = (
-                f"Redis key {_s(reply[1])!r} at {self.address} holds a {_s(reply[2])}, not a "
-                "string written by RedisMapBacking; nothing was overwritten. Use another "
+                f"Redis key {_s(reply[1])!r} at {self.address} holds a {_s(reply[2])}, not "
+                "what RedisMapBacking writes; nothing was overwritten. Use another "
                 "state name or delete the key"
             )
             raise StateCorruptError(msg)
 
     def _eval(self, keys: list[str], args: list[Any]) -> Any:
+        return self._eval_script(LUA_FENCED_MSET, _SCRIPT_SHA, keys, args)
+
+    def _eval_script(self, script: str, sha: str, keys: list[str], args: list[Any]) -> Any:
         client = self.client
         try:
-            return client.evalsha(_SCRIPT_SHA, len(keys), *keys, *args)
+            return client.evalsha(sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:  # server restarted / script cache flushed
-            client.script_load(LUA_FENCED_MSET)
-            return client.evalsha(_SCRIPT_SHA, len(keys), *keys, *args)
+            client.script_load(script)
+            return client.evalsha(sha, len(keys), *keys, *args)
 
     def _io(self, what: str, fn: Any, *args: Any) -> Any:
         try:

@@ -265,7 +265,7 @@ class _DeclaringContext(TaskContext):
 
     def __init__(self, topology: Topology, component: Any) -> None:
         super().__init__(topology, component, 0, "commit")
-        self.asked: list[tuple[str, bool]] = []
+        self.asked: list[tuple[str, bool | str]] = []
 
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         self.asked.append((name, opaque))

@@ -181,13 +181,20 @@ class EachProc(Proc):
         self.tt = TridentTuple.of(op.in_fields)
         self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields))
         self.execute = op.fn.execute
-        idx = op.in_idx
-        self.pick = (lambda r, i=idx[0]: (r[i],)) if len(idx) == 1 else (lambda r: tuple(r[i] for i in idx))
+        self.pick = _picker(op.in_idx)
 
     def row(self, r: tuple) -> None:
         c = self.collector
         c.current = r
         self.execute(self.tt(self.pick(r)), c)
+
+
+def _picker(idx: tuple[int, ...]) -> Callable[[tuple], tuple]:
+    """A function taking the values at ``idx`` of a row."""
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda r: (r[i],)
+    return lambda r: tuple(r[i] for i in idx)
 
 
 class FilterProc(Proc):
@@ -589,6 +596,11 @@ class PersistProc(Proc):
             cols = [c.to_pylist() for c in b.columns]
             keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
             acc = self.acc
+            if not acc and not op.emit_values and hasattr(self.map, "add"):
+                self.map.add(keys, cols[-1])        # a counter map, keys distinct: straight from Arrow
+                self.batches = []
+                Proc.finish(self)
+                return
             if acc:
                 for k, v in zip(keys, cols[-1], strict=True):
                     old = acc.get(k, _MISSING)
@@ -607,7 +619,11 @@ class PersistProc(Proc):
                     return up
                 new = self.map.multi_update(keys, [reduce_into(self.acc[k]) for k in keys])
             elif getattr(fn, "arrow_agg", None) in ("count", "sum"):
-                new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
+                if not op.emit_values and hasattr(self.map, "add"):
+                    self.map.add(keys, list(self.acc.values()))      # a counter map: no read
+                    new = []
+                else:
+                    new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
             else:
                 zero = fn.zero
 

@@ -27,7 +27,7 @@ class TridentTuple(tuple):
         return type("TridentTuple", (cls,), {"__slots__": (), "fields": fields,
                                              "_pos": {f: i for i, f in enumerate(fields)}})
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if type(key) is str:
             try:
                 key = self._pos[key]

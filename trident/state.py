@@ -5,10 +5,15 @@ A factory names a map and its flavour; the backing is the topology's state
 ``context.map_state``. So ``transactional("counts")`` is the ``TransactionalMap`` called
 ``counts`` of the topology, readable after a run with ``result.map_state("counts")``.
 
-| spout \\ state      | transactional | opaque | non-transactional |
-| ------------------- | ------------- | ------ | ----------------- |
-| transactional       | exactly-once  | exactly-once | at-least-once |
-| opaque              | **refused**   | exactly-once | at-least-once |
+| spout \\ state      | transactional, counters | opaque | non-transactional |
+| ------------------- | ----------------------- | ------ | ----------------- |
+| transactional       | exactly-once            | exactly-once | at-least-once |
+| opaque              | **refused**             | exactly-once | at-least-once |
+
+``counters(name)`` is a transactional map of numbers for ``Count``/``Sum``: each txid's
+additions go to the store in one atomic write that records the txid (``CounterMap``),
+with no read of the keys -- the fastest exactly-once persistent count; it needs the
+commit phase on the driver (``commit_placement="driver"``).
 
 An opaque spout may replay a txid with different tuples; a transactional map skips a key
 its txid already updated, so it would keep the first attempt's value for some keys and
@@ -31,6 +36,7 @@ class StateType(str, enum.Enum):
     TRANSACTIONAL = "transactional"
     OPAQUE = "opaque"
     NON_TRANSACTIONAL = "non-transactional"
+    COUNTER = "counter"
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,12 @@ def opaque(name: str) -> MapStateFactory:
     return MapStateFactory(name, StateType.OPAQUE)
 
 
+def counters(name: str) -> MapStateFactory:
+    """A map of numbers that ``Count``/``Sum`` add to, exactly once per txid, in one atomic
+    write per batch without reading the keys (``state.map.CounterMap``)."""
+    return MapStateFactory(name, StateType.COUNTER)
+
+
 def non_transactional(name: str) -> MapStateFactory:
     """A non-transactional map (at-least-once: a replayed batch is applied again)."""
     return MapStateFactory(name, StateType.NON_TRANSACTIONAL)
@@ -62,18 +74,19 @@ def non_transactional(name: str) -> MapStateFactory:
 
 PAIRING_TABLE = """\
   spout \\ state   transactional   opaque         non-transactional
+                  (and counters)
   transactional   exactly-once    exactly-once   at-least-once
   opaque          REFUSED         exactly-once   at-least-once"""
 
 
 def check_pairing(factory: MapStateFactory, spouts: list[tuple[str, Any]]) -> None:
     """Refuse a transactional map fed by an opaque spout (see the module docstring)."""
-    if factory.state_type is not StateType.TRANSACTIONAL:
+    if factory.state_type not in (StateType.TRANSACTIONAL, StateType.COUNTER):
         return
     bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
     if bad:
         msg = (
-            f"state {factory.name!r} is transactional, but it is fed by the opaque spout(s) "
+            f"state {factory.name!r} is {factory.state_type.value}, but it is fed by the opaque spout(s) "
             f"{bad}: a replayed batch of an opaque spout may hold other tuples, and a "
             "transactional map would keep some keys from one attempt and some from another. "
             f"Use trident.state.opaque({factory.name!r}). Trident's table:\n{PAIRING_TABLE}"

@@ -40,7 +40,7 @@ from trident.operation import (
     ReducerAggregator,
     StateUpdater,
 )
-from trident.state import MapStateFactory, TridentState, check_pairing
+from trident.state import MapStateFactory, StateType, TridentState, check_pairing
 
 COLUMNAR = {"each_batch", "map_batches"}
 
@@ -196,16 +196,16 @@ class Stream:
     def partition_aggregate(self, in_fields: Any, aggregator: Any, out_fields: Any) -> Stream:
         """Aggregate each task's share of the batch (no repartitioning); the stream becomes
         the aggregator's output."""
-        return _aggregate(self, (), in_fields, aggregator, out_fields, scope="partition")
+        return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="partition")
 
     def aggregate(self, in_fields: Any, aggregator: Any, out_fields: Any) -> Stream:
         """Aggregate the whole batch into one place (global aggregation); a combiner is
         pre-aggregated per task first."""
-        return _aggregate(self, (), in_fields, aggregator, out_fields, scope="global")
+        return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="global")
 
     def chained_agg(self) -> ChainedAggregatorDeclarer:
         """Several aggregators over the same tuples in one pass (``.aggregate(...)...chain_end()``)."""
-        return ChainedAggregatorDeclarer(self, ())
+        return ChainedAggregatorDeclarer(self, Fields())
 
     def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
@@ -214,7 +214,7 @@ class Stream:
         fields."""
         if out_fields is None:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
-        return _persist(self, (), state_factory, in_fields, aggregator, out_fields)
+        return _persist(self, Fields(), state_factory, in_fields, aggregator, out_fields)
 
     def group_by(self, fields: Any) -> GroupedStream:
         """Group by ``fields``: the aggregations that follow are per group."""
@@ -222,8 +222,9 @@ class Stream:
         return GroupedStream(self, f)
 
     # -- repartitioning ------------------------------------------------------------------------
-    def _repartition(self, grouping: str, keys: Fields = Fields()) -> Stream:
-        return self.topology._add(Node("repartition", [self.node], self.fields, grouping=grouping, keys=keys))
+    def _repartition(self, grouping: str, keys: Fields | None = None) -> Stream:
+        return self.topology._add(Node("repartition", [self.node], self.fields, grouping=grouping,
+                                       keys=keys or Fields()))
 
     def shuffle(self) -> Stream:
         """Spread tuples evenly over the next stage's tasks."""
@@ -347,6 +348,10 @@ def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields:
         msg = f"persistent_aggregate stores one value per key; declare one output field, not {list(out)}"
         raise ConfigError(msg)
     f, idx = (stream._in(in_fields, "persistent_aggregate") if in_fields is not None else (Fields(), ()))
+    if factory.state_type is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
+        msg = (f"state {factory.name!r} is a counter map: it adds numbers, so it takes Count() or Sum(), "
+               f"not {type(agg).__name__}; use trident.state.transactional({factory.name!r}) for other aggregators")
+        raise ConfigError(msg)
     gidx = tuple(stream.fields.index(g) for g in group)
     fields = Fields(*group, *out)
     topo = stream.topology
@@ -676,7 +681,7 @@ class _Compiler:
         if id(seg) in seen:
             return []
         seen.add(id(seg))
-        out = [(seg.spout.spout_id, seg.spout.spout)] if seg.spout is not None else []
+        out = [(seg.spout.spout_id or "", seg.spout.spout)] if seg.spout is not None else []
         for i in seg.inputs:
             out += self._spouts_of(i.segment, seen)
         return out
