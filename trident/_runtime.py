@@ -182,6 +182,12 @@ class EachProc(Proc):
         self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields))
         self.execute = op.fn.execute
         self.pick = _picker(op.in_idx)
+        c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
+
+        def row(r: tuple) -> None:          # the per-tuple hot path: one closure, no lookups
+            c.current = r
+            execute(tt(pick(r)), c)
+        self.row = row  # type: ignore[method-assign]
 
     def row(self, r: tuple) -> None:
         c = self.collector
@@ -434,6 +440,13 @@ class PartialProc(Proc):
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
         self.count = getattr(self.c, "arrow_agg", None) == "count"
+        if self.count and len(op.group_idx) == 1:
+            acc, get, i = self.acc, self.acc.get, op.group_idx[0]
+
+            def count(r: tuple) -> None:    # Count by one field: the per-tuple hot path
+                k = r[i]
+                acc[k] = get(k, 0) + 1
+            self.row = count  # type: ignore[method-assign]
 
     def row(self, r: tuple) -> None:
         op = self.op
@@ -873,21 +886,10 @@ class TridentBolt(BaseBatchBolt):
             p.open(self)
         self.head = chain
         self.join = chain if isinstance(chain, JoinProc) else None
-        row = chain.row
-        self._last: tuple[str, str] | None = None
-        self._row = row
 
     def execute(self, tuple: Any) -> None:
         """One input tuple: a row (its values after the attempt), or an Arrow buffer."""
-        src = (tuple.source_component, tuple.source_stream)
-        if src in self.arrow_in:
-            t = from_ipc(tuple.values[1])
-            for b in t.to_batches():
-                self.head.batch(b)
-        elif self.join is not None:
-            self.join.side_row(self.sides[src], tuple.values[1:])
-        else:
-            self._row(tuple.values[1:])
+        self.execute_values([tuple.values], tuple.source_component, tuple.source_stream)
 
     def execute_values(self, values_list: list[tuple], source: str, stream: str) -> None:
         """A whole payload of one source's task at once (``run_task`` calls this instead of
@@ -896,7 +898,12 @@ class TridentBolt(BaseBatchBolt):
         if src in self.arrow_in:
             for v in values_list:
                 for b in from_ipc(v[1]).to_batches():
-                    self.head.batch(b)
+                    if self.join is not None:      # a join takes rows, by side
+                        side = self.sides[src]
+                        for r in rows_of(b):
+                            self.join.side_row(side, r)
+                    else:
+                        self.head.batch(b)
         elif self.join is not None:
             side, side_row = self.sides[src], self.join.side_row
             for v in values_list:
