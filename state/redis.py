@@ -152,13 +152,20 @@ local applied = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if t and applied >= t then
   return {5, tostring(applied)}
 end
-for i = 3, #KEYS do
-  local ok, v = pcall(redis.call, 'GET', KEYS[i])
-  if not ok then
-    return {2, KEYS[i], 'non-string value'}
-  end
-  if v and not tonumber(v) then
-    return {2, KEYS[i], 'string that is not a number'}
+-- check every key before writing any (a failed INCRBY would leave the others written):
+-- MGET in chunks; a nil is an absent key or one that is not a string (TYPE tells)
+for c = 3, #KEYS, 1000 do
+  local last = math.min(c + 999, #KEYS)
+  local vals = redis.call('MGET', unpack(KEYS, c, last))
+  for j = 1, #vals do
+    local v = vals[j]
+    if v then
+      if not tonumber(v) then
+        return {2, KEYS[c + j - 1], 'string that is not a number'}
+      end
+    elseif redis.call('TYPE', KEYS[c + j - 1])['ok'] ~= 'none' then
+      return {2, KEYS[c + j - 1], 'non-string value'}
+    end
   end
 end
 local op = ARGV[#ARGV] == 'int' and 'INCRBY' or 'INCRBYFLOAT'
