@@ -128,7 +128,7 @@ class Proc:
     def open(self, bolt: TridentBolt) -> None:
         """Per task and batch, before any input."""
         if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "prepare"):
-            self.op.fn.prepare(bolt.conf, bolt.context)
+            self.op.fn.prepare(bolt.conf, bolt.op_context)
 
     def row(self, r: tuple) -> None:
         """One row."""
@@ -750,6 +750,24 @@ class JoinProc(Proc):
         Proc.finish(self)
 
 
+class OperationContext:
+    """The ``context`` an operation's ``prepare(conf, context)`` gets (Storm's
+    ``TridentOperationContext``): ``topology_id``, ``component_id`` (the stage),
+    ``task_index``, ``num_tasks``, ``phase``, and ``attempt`` (the batch's
+    ``TransactionAttempt``)."""
+
+    def __init__(self, context: Any, attempt: Any) -> None:
+        self.topology_id = context.topology_id
+        self.component_id = context.component_id
+        self.task_index = context.task_index
+        self.num_tasks = context.num_tasks
+        self.phase = context.phase
+        self.attempt = attempt
+
+    def __repr__(self) -> str:
+        return f"OperationContext({self.component_id!r} task {self.task_index}/{self.num_tasks}, {self.attempt})"
+
+
 @dataclass
 class ArrowOut:
     """One consumer fed Arrow buffers: its stream, grouping, key columns and task count."""
@@ -877,6 +895,7 @@ class TridentBolt(BaseBatchBolt):
         """Build the processor chain for this task and batch."""
         self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
         self.task, self.num_tasks = context.task_index, context.num_tasks
+        self.op_context = OperationContext(context, id)
         chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
         procs = [chain]
         for op in reversed(self.ops):

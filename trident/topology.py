@@ -193,14 +193,18 @@ class Stream:
         return self._op("map_batches", fn, in_fields, out, columnar=True)
 
     # -- aggregation ---------------------------------------------------------------------------
-    def partition_aggregate(self, in_fields: Any, aggregator: Any, out_fields: Any) -> Stream:
+    def partition_aggregate(self, in_fields: Any, aggregator: Any = None, out_fields: Any = None) -> Stream:
         """Aggregate each task's share of the batch (no repartitioning); the stream becomes
-        the aggregator's output."""
+        the aggregator's output. ``partition_aggregate(aggregator, out_fields)`` reads no fields."""
+        if out_fields is None:
+            in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="partition")
 
-    def aggregate(self, in_fields: Any, aggregator: Any, out_fields: Any) -> Stream:
+    def aggregate(self, in_fields: Any, aggregator: Any = None, out_fields: Any = None) -> Stream:
         """Aggregate the whole batch into one place (global aggregation); a combiner is
-        pre-aggregated per task first."""
+        pre-aggregated per task first. ``aggregate(Count(), Fields("n"))`` reads no fields."""
+        if out_fields is None:
+            in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="global")
 
     def chained_agg(self) -> ChainedAggregatorDeclarer:
