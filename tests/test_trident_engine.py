@@ -7,6 +7,7 @@ error messages of bad pipelines, what a state query saw at each txid.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -19,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import trident_kill_topology as kill_topology
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from state.keys import decode_key, hashable_key
@@ -42,6 +42,8 @@ from trident import (
     TridentTopology,
     state,
 )
+
+import trident_kill_topology as kill_topology
 
 REPO = Path(__file__).resolve().parent.parent
 SENTENCES = ["the cow jumped over the moon", "the man went to the store and bought some candy",
@@ -394,3 +396,18 @@ def test_bad_pipelines_are_refused_when_built_with_the_fix_in_the_message() -> N
     assert "state 'counts' is transactional, but it is fed by the opaque spout(s) ['o']" in msg
     assert "Use trident.state.opaque('counts')" in msg
     assert "opaque          REFUSED         exactly-once   at-least-once" in msg
+
+
+# -- the examples -----------------------------------------------------------------------------------
+
+def test_the_trident_examples_count_and_answer_their_queries_exactly(capsys: pytest.CaptureFixture) -> None:
+    import importlib.util
+
+    for name in ("trident_word_count", "trident_columnar_word_count"):
+        spec = importlib.util.spec_from_file_location(f"example_{name}", REPO / "examples" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        topology = dataclasses.replace(module.build_topology().build(), topology_id=uid(name))
+        module.report(run_topology(topology, config()))
+        assert "exact: True" in capsys.readouterr().out, name

@@ -50,7 +50,7 @@ def load_topology_file(path: str) -> ModuleType:
     if not hasattr(module, "build_topology"):
         msg = (
             f"trident: {path} defines no build_topology(); it must return a "
-            "TransactionalTopologyBuilder"
+            "TransactionalTopologyBuilder, a trident.TridentTopology or a built Topology"
         )
         raise SystemExit(msg)
     return module

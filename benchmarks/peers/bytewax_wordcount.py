@@ -50,9 +50,10 @@ from bytewax.inputs import AbortExecution, FixedPartitionedSource, StatefulSourc
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from bytewax.recovery import RecoveryConfig, init_db_dir
 from bytewax.testing import run_main
-from peer_common import WRITES, apply_batch, connect, emit, percentile_ms, true_counts, verify
 
 from transactional.testing import ManagedRedis, make_corpus
+
+from peer_common import WRITES, apply_batch, connect, emit, percentile_ms, true_counts, verify
 
 
 class _CorpusPartition(StatefulSourcePartition):

@@ -43,12 +43,13 @@ import time
 from pathlib import Path
 
 import pyspark
-from peer_common import WRITES, apply_batch, connect, emit, percentile_ms, true_counts, verify
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import col, explode, split
 
 from transactional.testing import ManagedRedis, make_corpus
+
+from peer_common import WRITES, apply_batch, connect, emit, percentile_ms, true_counts, verify
 
 
 def write_batches(corpus: list[str], batch: int, directory: Path) -> int:
