@@ -285,7 +285,7 @@ class _Failure(Exception):
         self.failure = failure
 
 
-def run_topology(topology: Topology | TransactionalTopologyBuilder, config: TopologyConfig | None = None,
+def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
                  max_batches: int | None = None, *, spark_context: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None) -> RunResult:
     """Run ``topology`` until its spout has nothing more (see ``idle_timeout_secs``) or
@@ -296,8 +296,12 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder, config: Topo
     ``TopologyFailedError`` naming txid, component, task and cause when a txid fails
     ``max_attempts`` times or a task breaks the tuple contract.
     """
-    if isinstance(topology, TransactionalTopologyBuilder):
-        topology = topology.build()
+    if not isinstance(topology, Topology) and hasattr(topology, "build"):
+        topology = topology.build()      # a TransactionalTopologyBuilder or a trident.TridentTopology
+    if not isinstance(topology, Topology):
+        msg = (f"run_topology takes a Topology, a TransactionalTopologyBuilder or a trident.TridentTopology; "
+               f"got {type(topology).__name__}")
+        raise TypeError(msg)
     if config is None:
         config = TopologyConfig()
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):

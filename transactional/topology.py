@@ -344,7 +344,7 @@ class TransactionalTopologyBuilder:
             blob, driver_blob = _pickle(bid, bolt, origin, table)
             comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
                                        tuple(self._inputs[bid]), dict(streams[bid]), blob,
-                                       type(bolt).__name__, driver_blob, origin))
+                                       getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin))
         _DRIVER_OBJECTS[origin] = table
         return Topology(self.topology_id, self.spout_id, tuple(comps), frozenset(commit))
 

@@ -940,6 +940,11 @@ class TridentBolt(BaseBatchBolt):
         for out in self.arrow_outs:
             declarer.declare_stream(out.stream, Fields(TX_FIELD, ARROW_FIELD), direct=True)
 
+    @property
+    def describe_as(self) -> str:
+        """What ``Topology.describe`` shows: the stage's operations."""
+        return f"{type(self).__name__}: {self.description}"
+
     def __repr__(self) -> str:
         return f"TridentBolt({self.description})"
 
