@@ -245,7 +245,9 @@ def run_child(tmp_path: Path, name: str, flavour: str, zk_url: str, redis_url: s
         env["TRIDENT_CRASH_AT"] = crash_at
     return subprocess.run(
         [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / "trident_kill_topology.py"),
-         "--master", "local[1]", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,
+         # the driver's commit protocol is what a kill tests: its tasks run in-process (no JVM
+         # to start for each of the three drivers; Trident on Spark is tested above)
+         "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,
          "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
