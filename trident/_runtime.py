@@ -155,20 +155,22 @@ class Proc:
 
 
 class _Collect(TridentCollector):
-    """The collector of a function: each emit is the current row plus the emitted values."""
+    """What an operation emits into: each emit is ``current`` (the row a function is on, or
+    the group an aggregator is completing) plus the emitted values, pushed downstream."""
 
-    __slots__ = ("current", "push", "width")
+    __slots__ = ("current", "push", "width", "what")
 
-    def __init__(self, push: Callable[[tuple], None], width: int) -> None:
+    def __init__(self, push: Callable[[tuple], None], width: int, what: str = "a function") -> None:
         self.current: tuple = ()
         self.push = push
         self.width = width
+        self.what = what
 
     def emit(self, values: Sequence[Any]) -> None:
         if type(values) is not tuple:
             values = tuple(values)
         if len(values) != self.width:
-            msg = f"a function emitted {len(values)} values {values!r}; its output fields are {self.width}"
+            msg = f"{self.what} emitted {len(values)} values {values!r}; its output fields are {self.width}"
             raise ValueError(msg)
         self.push(self.current + values)
 
@@ -297,22 +299,6 @@ class BatchProc(Proc):
         super().finish()
 
 
-class _AggCollect(TridentCollector):
-    __slots__ = ("group", "push", "width")
-
-    def __init__(self, push: Callable[[tuple], None], width: int) -> None:
-        self.group: tuple = ()
-        self.push = push
-        self.width = width
-
-    def emit(self, values: Sequence[Any]) -> None:
-        values = tuple(values)
-        if len(values) != self.width:
-            msg = f"an aggregator emitted {values!r}; its output fields are {self.width}"
-            raise ValueError(msg)
-        self.push(self.group + values)
-
-
 class AggregateProc(Proc):
     """Any aggregator over the task's rows, per group (``group_idx``) or over all of them.
     Emits ``group values + aggregator output`` at the end. Combiner and reducer
@@ -325,7 +311,7 @@ class AggregateProc(Proc):
         self.agg = as_aggregator(op.fn)
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
-        self.collector = _AggCollect(self.nxt.row, len(op.out_fields) - len(op.group_idx))
+        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.group_idx), "an aggregator")
         self.states: dict[Any, Any] = {}
         if not op.group_idx:
             self.states[()] = self.agg.init(self.attempt, self.collector)
@@ -336,15 +322,15 @@ class AggregateProc(Proc):
         g = tuple(r[i] for i in op.group_idx)
         s = self.states.get(g, _MISSING)
         if s is _MISSING:
-            self.collector.group = g
+            self.collector.current = g
             s = self.states[g] = self.agg.init(self.attempt, self.collector)
-        self.collector.group = g
+        self.collector.current = g
         self.agg.aggregate(s, self.tt(tuple(r[i] for i in op.in_idx)), self.collector)
 
     def finish(self) -> None:
         c = self.collector
         for g, s in self.states.items():
-            c.group = g
+            c.current = g
             self.agg.complete(s, c)
         super().finish()
 
@@ -670,7 +656,7 @@ class PartitionPersistProc(Proc):
         op = self.op
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
-        c = _AggCollect(push, len(op.out_fields))
+        c = _Collect(push, len(op.out_fields), "a state updater")
         if self.tuples:
             op.fn.update_state(self.map, self.tuples, c)
         Proc.finish(self)
