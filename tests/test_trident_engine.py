@@ -66,6 +66,7 @@ def config(executor: str = "in-process", **kw: Any) -> TopologyConfig:
 
 @pytest.fixture(params=["in-process", "spark"])
 def executor(request: pytest.FixtureRequest) -> str:
+    """The executor of the test (its parameter; ``indirect`` lists pick some)."""
     if request.param == "spark":
         request.getfixturevalue("spark_context")
     return request.param
@@ -108,12 +109,15 @@ def record(stream: Any, name: str = "out") -> None:
 
 # -- word count: every flavour, both paths, both executors ----------------------------------
 
-@pytest.mark.parametrize("flavour", ["transactional", "opaque", "counters", "non_transactional"])
-@pytest.mark.parametrize("columnar", [False, True])
+FLAVOURS = ["transactional", "opaque", "counters", "non_transactional"]
+# every flavour on both paths in-process; on Spark one flavour per path
+WORD_COUNT_CASES = [("in-process", f, c) for f in FLAVOURS for c in (False, True)] + [
+    ("spark", "transactional", False), ("spark", "counters", True)]
+
+
+@pytest.mark.parametrize("executor,flavour,columnar", WORD_COUNT_CASES, indirect=["executor"])
 def test_word_count_is_exact_for_every_state_flavour_and_both_paths(executor: str, flavour: str,
                                                                      columnar: bool) -> None:
-    if executor == "spark" and (flavour, columnar) not in (("transactional", False), ("counters", True)):
-        pytest.skip("on Spark: one flavour per path (the rest run in-process)")
     t = TridentTopology(uid("wc"))
     s = t.new_stream("sentences", sentences_spout()).parallelism_hint(2)
     s = s.map_batches(split_batch, Fields("word")) if columnar else s.each(Fields("sentence"), Split(),
@@ -204,14 +208,14 @@ class CommitFails(BaseFilter):
 FAILED_COMMITS: set[tuple[str, int]] = set()
 
 
-@pytest.mark.parametrize("flavour", ["transactional", "opaque", "non_transactional"])
+@pytest.mark.parametrize("executor,flavour", [("in-process", "transactional"), ("in-process", "opaque"),
+                                              ("in-process", "non_transactional"), ("spark", "transactional")],
+                         indirect=["executor"])
 def test_exact_counts_through_failed_batches_and_failed_commits(executor: str, flavour: str,
                                                                 redis_url: str) -> None:
     """Processing failures replay the batch; commit failures abort the commit (nothing
     written) and replay it. Transactional/opaque maps with their spouts stay exact; the
     non-transactional map too, since no commit here fails after writing."""
-    if executor == "spark" and flavour != "transactional":
-        pytest.skip("on Spark: the transactional flavour (the others run in-process)")
     data = {p: [(s,) for s in SENTENCES * 3] for p in range(2)}
     if flavour == "opaque":
         spout = OpaqueMemoryTransactionalSpout(data, Fields("sentence"), 3,
