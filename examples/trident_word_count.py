@@ -7,10 +7,11 @@ Two streams under one txid (each batch holds sentences and queries):
 * sentences -> each(Split) -> group_by(word) -> persistent_aggregate(Count) into the map
   "word-counts" (partial counts per task before the shuffle, then one update of the map
   per batch, exactly once);
-* queries ("cat the dog jumped", as Storm's DRPC example) -> each(Split) ->
-  state_query(word-counts, MapGet) -> filter out unknown words -> aggregate(Sum) per query:
-  each query's answer is the total count of its words as every *earlier* batch left it;
-  the answers are stored in "query-results" (query -> answer).
+* queries (one per batch; "cat the dog jumped" is Storm's DRPC example) -> each(Split) ->
+  state_query(word-counts, MapGet) -> filter out unknown words -> group_by(query) ->
+  persistent_aggregate(Sum) into "query-results" (query -> answer): each answer is the
+  total count of the query's words as every *earlier* batch left them (the query of txid 1
+  sees nothing counted: no answer).
 """
 
 from collections import Counter
@@ -21,8 +22,9 @@ from trident import BaseFilter, BaseFunction, Count, FixedBatchSpout, MapGet, Su
 SENTENCES = ["the cow jumped over the moon", "the man went to the store and bought some candy",
              "four score and seven years ago", "how many apples can you eat",
              "to be or not to be the person"]
-ROUNDS = 4                       # the five sentences, four times over, three per batch
-QUERIES = ["cat the dog jumped", "the man", "apples and candy", "moon over the store"]
+ROUNDS = 4                       # the five sentences, four times over
+QUERIES = ["the cow", "cat the dog jumped", "the man", "apples and candy", "moon over the store"]
+PER_BATCH = 3                    # sentences per batch
 
 
 class Split(BaseFunction):
@@ -42,7 +44,7 @@ class KnownWord(BaseFilter):
 
 def build_topology():
     t = TridentTopology("trident-word-count")
-    spout = FixedBatchSpout(Fields("sentence"), 3, *[(s,) for s in SENTENCES * ROUNDS])
+    spout = FixedBatchSpout(Fields("sentence"), PER_BATCH, *[(s,) for s in SENTENCES * ROUNDS])
     word_counts = (t.new_stream("sentences", spout).parallelism_hint(2)
                    .each(Fields("sentence"), Split(), Fields("word"))
                    .group_by(Fields("word"))
@@ -60,11 +62,11 @@ def build_topology():
 
 def expected():
     """(word -> count, query -> answer): query i runs in txid i+1 and sees the counts of
-    the sentences of txids 1..i (three per batch)."""
+    the sentences of txids 1..i (PER_BATCH per batch)."""
     counts = Counter(w for s in SENTENCES * ROUNDS for w in s.split())
     answers = {}
     for i, q in enumerate(QUERIES):
-        before = Counter(w for s in (SENTENCES * ROUNDS)[:3 * i] for w in s.split())
+        before = Counter(w for s in (SENTENCES * ROUNDS)[:PER_BATCH * i] for w in s.split())
         answer = sum(before[w] for w in q.split() if before[w])
         if any(before[w] for w in q.split()):
             answers[q] = answer
@@ -79,6 +81,7 @@ def report(result):
                if a is not None}
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
     print("top words:    ", ", ".join(f"{w} {n}" for w, n in top))
-    for q in QUERIES:
-        print(f"query {q!r:24} -> {answers.get(q)}")
+    for i, q in enumerate(QUERIES):
+        seen = min(PER_BATCH * i, len(SENTENCES) * ROUNDS)
+        print(f"query {q!r:22} (txid {i + 1}, after {seen:2} sentences) -> {answers.get(q)}")
     print("exact:", counts == want_counts and answers == want_answers)
