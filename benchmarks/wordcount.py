@@ -49,26 +49,17 @@ from trident import BaseFunction, Count, TridentTopology
 from trident import state as trident_state
 
 
-class SentenceSpout(MemoryTransactionalSpout):
-    """The corpus as a ``MemoryTransactionalSpout`` of one-field rows, pickled as one text
-    per partition (as a file is shipped), not as 500,000 tuples: the first job's workers
-    load it in milliseconds."""
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["data"] = {p: "\n".join(r[0] for r in rows) for p, rows in self.data.items()}
-        return state
-
-    def __setstate__(self, state):
-        state["data"] = {p: [(line,) for line in text.split("\n")] for p, text in state["data"].items()}
-        self.__dict__.update(state)
-
-
 def sentence_spout(corpus, batch, parallelism):
-    """The corpus in ``parallelism`` partitions, ``batch`` sentences per batch in all."""
+    """The corpus in ``parallelism`` partitions, ``batch`` sentences per batch in all. Each
+    partition is a one-column Arrow table (as a file would be read): it ships to the
+    workers as Arrow buffers, a batch is a zero-copy slice, and Trident stages take it as
+    columns (``transactional.columns``); bolts get one tuple per sentence."""
+    import pyarrow as pa
+
     per_partition = -(-len(corpus) // parallelism)
-    data = {p: [(s,) for s in corpus[p * per_partition:(p + 1) * per_partition]] for p in range(parallelism)}
-    return SentenceSpout(data, Fields("sentence"), max(1, batch // parallelism))
+    data = {p: pa.table({"sentence": corpus[p * per_partition:(p + 1) * per_partition]})
+            for p in range(parallelism)}
+    return MemoryTransactionalSpout(data, Fields("sentence"), max(1, batch // parallelism))
 
 
 class SplitCount(BaseBatchBolt):

@@ -11,18 +11,26 @@ from spouts.base import (
     PartitionedEmitter,
     PartitionedTransactionalSpout,
 )
+from transactional.columns import emit_rows, is_arrow
 from transactional.tuples import Fields, TransactionAttempt
 
 
-def _partitions(data: Mapping[int, Sequence[Any]] | Sequence[Any]) -> dict[int, list[tuple[Any, ...]]]:
+def _partitions(data: Mapping[int, Any] | Any, fields: Fields) -> dict[int, Any]:
     if not isinstance(data, Mapping):
         data = {0: data}
-    out = {}
+    out: dict[int, Any] = {}
     for p, rows in data.items():
         if not isinstance(p, int) or p < 0:
             msg = f"partition keys must be ints >= 0; got {p!r}"
             raise ValueError(msg)
-        out[p] = [r if isinstance(r, tuple) else tuple(r) if isinstance(r, list) else (r,) for r in rows]
+        if is_arrow(rows):            # a pyarrow table or record batch: kept as columns
+            if rows.num_columns != len(fields):
+                msg = (f"partition {p} has columns {rows.schema.names}; the spout's fields are "
+                       f"{list(fields)}: give one column per field, in order")
+                raise ValueError(msg)
+            out[p] = rows
+        else:
+            out[p] = [r if isinstance(r, tuple) else tuple(r) if isinstance(r, list) else (r,) for r in rows]
     return out
 
 
@@ -49,9 +57,8 @@ class _MemoryEmitter(PartitionedEmitter):
         deliver = getattr(self.spout, "deliver", None)
         if deliver is not None:
             end = max(start, min(end, deliver(tx, partition, start, end)))
-        emit = collector.emit
-        for row in rows[start:end]:
-            emit((tx, *row))
+        part = rows.slice(start, end - start) if is_arrow(rows) else rows[start:end]
+        emit_rows(collector, tx, part, self.spout.fields)
         return {"start": start, "end": end}
 
 
@@ -59,7 +66,9 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     """Emits in-memory partitions, ``take_per_batch`` tuples of each per batch.
 
     ``data`` maps partition -> list of tuples (a plain list is partition 0; a value that
-    is not a tuple is a one-field tuple). Tuples are ``(tx, *row)`` with fields
+    is not a tuple is a one-field tuple), or partition -> ``pyarrow.Table`` with one
+    column per field (pickled as Arrow buffers; each batch is a zero-copy slice, handed
+    to consumers that take columns as it is: ``transactional.columns``). Tuples are ``(tx, *row)`` with fields
     ``("tx", *fields)``. A replay emits the same rows: batch metadata is the range
     ``{"start": s, "end": e}`` of each partition.
 
@@ -73,8 +82,8 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
         if not isinstance(take_per_batch, int) or take_per_batch < 1:
             msg = f"take_per_batch must be an int >= 1; got {take_per_batch!r}"
             raise ValueError(msg)
-        self.data = _partitions(data)
         self.fields = fields if isinstance(fields, Fields) else Fields(fields)
+        self.data = _partitions(data, self.fields)
         self.take = take_per_batch
         self.tx_field = tx_field
 

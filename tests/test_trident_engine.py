@@ -168,6 +168,63 @@ def test_partial_aggregation_sends_one_tuple_per_task_and_word_not_one_per_word(
     assert runs["RowCount"] == distinct == 112
 
 
+# -- a spout of Arrow tables: batches handed over as columns ------------------------------------
+
+def arrow_spout(take: int = 3) -> MemoryTransactionalSpout:
+    rows = SENTENCES * 6
+    return MemoryTransactionalSpout({0: pa.table({"s": rows[:15]}), 1: pa.table({"s": rows[15:]})},
+                                    Fields("sentence"), take)
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_a_spout_of_arrow_tables_counts_exactly_on_both_paths(executor: str, columnar: bool) -> None:
+    t = TridentTopology(uid("arrow"))
+    s = t.new_stream("sentences", arrow_spout()).parallelism_hint(2)
+    s = s.map_batches(split_batch, Fields("word")) if columnar else s.each(Fields("sentence"), Split(),
+                                                                            Fields("word"))
+    s.group_by(Fields("word")).persistent_aggregate(state.counters("counts"), Count(), Fields("count"))
+    r = run_topology(t.build(), config(executor))
+    assert r.batches_committed == 5 and r.tuples == 30 and not r.failures
+    assert dict(zip(WORDS, r.map_state("counts").multi_get(list(WORDS)), strict=True)) == WORDS
+
+
+def test_arrow_batches_go_as_columns_to_trident_stages_and_as_rows_to_bolts() -> None:
+    from transactional import BaseBasicBolt, TransactionalTopologyBuilder
+    from transactional._task import Router
+    from transactional.columns import ColumnBatch
+    from transactional.exceptions import InvalidTupleError
+    from transactional.tuples import TransactionAttempt
+
+    class Words(BaseBasicBolt):
+        def execute(self, tuple, collector):
+            pass
+
+        def declare_output_fields(self, declarer):
+            declarer.declare(Fields("tx", "w"))
+
+    tx = TransactionAttempt(1, 1)
+    t = TridentTopology(uid("cols"))
+    t.new_stream("sentences", arrow_spout()).parallelism_hint(2).map_batches(split_batch, Fields("word"))
+    trident = t.build()
+    b = TransactionalTopologyBuilder(uid("rows"), "sentences", arrow_spout(), 2)
+    b.set_bolt("words", Words(), 2).local_or_shuffle_grouping("sentences")
+    bolts = b.build()
+    batch = pa.record_batch({"sentence": ["a b", "c"]})
+    for topology, columnar in ((trident, True), (bolts, False)):
+        router = Router(topology, topology.spout, 1, tx)
+        assert router.columnar() is columnar
+        router.emit_columns(batch)
+        [(key, (_, _, task, values))] = router.records()
+        assert task == 1 and router.emitted == 2
+        if columnar:
+            assert [type(v) for v in values] == [ColumnBatch] and values[0].batch is batch
+        else:
+            assert values == [(tx, "a b"), (tx, "c")]
+    with pytest.raises(InvalidTupleError, match=r"batch of columns \['a', 'b'\] on stream 'default', "
+                                                "which has 1 fields"):
+        Router(trident, trident.spout, 0, tx).emit_columns(pa.record_batch({"a": [1], "b": [2]}))
+
+
 # -- failures -------------------------------------------------------------------------------
 
 class FlakySplit(BaseFunction):

@@ -97,7 +97,7 @@ class TaskFailure:
 class Router:
     """The collector a task emits into: checks each tuple and routes it by grouping."""
 
-    __slots__ = ("component", "task", "attempt", "_emit", "_direct", "_outputs", "emitted")
+    __slots__ = ("component", "task", "attempt", "_emit", "_direct", "_outputs", "_columns", "emitted")
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int,
                  attempt: TransactionAttempt, only: Callable[[str], bool] | None = None) -> None:
@@ -108,23 +108,32 @@ class Router:
         self._outputs: list[tuple[int, str, list[list]]] = []   # (consumer index, stream, per-task lists)
         self._emit: dict[str, Callable[[tuple], None]] = {}
         self._direct: dict[str, list[list[list]]] = {}
+        self._columns: dict[str, tuple[int, list[list]]] = {}   # stream -> (fields, lists taking columns)
         index = {c.id: i for i, c in enumerate(topology.components)}
         for stream, spec in component.streams.items():
             routes: list[Callable[[tuple], None]] = []
             direct_targets: list[list[list]] = []
+            columnar: list[list] | None = []
             for consumer, sub in topology.consumers(component.id):
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
                     continue
                 lists: list[list] = [[] for _ in range(consumer.parallelism)]
                 self._outputs.append((index[consumer.id], stream, lists))
+                local = sub.grouping != "direct" and topology.is_local(consumer)
+                if columnar is not None and local and consumer.accepts_columns:
+                    columnar.append(lists[task])
+                else:
+                    columnar = None
                 if sub.grouping == "direct":
                     direct_targets.append(lists)
-                elif topology.is_local(consumer):
+                elif local:
                     routes.append(lists[task].append)   # the same task index, no shuffle
                 else:
                     routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields],
                                          task * 40503 + attempt.txid))
             self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)
+            if columnar and not spec.direct:
+                self._columns[stream] = (len(spec.fields) - 1, columnar)
             if spec.direct:
                 self._direct[stream] = direct_targets
 
@@ -139,6 +148,34 @@ class Router:
             )
             raise InvalidTupleError(msg) from None
         fn(values)
+
+    def columnar(self, stream: str = "default") -> bool:
+        """True when every consumer of ``stream`` takes whole batches as columns, in this
+        very task (``transactional.columns``): ``emit_columns`` may be used."""
+        return stream in self._columns
+
+    def emit_columns(self, batch: Any, stream: str = "default") -> None:
+        """Emit a ``pyarrow.RecordBatch`` of rows at once (its columns: the stream's
+        fields after the attempt). Where a consumer does not take columns
+        (``columnar(stream)`` is False), its rows are emitted one by one instead."""
+        target = self._columns.get(stream)
+        if target is None:
+            from transactional.columns import rows_of
+
+            for row in rows_of(batch):
+                self.emit((self.attempt, *row), stream)
+            return
+        nfields, lists = target
+        if batch.num_columns != nfields:
+            msg = (f"{self.component!r} task {self.task} emitted a batch of columns {batch.schema.names} "
+                   f"on stream {stream!r}, which has {nfields} fields after the attempt")
+            raise InvalidTupleError(msg)
+        from transactional.columns import ColumnBatch
+
+        cb = ColumnBatch(self.attempt, batch)
+        for values in lists:
+            values.append(cb)
+        self.emitted += batch.num_rows
 
     def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
         targets = self._direct.get(stream)
@@ -328,8 +365,8 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     n = 0
     for source, stream, source_task, values_list in payloads:
         if take is not None:
-            take(values_list, source, stream)
-            n += len(values_list)
+            took = take(values_list, source, stream)
+            n += len(values_list) if took is None else took
             continue
         fields = fields_of.get((source, stream))
         if fields is None:

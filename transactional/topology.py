@@ -83,6 +83,7 @@ class ComponentSpec:
     class_name: str = ""
     driver_blob: bytes = field(default=b"", repr=False)
     origin: str = field(default="", repr=False)
+    accepts_columns: bool = False   # the bolt takes ``ColumnBatch`` values (transactional.columns)
 
     def new_instance(self) -> Any:
         """A fresh instance of the component.
@@ -344,7 +345,8 @@ class TransactionalTopologyBuilder:
             blob, driver_blob = _pickle(bid, bolt, origin, table)
             comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
                                        tuple(self._inputs[bid]), dict(streams[bid]), blob,
-                                       getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin))
+                                       getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
+                                       bool(getattr(bolt, "accepts_columns", False))))
         _DRIVER_OBJECTS[origin] = table
         return Topology(self.topology_id, self.spout_id, tuple(comps), frozenset(commit))
 

@@ -13,11 +13,12 @@ slices for a shuffle), so no row is pickled on the columnar path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.bolt import BaseBatchBolt, Committer
+from transactional.columns import ColumnBatch, batch_of, rows_of
 from transactional.tuples import Fields
 from trident.operation import (
     Aggregator,
@@ -32,21 +33,6 @@ TX_FIELD = "_tx"
 
 
 # -- Arrow helpers ---------------------------------------------------------------------------
-
-def rows_of(batch: Any) -> Iterable[tuple]:
-    """The rows of a record batch or table, as tuples."""
-    if batch.num_rows == 0:
-        return ()
-    return zip(*[c.to_pylist() for c in batch.columns], strict=True)
-
-
-def batch_of(rows: Sequence[tuple], fields: Sequence[str]) -> Any:
-    """A record batch of ``rows`` with columns ``fields``."""
-    import pyarrow as pa
-
-    cols = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
-    return pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=list(fields))
-
 
 def to_ipc(batch: Any) -> bytes:
     """A batch or table as one Arrow IPC stream buffer."""
@@ -867,6 +853,8 @@ class TridentBolt(BaseBatchBolt):
     ``sides`` maps an input ``(component, stream)`` to its side (the stream's position in
     a join, else 0); inputs on streams in ``arrow_in`` carry Arrow IPC buffers."""
 
+    accepts_columns = True    # a spout in the same tasks may hand over ColumnBatch values
+
     def __init__(self, ops: list[Op], out_fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut],
                  sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str) -> None:
         self.ops = ops
@@ -896,10 +884,27 @@ class TridentBolt(BaseBatchBolt):
         """One input tuple: a row (its values after the attempt), or an Arrow buffer."""
         self.execute_values([tuple.values], tuple.source_component, tuple.source_stream)
 
-    def execute_values(self, values_list: list[tuple], source: str, stream: str) -> None:
+    def execute_values(self, values_list: list[Any], source: str, stream: str) -> int:
         """A whole payload of one source's task at once (``run_task`` calls this instead of
-        ``execute`` for each tuple): rows go down the chain without ``Tuple`` objects."""
+        ``execute`` for each tuple): rows go down the chain without ``Tuple`` objects, and
+        a spout's ``ColumnBatch`` (``transactional.columns``) as the batch it is. Returns
+        how many rows it took."""
         src = (source, stream)
+        if ColumnBatch in set(map(type, values_list)):
+            n = 0
+            for v in values_list:
+                if type(v) is ColumnBatch:
+                    n += len(v)
+                    if self.join is not None:
+                        side = self.sides[src]
+                        for r in rows_of(v.batch):
+                            self.join.side_row(side, r)
+                    else:
+                        self.head.batch(v.batch)
+                else:
+                    n += 1
+                    self.execute_values([v], source, stream)
+            return n
         if src in self.arrow_in:
             for v in values_list:
                 for b in from_ipc(v[1]).to_batches():
@@ -915,6 +920,7 @@ class TridentBolt(BaseBatchBolt):
                 side_row(side, v[1:])
         else:
             self.head.rows([v[1:] for v in values_list])
+        return len(values_list)
 
     def finish_batch(self) -> None:
         """The end of the task's share: flows down the chain."""
