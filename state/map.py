@@ -613,6 +613,11 @@ def _call(old: Any, update: Updater) -> Any:
 
 def _encode_all(keys: list[Any]) -> list[str]:
     """``encode_key`` of each key (a plain str not starting with ``~`` is its own)."""
+    try:   # the common case, checked in C: every key a str, none starting with "~"
+        if "\0~" not in "\0" + "\0".join(keys):
+            return keys
+    except TypeError:
+        pass
     return [k if type(k) is str and k[:1] != "~" else encode_key(k) for k in keys]
 
 
@@ -811,12 +816,13 @@ class CounterMap(MapState[V]):
             deltas[e] = deltas.get(e, 0) + v
         return self._current(enc)
 
-    def add(self, keys: Sequence[Any], deltas: Sequence[Any]) -> None:
-        """``multi_combine(keys, deltas)`` without reading the new values back."""
+    def add(self, keys: Sequence[Any], deltas: Sequence[Any], *, distinct: bool = False) -> None:
+        """``multi_combine(keys, deltas)`` without reading the new values back
+        (``distinct``: the caller vouches that no key repeats, e.g. an aggregation's)."""
         self._require_scope("updated")
         d = self._deltas
         enc = _encode_all(list(keys))
-        if not d and len(enc) == len(deltas) and len(set(enc)) == len(enc):
+        if not d and len(enc) == len(deltas) and (distinct or len(set(enc)) == len(enc)):
             self._deltas = dict(zip(enc, deltas, strict=True))       # the common case: one task's distinct keys
             return
         for e, v in zip(enc, deltas, strict=True):
@@ -851,8 +857,7 @@ class CounterMap(MapState[V]):
             if add is None:
                 msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
                 raise ConfigError(msg)
-            keys = list(self._deltas)
-            add(keys, [self._deltas[k] for k in keys], Fence(scope.epoch, scope.txid, scope.attempt))
+            add(list(self._deltas), list(self._deltas.values()), Fence(scope.epoch, scope.txid, scope.attempt))
         self._deltas = {}
 
     def _committed_value(self, key: Any, stored: Any) -> Any:

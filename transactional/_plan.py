@@ -302,8 +302,16 @@ class _LocalAccumulator:
             merge_reports(self.value, r)
 
 
-def _task_of(key: int) -> int:
+def task_of(key: int) -> int:
+    """The consumer task of a record key (``consumer_index * KEY_STRIDE + task``)."""
     return key % KEY_STRIDE
+
+
+def for_consumers(consumers: frozenset[int]) -> Callable[[tuple], bool]:
+    """A filter keeping the records ``(key, payload)`` meant for ``consumers`` (indexes).
+    Here, not in ``_spark``: Spark's workers unpickle it without importing the driver's
+    modules (pydantic, the config)."""
+    return lambda kv: kv[0] // KEY_STRIDE in consumers
 
 
 class InProcessExecutor:
@@ -347,7 +355,7 @@ class InProcessExecutor:
             for data in inputs:
                 for part in data:
                     for kv in part:
-                        parts[_task_of(kv[0])].append(kv)
+                        parts[task_of(kv[0])].append(kv)
         return [list(fn(t, parts[t])) for t in range(stage.parallelism)]
 
     def persist(self, data: Any) -> None:

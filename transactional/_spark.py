@@ -21,10 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pyspark import SparkConf, SparkContext, StorageLevel
-from pyspark.accumulators import AccumulatorParam
 
-from transactional._plan import Stage, empty_report, merge_reports
-from transactional._task import KEY_STRIDE
+from transactional._accumulator import ReportParam
+from transactional._plan import Stage, empty_report, for_consumers, task_of
 from transactional.config import TopologyConfig
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
@@ -121,24 +120,6 @@ def ship(sc: SparkContext, config: TopologyConfig, archives: bool = True) -> Non
             _SHIPPED.add((id(sc), path))
 
 
-class _ReportParam(AccumulatorParam):
-    """Merges task reports (``transactional._plan.merge_reports``)."""
-
-    def zero(self, value: dict) -> dict:
-        return empty_report()
-
-    def addInPlace(self, a: dict, b: dict) -> dict:
-        return merge_reports(a, b)
-
-
-def _task_of(key: int) -> int:
-    return key % KEY_STRIDE
-
-
-def _keep(consumers: frozenset[int]) -> Callable[[tuple], bool]:
-    return lambda kv: kv[0] // KEY_STRIDE in consumers
-
-
 class SparkExecutor:
     """Stages as Spark RDDs: the spout's emitters are ``parallelize(range(P), P)`` mapped
     by task, a bolt is ``partitionBy(N)`` (partition = task; skipped for
@@ -161,19 +142,19 @@ class SparkExecutor:
         return self.sc.broadcast(slim)
 
     def accumulator(self) -> Any:
-        return self.sc.accumulator(empty_report(), _ReportParam())
+        return self.sc.accumulator(empty_report(), ReportParam())
 
     def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
         n = stage.parallelism
         return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
-        return data.filter(_keep(consumers))
+        return data.filter(for_consumers(consumers))
 
     def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable], Iterator]) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
-            u = u.partitionBy(stage.parallelism, _task_of)
+            u = u.partitionBy(stage.parallelism, task_of)
         return u.mapPartitionsWithIndex(fn)
 
     def persist(self, data: Any) -> None:

@@ -582,7 +582,7 @@ class PersistProc(Proc):
             keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
             acc = self.acc
             if not acc and not op.emit_values and hasattr(self.map, "add"):
-                self.map.add(keys, cols[-1])        # a counter map, keys distinct: straight from Arrow
+                self.map.add(keys, cols[-1], distinct=True)   # a counter map, keys of groups: straight from Arrow
                 self.batches = []
                 Proc.finish(self)
                 return

@@ -1,0 +1,21 @@
+"""The accumulator that brings task reports to the driver (``transactional._spark``).
+
+A module of its own: Spark's workers unpickle it with every task, and importing it must
+not import the driver's modules (``_spark`` imports the config, and pydantic with it).
+"""
+
+from __future__ import annotations
+
+from pyspark.accumulators import AccumulatorParam
+
+from transactional._plan import empty_report, merge_reports
+
+
+class ReportParam(AccumulatorParam):
+    """Merges task reports (``transactional._plan.merge_reports``)."""
+
+    def zero(self, value: dict) -> dict:
+        return empty_report()
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        return merge_reports(a, b)
