@@ -65,6 +65,11 @@ def check_master_reachable(master: str, timeout: float = 3.0) -> None:
     raise ConfigError(msg)
 
 
+#: JVM options of a context this package creates for a ``local[...]`` master (override with
+#: ``spark_conf={"spark.driver.extraJavaOptions": ...}``)
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
+
+
 def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> SparkContext:
     """The active SparkContext, or a new one for ``config.spark_master``: bound to loopback
     when the master is local or on loopback; the Spark UI on unless ``config.spark_ui`` is
@@ -93,6 +98,10 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     if config.spark_master.startswith("local"):   # workers run this Python: import once, fork
         conf.set("spark.python.daemon.module", "transactional._daemon")
+        # the JVM here is driver and executor, and spends its CPU on many small jobs: C2's
+        # compilations and G1's concurrent threads cost more than they return on 2 cores
+        # (the columnar word count: 2.5-3.1M -> 3.9-4.1M words/s, docs/performance.md)
+        conf.set("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
     if config.archives:
         conf.set("spark.archives", ",".join(config.archives))
     for k, v in config.spark_conf.items():
