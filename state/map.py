@@ -786,6 +786,32 @@ class CounterMap(MapState[V]):
     def _reset(self) -> None:
         super()._reset()
         self._deltas: dict[str, Any] = {}
+        self._columns: tuple[Any, Any] | None = None     # add_columns' arrays, not yet in _deltas
+
+    def add_columns(self, keys: Any, deltas: Any) -> None:
+        """``add`` for a ``pyarrow`` array of distinct string keys (an aggregation's
+        groups) and one of integer deltas: kept as arrays, and written from them when the
+        backing can (``multi_add_columns``: no Python object per key on the way).
+        Anything else (other types, nulls, keys starting with ``~``, earlier additions in
+        the txid) takes the ``add`` path."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self._require_scope("updated")
+        plain = (not self._deltas and self._columns is None and len(keys) == len(deltas)
+                 and (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type))
+                 and pa.types.is_integer(deltas.type) and not keys.null_count and not deltas.null_count
+                 and not pc.any(pc.starts_with(keys, "~")).as_py())
+        if plain:
+            self._columns = (keys, deltas)
+        else:
+            self.add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
+
+    def _take_columns(self) -> None:
+        if self._columns is not None:
+            keys, deltas = self._columns
+            self._columns = None
+            self.add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
 
     def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
         """Start adding batch ``txid``'s numbers."""
@@ -803,6 +829,7 @@ class CounterMap(MapState[V]):
             msg = f"a counter map adds numbers; combiner {combiner!r} is not 'sum' (use a transactional map)"
             raise ValueError(msg)
         self._require_scope("updated")
+        self._take_columns()
         keys = list(keys)
         if len(values) != len(keys):
             msg = f"{len(keys)} keys but {len(values)} values"
@@ -820,6 +847,7 @@ class CounterMap(MapState[V]):
         """``multi_combine(keys, deltas)`` without reading the new values back
         (``distinct``: the caller vouches that no key repeats, e.g. an aggregation's)."""
         self._require_scope("updated")
+        self._take_columns()
         d = self._deltas
         enc = _encode_all(list(keys))
         if not d and len(enc) == len(deltas) and (distinct or len(set(enc)) == len(enc)):
@@ -840,6 +868,7 @@ class CounterMap(MapState[V]):
         return self._current(_encode_all(list(keys)))
 
     def _current(self, enc: list[str]) -> list[Any]:
+        self._take_columns()
         uniq = list(dict.fromkeys(enc))
         stored = dict(zip(uniq, self.backing.multi_get(uniq), strict=True))
         d = self._deltas
@@ -852,6 +881,13 @@ class CounterMap(MapState[V]):
     def flush(self) -> None:
         """Add this txid's numbers in one atomic, fenced write (skipped if added before)."""
         scope = self._require_scope("flushed")
+        add_columns = getattr(self.backing, "multi_add_columns", None)
+        if self._columns is not None and add_columns is not None:
+            keys, deltas = self._columns
+            add_columns(keys, deltas, Fence(scope.epoch, scope.txid, scope.attempt))
+            self._columns = None
+            return
+        self._take_columns()
         if self._deltas:
             add = getattr(self.backing, "multi_add", None)
             if add is None:

@@ -165,12 +165,11 @@ end
 local batch = cjson.decode(ARGV[3])
 local ks, ds = batch[1], batch[2]
 if ARGV[4] == 'int' then
-  local got = {}
   for i = 1, #ks do
     local r = redis.pcall('INCRBY', ks[i], ds[i])
     if type(r) == 'table' and r.err then
       for j = 1, i - 1 do
-        if tostring(got[j]) == ds[j] then
+        if redis.call('GET', ks[j]) == ds[j] then
           redis.call('DEL', ks[j])
         else
           redis.call('DECRBY', ks[j], ds[j])
@@ -184,7 +183,6 @@ if ARGV[4] == 'int' then
       end
       return {2, ks[i], what}
     end
-    got[i] = r
   end
 else
   for c = 1, #ks, 1000 do
@@ -591,12 +589,24 @@ class RedisMapBacking:
             raise TypeError(msg)
         mode = "int" if kinds <= {int} else "float"
         prefix = self._prefix
+        return self._add(_dumps_batch([[prefix + k for k in keys], list(map(str, deltas))]), mode, fence)
+
+    def multi_add_columns(self, keys: Any, deltas: Any, fence: Fence) -> bool:
+        """``multi_add`` from a ``pyarrow`` string array of keys (plain: none starting
+        with ``~``) and an integer array of deltas: the key names and numbers are made by
+        Arrow kernels, not one Python object at a time."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = pc.binary_join_element_wise(pa.scalar(self._prefix, keys.type), keys, pa.scalar("", keys.type))
+        return self._add(_dumps_batch([names.to_pylist(), pc.cast(deltas, pa.string()).to_pylist()]), "int", fence)
+
+    def _add(self, batch: bytes | str, mode: str, fence: Fence) -> bool:
         epoch = "" if fence.epoch is None else str(fence.epoch)
         txid = "" if fence.txid is None else str(fence.txid)
         self.round_trips += 1
-        batch = _dumps_batch([[prefix + k for k in keys], list(map(str, deltas))])
         reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA,
-                         [self._fence_key, prefix + APPLIED_KEY], [epoch, txid, batch, mode])
+                         [self._fence_key, self._prefix + APPLIED_KEY], [epoch, txid, batch, mode])
         if int(reply[0]) == 5:
             return False
         self._raise_for(reply, fence)

@@ -495,6 +495,35 @@ class TestCounterWrites:
         assert {k: r.dump(k) for k in r.keys(f"{redis_namespace}:*")} == before
         assert CounterMap(b).multi_get(["old1", "old2", "new1", "new2"]) == [5, None, None, None]
 
+    def test_arrow_columns_add_as_lists_do_and_fall_back_where_they_must(self, redis_url, redis_namespace):
+        import pyarrow as pa
+
+        b = RedisMapBacking.from_url(redis_url, redis_namespace)
+        calls = []
+        columns = b.multi_add_columns
+        b.multi_add_columns = lambda *a: calls.append(len(a[0])) or columns(*a)   # type: ignore[method-assign]
+        m = CounterMap(b)
+        cases = [
+            (pa.array(["a", "b"]), pa.array([2, 3])),                    # straight from the arrays
+            (pa.array(["~x", "a"]), pa.array([1, 1])),                   # a key needing encoding: lists
+            (pa.array(["a", "c"], pa.large_string()), pa.array([5, 7], pa.int32())),
+        ]
+        for txid, (keys, deltas) in enumerate(cases, 1):
+            m.begin_commit(txid, epoch=1)
+            m.add_columns(keys, deltas)
+            m.commit(txid)
+        m.begin_commit(4, epoch=1)                                       # arrays, then more in the txid
+        m.add_columns(pa.array(["b"]), pa.array([10]))
+        m.add(["b", "d"], [1, 1])
+        assert m.multi_get(["b", "d"]) == [14, 1]
+        m.commit(4)
+        m.begin_commit(4, epoch=1)                                       # a replay adds nothing
+        m.add_columns(pa.array(["a"]), pa.array([100]))
+        m.commit(4)
+        assert CounterMap(b).multi_get(["a", "b", "c", "~x", "d"]) == [8, 14, 7, 1, 1]
+        assert calls == [2, 2, 1]              # the case with "~x" went the list way
+        assert b.client.get(f"{redis_namespace}:~s~x") == b"1"
+
     def test_floats_are_checked_before_anything_is_added(self, redis_url, redis_namespace):
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         m = CounterMap(b)

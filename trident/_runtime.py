@@ -578,9 +578,14 @@ class PersistProc(Proc):
             group = list(b.schema.names[:-1])
             if len(self.batches) > 1:
                 b = arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])
+            acc = self.acc
+            if not acc and not op.emit_values and b.num_columns == 2 and hasattr(self.map, "add_columns"):
+                self.map.add_columns(b.column(0), b.column(1))   # a counter map, keys of groups: as arrays
+                self.batches = []
+                Proc.finish(self)
+                return
             cols = [c.to_pylist() for c in b.columns]
             keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
-            acc = self.acc
             if not acc and not op.emit_values and hasattr(self.map, "add"):
                 self.map.add(keys, cols[-1], distinct=True)   # a counter map, keys of groups: straight from Arrow
                 self.batches = []
