@@ -65,8 +65,8 @@ def check_master_reachable(master: str, timeout: float = 3.0) -> None:
     raise ConfigError(msg)
 
 
-#: JVM options of a context this package creates for a ``local[...]`` master (override with
-#: ``spark_conf={"spark.driver.extraJavaOptions": ...}``)
+#: JVM options of a context this package creates for a ``local[...]`` master or a standalone
+#: master on loopback (driver and executors; override with ``spark_conf``)
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 
 
@@ -96,12 +96,14 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
     if _loopback_master(config.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, before the JVM starts
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+        # every JVM on this machine, spending its CPU on many small jobs: C2's compilations
+        # and G1's concurrent threads cost more than they return (the columnar word count
+        # on local[2]: 2.5-3.1M -> 3.7-3.9M words/s, docs/performance.md)
+        conf.set("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+        if not config.spark_master.startswith("local"):
+            conf.set("spark.executor.extraJavaOptions", LOCAL_JAVA_OPTIONS)
     if config.spark_master.startswith("local"):   # workers run this Python: import once, fork
         conf.set("spark.python.daemon.module", "transactional._daemon")
-        # the JVM here is driver and executor, and spends its CPU on many small jobs: C2's
-        # compilations and G1's concurrent threads cost more than they return on 2 cores
-        # (the columnar word count: 2.5-3.1M -> 3.9-4.1M words/s, docs/performance.md)
-        conf.set("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
     if config.archives:
         conf.set("spark.archives", ",".join(config.archives))
     for k, v in config.spark_conf.items():

@@ -45,6 +45,7 @@ def _spark_env(drop_pythonpath: bool) -> dict[str, str]:
     env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env.setdefault("PYTHONHASHSEED", "0")
+    env.setdefault("SPARK_DAEMON_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")   # master, workers
     if drop_pythonpath:
         env.pop("PYTHONPATH", None)
     if "JAVA_HOME" not in env:
