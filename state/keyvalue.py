@@ -1,0 +1,283 @@
+"""``KeyValueState``: the state of Storm's stateful bolts, checkpointed in three steps
+(docs/design.md §7; Storm's state management).
+
+A bolt's ``put`` and ``delete`` go to *pending* changes. At a checkpoint the framework
+calls ``prepare_commit(txid)``: the pending changes become the *prepared* ones, written to
+the store beside the committed state (not over it). Once every stateful bolt prepared,
+``commit(txid)`` applies the prepared changes to the committed state atomically and
+records ``txid``; ``rollback()`` drops pending and prepared changes, back to the last
+commit. ``get`` sees pending, then prepared, then committed values.
+
+Recovery after a crash, as Storm's checkpoint spout drives it: a state opened again finds
+its prepared changes in the store; if the checkpoint was prepared by every bolt,
+``commit(txid)`` applies them, otherwise ``rollback()`` discards them. A commit of a txid
+committed before does nothing (a recovery that commits again is harmless).
+
+Providers: ``memory://`` (one store per namespace in this process) and ``redis://``
+(a hash of committed values, a hash of prepared ones and the committed txid; the commit
+is one MULTI/EXEC). Keys are encoded as the maps encode them (``state/keys.py``), values
+as JSON.
+
+>>> s = open_key_value_state("memory://", "doc:words")
+>>> s.put("cat", 2); s.get("cat"), s.get("dog", 0)
+(2, 0)
+>>> s.prepare_commit(1); s.commit(1); s.committed_txid()
+1
+>>> s.put("cat", 5); s.rollback(); s.get("cat")
+2
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from state.keys import decode_key, encode_key, hashable_key
+from transactional.exceptions import StateCorruptError
+
+_DELETED = object()        # a pending or prepared delete
+_TOMBSTONE = b"\x00deleted"  # a prepared delete in Redis (not valid JSON: never a value)
+TXID_FIELD = "~txid"       # the prepared txid in the prepare hash (encoded keys never equal it)
+
+
+class KeyValueState:
+    """Storm's ``KeyValueState``: ``get(key, default)``, ``put(key, value)``,
+    ``delete(key)``, with ``prepare_commit(txid)``, ``commit(txid)`` and ``rollback()``
+    for the framework. Subclasses store the committed and the prepared changes."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._pending: dict[str, Any] = {}
+        prepared = self._load_prepared()
+        self._prepared_txid: int | None = prepared[0] if prepared else None
+        self._prepared: dict[str, Any] = prepared[1] if prepared else {}
+
+    # -- the bolt's API --------------------------------------------------------------------
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key`` as this bolt left it (pending, prepared, then committed)."""
+        e = encode_key(key)
+        for layer in (self._pending, self._prepared):
+            if e in layer:
+                v = layer[e]
+                return default if v is _DELETED else v
+        found, v = self._committed(e)
+        return v if found else default
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` (saved at the next checkpoint). Values must be JSON-serializable."""
+        self._pending[encode_key(key)] = value
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key`` (at the next checkpoint)."""
+        self._pending[encode_key(key)] = _DELETED
+
+    # -- the framework's ---------------------------------------------------------------------
+    def prepare_commit(self, txid: int) -> None:
+        """Write the pending changes to the store as checkpoint ``txid``'s, beside the
+        committed state."""
+        if self._prepared_txid is not None and self._prepared_txid != txid:
+            msg = (f"state {self.namespace!r} holds prepared txid {self._prepared_txid}; commit or roll "
+                   f"it back before preparing txid {txid}")
+            raise StateCorruptError(msg)
+        changes = {**self._prepared, **self._pending}
+        self._store_prepared(txid, changes)
+        self._prepared_txid, self._prepared, self._pending = txid, changes, {}
+
+    def commit(self, txid: int) -> None:
+        """Apply checkpoint ``txid``'s prepared changes to the committed state, at once
+        (nothing, if ``txid`` was committed before and nothing is prepared)."""
+        if self._prepared_txid is None:
+            done = self.committed_txid()
+            if done is not None and done >= txid:
+                return
+            msg = f"state {self.namespace!r}: commit of txid {txid}, which was not prepared"
+            raise StateCorruptError(msg)
+        if self._prepared_txid != txid:
+            msg = f"state {self.namespace!r}: commit of txid {txid}, but txid {self._prepared_txid} is prepared"
+            raise StateCorruptError(msg)
+        self._store_commit(txid, self._prepared)
+        self._prepared_txid, self._prepared = None, {}
+
+    def rollback(self) -> None:
+        """Drop the pending and the prepared changes: back to the last commit."""
+        self._store_rollback()
+        self._pending, self._prepared, self._prepared_txid = {}, {}, None
+
+    def prepared_txid(self) -> int | None:
+        """The txid whose changes are prepared and not committed, if any."""
+        return self._prepared_txid
+
+    def committed_txid(self) -> int | None:
+        """The last committed txid (None before the first commit)."""
+        raise NotImplementedError
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """Every ``(key, value)`` as this bolt left it (lists in keys come back as tuples)."""
+        merged = dict(self._committed_items())
+        for layer in (self._prepared, self._pending):
+            for e, v in layer.items():
+                if v is _DELETED:
+                    merged.pop(e, None)
+                else:
+                    merged[e] = v
+        return [(hashable_key(decode_key(e)), v) for e, v in merged.items()]
+
+    # -- storage ---------------------------------------------------------------------------
+    def _committed(self, e: str) -> tuple[bool, Any]:
+        raise NotImplementedError
+
+    def _committed_items(self) -> list[tuple[str, Any]]:
+        raise NotImplementedError
+
+    def _load_prepared(self) -> tuple[int, dict[str, Any]] | None:
+        raise NotImplementedError
+
+    def _store_prepared(self, txid: int, changes: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _store_commit(self, txid: int, changes: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _store_rollback(self) -> None:
+        raise NotImplementedError
+
+
+class _MemoryStore:
+    def __init__(self) -> None:
+        self.committed: dict[str, Any] = {}
+        self.txid: int | None = None
+        self.prepared: tuple[int, dict[str, Any]] | None = None
+
+
+_STORES: dict[str, _MemoryStore] = {}
+_STORES_GUARD = threading.Lock()
+
+
+class MemoryKeyValueState(KeyValueState):
+    """``memory://``: one store per namespace in this process; a state opened again in
+    the same process (a restarted run) finds what was committed and prepared."""
+
+    def __init__(self, namespace: str) -> None:
+        with _STORES_GUARD:
+            self._store = _STORES.setdefault(namespace, _MemoryStore())
+        super().__init__(namespace)
+
+    def committed_txid(self) -> int | None:
+        """The last committed txid (None before the first commit)."""
+        return self._store.txid
+
+    def _committed(self, e: str) -> tuple[bool, Any]:
+        return (True, self._store.committed[e]) if e in self._store.committed else (False, None)
+
+    def _committed_items(self) -> list[tuple[str, Any]]:
+        return list(self._store.committed.items())
+
+    def _load_prepared(self) -> tuple[int, dict[str, Any]] | None:
+        p = self._store.prepared
+        return (p[0], dict(p[1])) if p else None
+
+    def _store_prepared(self, txid: int, changes: dict[str, Any]) -> None:
+        self._store.prepared = (txid, dict(changes))
+
+    def _store_commit(self, txid: int, changes: dict[str, Any]) -> None:
+        st = self._store
+        for e, v in changes.items():
+            if v is _DELETED:
+                st.committed.pop(e, None)
+            else:
+                st.committed[e] = v
+        st.txid, st.prepared = txid, None
+
+    def _store_rollback(self) -> None:
+        self._store.prepared = None
+
+
+class RedisKeyValueState(KeyValueState):
+    """``redis://``: committed values in the hash ``<namespace>``, prepared changes in
+    ``<namespace>:~prepare`` (with the txid under ``~txid``; a delete as a tombstone),
+    the last committed txid in ``<namespace>:~txid``. A commit applies the prepared
+    changes, drops the prepare hash and records the txid in one MULTI/EXEC."""
+
+    def __init__(self, client: Any, namespace: str) -> None:
+        self.client = client
+        self._prepare_key = f"{namespace}:~prepare"
+        self._txid_key = f"{namespace}:~txid"
+        super().__init__(namespace)
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, **client_options: Any) -> RedisKeyValueState:
+        """A state in the Redis at ``url`` (``redis://[user:password@]host:port/db``)."""
+        from state.redis import client_from_url
+
+        return cls(client_from_url(url, **client_options), namespace)
+
+    def committed_txid(self) -> int | None:
+        """The last committed txid (None before the first commit)."""
+        v = self.client.get(self._txid_key)
+        return None if v is None else int(v)
+
+    def _decode(self, e: str, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            msg = (f"Redis hash {self.namespace!r} field {e!r} holds {raw[:40]!r}, not the JSON a "
+                   "KeyValueState writes; use another namespace or delete the key")
+            raise StateCorruptError(msg) from err
+
+    def _committed(self, e: str) -> tuple[bool, Any]:
+        raw = self.client.hget(self.namespace, e)
+        return (False, None) if raw is None else (True, self._decode(e, raw))
+
+    def _committed_items(self) -> list[tuple[str, Any]]:
+        return [(k.decode(), self._decode(k.decode(), v)) for k, v in self.client.hgetall(self.namespace).items()]
+
+    def _load_prepared(self) -> tuple[int, dict[str, Any]] | None:
+        raw = self.client.hgetall(self._prepare_key)
+        if not raw:
+            return None
+        txid = int(raw.pop(TXID_FIELD.encode()))
+        return txid, {k.decode(): _DELETED if v == _TOMBSTONE else self._decode(k.decode(), v)
+                      for k, v in raw.items()}
+
+    def _store_prepared(self, txid: int, changes: dict[str, Any]) -> None:
+        fields: dict[str, Any] = {e: _TOMBSTONE if v is _DELETED else json.dumps(v) for e, v in changes.items()}
+        fields[TXID_FIELD] = str(txid)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self._prepare_key)
+        pipe.hset(self._prepare_key, mapping=fields)
+        pipe.execute()
+
+    def _store_commit(self, txid: int, changes: dict[str, Any]) -> None:
+        puts = {e: json.dumps(v) for e, v in changes.items() if v is not _DELETED}
+        dels = [e for e, v in changes.items() if v is _DELETED]
+        pipe = self.client.pipeline(transaction=True)
+        if puts:
+            pipe.hset(self.namespace, mapping=puts)
+        if dels:
+            pipe.hdel(self.namespace, *dels)
+        pipe.delete(self._prepare_key)
+        pipe.set(self._txid_key, str(txid))
+        pipe.execute()
+
+    def _store_rollback(self) -> None:
+        self.client.delete(self._prepare_key)
+
+
+def open_key_value_state(url: str, namespace: str, **options: Any) -> KeyValueState:
+    """The ``KeyValueState`` of ``namespace`` (e.g. ``<topology>:<bolt>:<task>``) in the
+    store named by ``url``: ``memory://`` or ``redis://``/``rediss://``."""
+    scheme = url.split("://", 1)[0]
+    if scheme == "memory":
+        return MemoryKeyValueState(namespace)
+    if scheme in ("redis", "rediss"):
+        return RedisKeyValueState.from_url(url, namespace, **options)
+    msg = f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db"
+    raise ValueError(msg)
+
+
+def reset_memory_key_value_states(prefix: str = "") -> None:
+    """Forget in-memory states whose namespace starts with ``prefix``. For tests."""
+    with _STORES_GUARD:
+        for k in [k for k in _STORES if k.startswith(prefix)]:
+            del _STORES[k]
