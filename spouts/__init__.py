@@ -1,4 +1,5 @@
-"""Spouts: the three transactional spout interfaces and the spouts that implement them."""
+"""Spouts: the three transactional spout interfaces and the spouts that implement them, and
+the core (at-least-once) spout interface with ``RedisStreamSpout``."""
 
 from typing import Any
 
@@ -11,13 +12,16 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
+from spouts.core import BaseRichSpout, SpoutOutputCollector
 from spouts.memory import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
+from spouts.redis_stream import RedisStreamSpout
 
 __all__ = [
     "TransactionalSpout", "PartitionedTransactionalSpout", "OpaquePartitionedTransactionalSpout",
     "Coordinator", "Emitter", "PartitionedCoordinator", "PartitionedEmitter",
     "MemoryTransactionalSpout", "OpaqueMemoryTransactionalSpout",
     "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
+    "BaseRichSpout", "SpoutOutputCollector", "RedisStreamSpout",
 ]
 
 

@@ -1,0 +1,40 @@
+"""A process reading a Redis Stream with ``RedisStreamSpout`` until it is empty: each
+message is 'processed' (its id pushed to the list ``<stream>:processed``) and then acked.
+Run by ``tests/test_redis_stream_spout.py``, which kills it with SIGKILL mid-run."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from spouts.redis_stream import RedisStreamSpout
+
+
+class Ctx:
+    topology_id, component_id, task_index, num_tasks = "t", "spout", 0, 1
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.out: list[tuple[Any, Any]] = []
+
+    def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
+        self.out.append((values, msg_id))
+
+
+def main(url: str, stream: str, total: int) -> None:
+    spout, c = RedisStreamSpout(url, stream, "g", count=7, block_ms=20), Collector()
+    spout.open({}, Ctx(), c)
+    r = spout._client
+    while True:
+        spout.next_tuple()
+        for values, msg_id in c.out:
+            r.rpush(f"{stream}:processed", values[0])
+            spout.ack(msg_id)
+        c.out.clear()
+        if r.llen(f"{stream}:processed") >= total and spout.pending() == 0:
+            return
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
