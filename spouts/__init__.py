@@ -21,7 +21,7 @@ __all__ = [
     "Coordinator", "Emitter", "PartitionedCoordinator", "PartitionedEmitter",
     "MemoryTransactionalSpout", "OpaqueMemoryTransactionalSpout",
     "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
-    "BaseRichSpout", "SpoutOutputCollector", "RedisStreamSpout",
+    "BaseRichSpout", "SpoutOutputCollector", "RedisStreamSpout", "KafkaSpout",
 ]
 
 
@@ -30,4 +30,8 @@ def __getattr__(name: str) -> Any:  # Kafka spouts need the optional Kafka clien
         from spouts import kafka
 
         return getattr(kafka, name)
+    if name == "KafkaSpout":
+        from spouts.kafka_core import KafkaSpout
+
+        return KafkaSpout
     raise AttributeError(name)

@@ -79,7 +79,9 @@ _GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaE
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 
 
-def _deserializer(spec: str | Deserializer, what: str) -> Deserializer:
+def deserializer_for(spec: str | Deserializer, what: str) -> Deserializer:
+    """The function turning a record's bytes into a value for ``spec``: ``'bytes'``,
+    ``'utf-8'``, ``'json'`` or a callable of your own; ``what`` names the option in errors."""
     if callable(spec):
         return spec
     if spec == "bytes":
@@ -144,8 +146,8 @@ class _KafkaSpout:
         self.max_records_per_partition = max_records_per_partition
         self.deserializer = deserializer
         self.key_deserializer = key_deserializer
-        _deserializer(deserializer, "deserializer")
-        _deserializer(key_deserializer, "key_deserializer")
+        deserializer_for(deserializer, "deserializer")
+        deserializer_for(key_deserializer, "key_deserializer")
         self.fields = tuple(fields)
         bad = [f for f in self.fields if f not in RECORD_FIELDS]
         if not self.fields or bad:
@@ -427,8 +429,8 @@ class KafkaEmitter(PartitionedEmitter):
     def __init__(self, spout: _KafkaSpout) -> None:
         self.spout = spout
         self.consumer: Consumer | None = None
-        self._value = _deserializer(spout.deserializer, "deserializer")
-        self._key = _deserializer(spout.key_deserializer, "key_deserializer")
+        self._value = deserializer_for(spout.deserializer, "deserializer")
+        self._key = deserializer_for(spout.key_deserializer, "key_deserializer")
 
     def _consumer(self) -> Consumer:
         if self.consumer is None:
