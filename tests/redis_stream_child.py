@@ -11,15 +11,24 @@ from spouts.redis_stream import RedisStreamSpout
 
 
 class Ctx:
-    topology_id, component_id, task_index, num_tasks = "t", "spout", 0, 1
+    """Where the spout runs: task 0 of 1 of component 'spout'."""
+
+    def __init__(self, task: int = 0, tasks: int = 1) -> None:
+        self.topology_id, self.component_id, self.task_index, self.num_tasks = "t", "spout", task, tasks
 
 
 class Collector:
+    """Keeps what a core spout emits: ``(values, msg_id)``."""
+
     def __init__(self) -> None:
         self.out: list[tuple[Any, Any]] = []
 
     def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
         self.out.append((values, msg_id))
+
+    def take(self) -> list[tuple[Any, Any]]:
+        out, self.out = self.out, []
+        return out
 
 
 def main(url: str, stream: str, total: int) -> None:

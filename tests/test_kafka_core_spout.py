@@ -8,24 +8,12 @@ import uuid
 from typing import Any
 
 import pytest
+from redis_stream_child import Collector, Ctx
 
 from spouts.kafka_core import KafkaSpout
 from transactional.exceptions import ConfigError
 
 pytestmark = pytest.mark.integration
-
-
-class Ctx:
-    def __init__(self, task: int = 0, tasks: int = 1) -> None:
-        self.topology_id, self.component_id, self.task_index, self.num_tasks = "t", "spout", task, tasks
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.out: list[tuple[Any, Any]] = []
-
-    def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
-        self.out.append((values, msg_id))
 
 
 def drain(spout: KafkaSpout, c: Collector, n: int, tries: int = 200) -> list[tuple[Any, Any]]:

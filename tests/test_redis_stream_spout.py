@@ -16,28 +16,13 @@ from typing import Any
 
 import pytest
 import redis
+from redis_stream_child import Collector, Ctx
 
 from spouts.redis_stream import RedisStreamSpout
 from transactional.tuples import Fields
 
 pytestmark = pytest.mark.integration
 TESTS = Path(__file__).resolve().parent
-
-
-class Ctx:
-    topology_id, component_id, task_index, num_tasks = "t", "spout", 0, 1
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.out: list[tuple[Any, Any]] = []
-
-    def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
-        self.out.append((values, msg_id))
-
-    def take(self) -> list[tuple[Any, Any]]:
-        out, self.out = self.out, []
-        return out
 
 
 def opened(url: str, stream: str, **kw: Any) -> tuple[RedisStreamSpout, Collector]:
