@@ -1,5 +1,6 @@
-"""A process reading a Redis Stream with ``RedisStreamSpout`` until it is empty: each
-message is 'processed' (its id pushed to the list ``<stream>:processed``) and then acked.
+"""A process reading a Redis Stream with ``RedisStreamSpout`` until every message was
+processed: each message is 'processed' (its id pushed to the list ``<stream>:processed``
+and added to the set ``<stream>:seen``) and then acked.
 Run by ``tests/test_redis_stream_spout.py``, which kills it with SIGKILL mid-run."""
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ def main(url: str, stream: str, total: int) -> None:
     r = spout._client
     while True:
         spout.next_tuple()
-        for values, msg_id in c.out:
-            r.rpush(f"{stream}:processed", values[0])
+        for values, msg_id in c.take():
+            r.rpush(f"{stream}:processed", values[0])       # every processing, duplicates too
+            r.sadd(f"{stream}:seen", values[0])
             spout.ack(msg_id)
-        c.out.clear()
-        if r.llen(f"{stream}:processed") >= total and spout.pending() == 0:
+        if r.scard(f"{stream}:seen") >= total and spout.pending() == 0:
             return
 
 
