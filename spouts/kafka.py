@@ -94,6 +94,21 @@ def deserializer_for(spec: str | Deserializer, what: str) -> Deserializer:
     raise ConfigError(msg)
 
 
+def record_values(m: Any, fields: Sequence[str], key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
+    """The values of record ``m`` for ``fields`` (among ``RECORD_FIELDS``)."""
+    out = []
+    for f in fields:
+        if f == "value":
+            out.append(value_of(m.value()))
+        elif f == "key":
+            out.append(key_of(m.key()))
+        elif f == "timestamp":
+            out.append(m.timestamp()[1])
+        else:
+            out.append(getattr(m, f)())
+    return tuple(out)
+
+
 def _identity(b: bytes | None) -> Any:
     return b
 
@@ -520,7 +535,7 @@ class KafkaEmitter(PartitionedEmitter):
                     if fast:
                         emit((tx, value_of(m.value())))
                     else:
-                        emit((tx, *self._values(m, key_of, value_of)))
+                        emit((tx, *record_values(m, self.spout.fields, key_of, value_of)))
                     pos = off + 1
             if pos < end and limit < end and not why:
                 why = "fetch fault injected"
@@ -528,19 +543,6 @@ class KafkaEmitter(PartitionedEmitter):
         finally:
             # Step 4. leave nothing assigned (buffered messages are dropped).
             c.unassign()
-
-    def _values(self, m: Any, key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
-        out = []
-        for f in self.spout.fields:
-            if f == "value":
-                out.append(value_of(m.value()))
-            elif f == "key":
-                out.append(key_of(m.key()))
-            elif f == "timestamp":
-                out.append(m.timestamp()[1])
-            else:
-                out.append(getattr(m, f)())
-        return tuple(out)
 
     def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
         """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone

@@ -20,7 +20,7 @@ from typing import Any
 
 from spouts.base import OutputDeclarer, SpoutContext
 from spouts.core import BaseRichSpout, SpoutOutputCollector
-from spouts.kafka import RECORD_FIELDS, Deserializer, deserializer_for
+from spouts.kafka import RECORD_FIELDS, Deserializer, deserializer_for, record_values
 from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields
 
@@ -124,25 +124,12 @@ class KafkaSpout(BaseRichSpout):
                 part = self._parts.get(m.partition())
                 if part is None or m.offset() < part.next:
                     continue
-                values = self._values(m)
+                values = record_values(m, self.fields, self.key_of, self.value_of)
                 part.pending[m.offset()] = values
                 part.next = m.offset() + 1
                 emit(values, msg_id=(m.partition(), m.offset()))
         if time.monotonic() >= self._next_commit:
             self.commit()
-
-    def _values(self, m: Any) -> tuple[Any, ...]:
-        out = []
-        for f in self.fields:
-            if f == "value":
-                out.append(self.value_of(m.value()))
-            elif f == "key":
-                out.append(self.key_of(m.key()))
-            elif f == "timestamp":
-                out.append(m.timestamp()[1])
-            else:
-                out.append(getattr(m, f)())
-        return tuple(out)
 
     def ack(self, msg_id: Any) -> None:
         """The record's tree completed: it no longer holds its partition's offset back."""

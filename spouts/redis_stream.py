@@ -29,6 +29,11 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _entry(eid: Any, data: Any) -> tuple[str, dict[str, str]]:
+    """A stream entry as ``(id, {field: value})`` of str."""
+    return _s(eid), {_s(k): _s(v) for k, v in data.items()}
+
+
 class RedisStreamSpout(BaseRichSpout):
     """Reads ``stream`` in the consumer group ``group`` (created at the stream's start if
     missing); see the module docstring for the delivery guarantee.
@@ -79,7 +84,7 @@ class RedisStreamSpout(BaseRichSpout):
         for _, entries in reply or []:
             for eid, data in entries:
                 if data:                                   # a deleted entry comes back empty
-                    out.append((_s(eid), {_s(k): _s(v) for k, v in data.items()}))
+                    out.append(_entry(eid, data))
         return out
 
     def _claim(self) -> None:
@@ -87,14 +92,10 @@ class RedisStreamSpout(BaseRichSpout):
         if now < self._next_claim:
             return
         self._next_claim = now + self.claim_idle_secs / 2
-        cursor, entries = self._claim_cursor, None
-        reply = self._client.xautoclaim(self.stream, self.group, self.consumer,
-                                        int(self.claim_idle_secs * 1000), start_id=cursor, count=self.count)
-        cursor, entries = _s(reply[0]), reply[1]
-        self._claim_cursor = cursor
-        for eid, data in entries:
-            if data:
-                self._replay.append((_s(eid), {_s(k): _s(v) for k, v in data.items()}))
+        reply = self._client.xautoclaim(self.stream, self.group, self.consumer, int(self.claim_idle_secs * 1000),
+                                        start_id=self._claim_cursor, count=self.count)
+        self._claim_cursor = _s(reply[0])
+        self._replay.extend(_entry(eid, data) for eid, data in reply[1] if data)
 
     def next_tuple(self) -> None:
         """Emit the messages to replay, else up to ``count`` new ones (waiting up to
@@ -122,8 +123,7 @@ class RedisStreamSpout(BaseRichSpout):
     def fail(self, msg_id: Any) -> None:
         """The message failed: emit it again (it stays pending meanwhile)."""
         reply = self._client.xrange(self.stream, min=msg_id, max=msg_id)
-        for eid, data in reply:
-            self._replay.append((_s(eid), {_s(k): _s(v) for k, v in data.items()}))
+        self._replay.extend(_entry(eid, data) for eid, data in reply)
 
     def close(self) -> None:
         """Disconnect."""

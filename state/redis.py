@@ -149,7 +149,7 @@ return {0}
 # return {0} added; {5, applied} the txid was added before (nothing written); {1|3, ...} as
 #        above; {2, key, what} a data key holds something that is not a number (nothing written)
 #
-# The data keys travel inside ARGV[4], not as KEYS: packing 34,000 KEYS arguments in
+# The data keys travel inside ARGV[3], not as KEYS: packing 34,000 KEYS arguments in
 # redis-py cost the driver more than the script's own work. Standalone Redis allows it
 # (Redis Cluster would not; RedisMapBacking writes a txid's keys in one script anyway).
 # Integers are added with INCRBY at once, and at the first key that refuses (not an

@@ -15,7 +15,7 @@ completing within the message timeout, gets it ``fail(msg_id)``.
 ``Acker`` is the acker task's table: pure, the clock passed in, no I/O. Pending roots
 live in three typed arrays (ack val, spout task, deadline: 20 bytes a root, as Storm's
 "about 20 bytes") indexed through a dict from the root id to its slot; with the dict the
-cost is measured at about 110 bytes a pending root in CPython
+cost is measured at about 100 bytes a pending root in CPython
 (``tests/test_acker.py::test_memory_per_pending_root_is_fixed_whatever_the_tree_size``).
 ``acker_for`` picks a root's acker task by mod hashing, as Storm does.
 ``TupleIds`` is the bolt side: the ids a task's emitted tuples carry and the XOR it
@@ -29,7 +29,7 @@ import random
 from array import array
 from collections.abc import Iterable, Mapping
 
-#: The largest tuple id (ids are random 64-bit numbers; 0 is never used: it is XOR's identity).
+#: Tuple ids are random numbers of this many bits (0 is never used: it is XOR's identity).
 ID_BITS = 64
 
 _rng = random.Random(os.urandom(16))
@@ -81,9 +81,6 @@ class Acker:
         self._deadline = array("d")         # when the root times out
         self._free: list[int] = []
         self.acked = self.failed = self.timed_out = 0
-
-    def __len__(self) -> int:
-        return len(self._slot)
 
     def pending(self) -> int:
         """Roots being tracked."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from transactional.columns import ColumnBatch, rows_of
 from transactional.exceptions import (
     ConfigError,
     ConflictingWriteError,
@@ -160,8 +161,6 @@ class Router:
         (``columnar(stream)`` is False), its rows are emitted one by one instead."""
         target = self._columns.get(stream)
         if target is None:
-            from transactional.columns import rows_of
-
             for row in rows_of(batch):
                 self.emit((self.attempt, *row), stream)
             return
@@ -170,8 +169,6 @@ class Router:
             msg = (f"{self.component!r} task {self.task} emitted a batch of columns {batch.schema.names} "
                    f"on stream {stream!r}, which has {nfields} fields after the attempt")
             raise InvalidTupleError(msg)
-        from transactional.columns import ColumnBatch
-
         cb = ColumnBatch(self.attempt, batch)
         for values in lists:
             values.append(cb)

@@ -32,9 +32,6 @@ class ColumnBatch:
     def __len__(self) -> int:
         return int(self.batch.num_rows)
 
-    def __reduce__(self) -> tuple:
-        return ColumnBatch, (self.attempt, self.batch)
-
     def __repr__(self) -> str:
         return f"ColumnBatch({self.attempt!r}, {self.batch.num_rows} rows {self.batch.schema.names})"
 

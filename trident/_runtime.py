@@ -493,6 +493,14 @@ def arrow_group_agg(b: Any, group: list[str], column: str | None, how: str, out:
         if r.num_rows else pa.RecordBatch.from_arrays([pa.array([], type=c.type) for c in cols], names=[*group, out])
 
 
+def _keys_values(b: Any) -> tuple[list[Any], list[Any]]:
+    """A ``(group..., value)`` batch as its keys (the group value, a tuple of several, or
+    ``GLOBAL_KEY`` for no group) and its values."""
+    cols = [c.to_pylist() for c in b.columns]
+    keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
+    return keys, cols[-1]
+
+
 class FinalProc(Proc):
     """Combines the partials ``(group..., partial)`` of every task per group; emits
     ``(group..., value)``. An ungrouped aggregation emits one row (``zero()`` if no
@@ -579,24 +587,21 @@ class PersistProc(Proc):
             if len(self.batches) > 1:
                 b = arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])
             acc = self.acc
-            if not acc and not op.emit_values and b.num_columns == 2 and hasattr(self.map, "add_columns"):
-                self.map.add_columns(b.column(0), b.column(1))   # a counter map, keys of groups: as arrays
+            if not acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
+                if b.num_columns == 2:
+                    self.map.add_columns(b.column(0), b.column(1))     # keys of groups: as arrays
+                else:
+                    self.map.add(*_keys_values(b), distinct=True)
                 self.batches = []
                 Proc.finish(self)
                 return
-            cols = [c.to_pylist() for c in b.columns]
-            keys = cols[0] if len(cols) == 2 else list(zip(*cols[:-1], strict=True)) if cols[:-1] else [GLOBAL_KEY]
-            if not acc and not op.emit_values and hasattr(self.map, "add"):
-                self.map.add(keys, cols[-1], distinct=True)   # a counter map, keys of groups: straight from Arrow
-                self.batches = []
-                Proc.finish(self)
-                return
+            keys, values = _keys_values(b)
             if acc:
-                for k, v in zip(keys, cols[-1], strict=True):
+                for k, v in zip(keys, values, strict=True):
                     old = acc.get(k, _MISSING)
                     acc[k] = v if old is _MISSING else fn.combine(old, v)
             else:
-                self.acc = dict(zip(keys, cols[-1], strict=True))
+                self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
         if keys:
             if self.reducer:
