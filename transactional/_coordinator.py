@@ -283,8 +283,11 @@ class CoordinatorSettings:
     poll_interval_secs: float = 0.2
 
     @classmethod
-    def of(cls, config: Any) -> CoordinatorSettings:
-        return cls(**{f: getattr(config, f) for f in cls.__dataclass_fields__})
+    def of(cls, config: Any, core: bool = False) -> CoordinatorSettings:
+        """The settings of ``config`` (a ``TopologyConfig``) for a transactional topology,
+        or for a core one (``core``: its micro-batches in flight)."""
+        kw = {f: getattr(config, f) for f in cls.__dataclass_fields__ if f != "max_spout_pending"}
+        return cls(max_spout_pending=config.pending_batches(core), **kw)
 
 
 @dataclass

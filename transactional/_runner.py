@@ -518,7 +518,7 @@ class _Attempts:
         self.store = store
         self.planner = planner
         self.state = state
-        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.max_spout_pending,
+        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(),
                                           thread_name_prefix="trident-batch")
         self.running: dict[cf.Future, tuple[int, int]] = {}
         self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts

@@ -3,7 +3,13 @@
 Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pending``,
 ``topology.message.timeout.secs`` -> ``message_timeout_secs``,
 ``transactional.zookeeper.servers`` -> ``coordination``,
-``topology.state.provider`` -> ``state``.
+``topology.state.provider`` -> ``state`` (also accepted as ``state_provider``),
+``topology.acker.executors`` -> ``ackers``,
+``topology.state.checkpoint.interval.ms`` -> ``checkpoint_interval_ms``.
+
+Two kinds of topology read these settings: transactional ones (batches of a txid,
+exactly once) and core Storm topologies (``TopologyBuilder``: tuple trees tracked by the
+acker, at least once). ``max_spout_pending`` keeps Storm's meaning for each kind.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from state.backends import COORDINATION, USER_STATE, backend_for, check_url
 from transactional.exceptions import ConfigError
@@ -29,7 +35,7 @@ class TopologyConfig(BaseModel):
     transactional.exceptions.ConfigError: invalid TopologyConfig: max_spout_pending: must be >= 1 (got 0)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     spark_master: str = Field("local[*]", description="Spark master URL (local[*], spark://host:port, yarn, k8s://...)")
     spark_ui: bool = Field(True, description="the Spark web UI of a context this run creates (its address is logged at start; each attempt's jobs are described 'txid N attempt A (processing|commit)')")
@@ -41,9 +47,13 @@ class TopologyConfig(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings for a context this run creates")
     coordination: str = Field("memory://", description="coordinator state: memory:// or zk://host:port[,host:port]/<root>")
     coordination_auth: str | None = Field(None, description="ZooKeeper digest credentials 'user:password'; znodes get an ACL")
-    state: str = Field("memory://", description="user map state: memory://, redis://[user:password@]host:port/db, rediss://...")
+    state: str = Field("memory://", validation_alias=AliasChoices("state", "state_provider"), description="user state (maps of transactional topologies, KeyValueState of stateful bolts): memory://, redis://[user:password@]host:port/db, rediss://...; also accepted as state_provider (Storm's topology.state.provider)")
     state_options: dict[str, Any] = Field(default_factory=dict, description="passed to the map backing (e.g. serializer)")
-    max_spout_pending: int = Field(3, description="txids emitted and not yet committed, at most (Storm's topology.max.spout.pending)")
+    max_spout_pending: int | None = Field(None, description="Storm's topology.max.spout.pending. Transactional topologies: txids emitted and not yet committed, at most (None: 3). Core topologies: spout tuples emitted and not yet acked or failed, per spout task (None: no bound but micro_batch_size x micro_batches_in_flight)")
+    ackers: int = Field(1, description="core topologies: acker tasks tracking tuple trees (Storm's topology.acker.executors); 0 turns tracking off: spouts get ack right after emit")
+    checkpoint_interval_ms: int = Field(1000, description="core topologies with stateful bolts: a checkpoint (prepare, then commit, of every bolt's KeyValueState) at most this often (Storm's topology.state.checkpoint.interval.ms); 0: after every micro-batch")
+    micro_batch_size: int = Field(5000, description="core topologies: the most spout tuples one micro-batch takes")
+    micro_batches_in_flight: int = Field(2, description="core topologies: micro-batches processing at once (their processing jobs overlap; commits stay in order)")
     message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
     max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
     retry_backoff_secs: float = Field(0.5, description="wait before re-emitting a failed txid; doubles with each failure of that txid")
@@ -52,6 +62,8 @@ class TopologyConfig(BaseModel):
     poll_interval_secs: float = Field(0.2, description="how often an idle spout is asked again")
     lock_wait_secs: float | None = Field(15.0, description="another driver holds this topology's lock: wait this long, then fail naming it (0: at once, None: forever); the default outlasts the ZooKeeper session of a driver killed with -9")
     connect_timeout_secs: float = Field(10.0, description="time allowed to reach ZooKeeper/Redis at start")
+    metrics_port: int | None = Field(None, description="serve Prometheus metrics (/metrics) and the status page (/) from the driver on this port (0: a free port, logged; None: off)")
+    metrics_host: str = Field("127.0.0.1", description="the address the metrics and status page server binds")
     progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
     conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")
 
@@ -61,10 +73,10 @@ class TopologyConfig(BaseModel):
         except ValidationError as e:
             raise ConfigError(_explain(e)) from None
 
-    @field_validator("max_spout_pending", "max_attempts")
+    @field_validator("max_spout_pending", "max_attempts", "micro_batch_size", "micro_batches_in_flight")
     @classmethod
-    def _at_least_one(cls, v: int) -> int:
-        if v < 1:
+    def _at_least_one(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
             msg = f"must be >= 1 (got {v})"
             raise ValueError(msg)
         return v
@@ -84,6 +96,29 @@ class TopologyConfig(BaseModel):
             msg = f"must be >= 0 seconds or None (got {v})"
             raise ValueError(msg)
         return v
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v <= 65535:
+            msg = f"must be a TCP port 0..65535, or None for off (got {v})"
+            raise ValueError(msg)
+        return v
+
+    @field_validator("ackers", "checkpoint_interval_ms")
+    @classmethod
+    def _non_negative_int(cls, v: int) -> int:
+        if v < 0:
+            msg = f"must be >= 0 (got {v})"
+            raise ValueError(msg)
+        return v
+
+    def pending_batches(self, core: bool = False) -> int:
+        """Batches in flight at most: ``max_spout_pending`` (default 3) for a transactional
+        topology, ``micro_batches_in_flight`` for a core one."""
+        if core:
+            return self.micro_batches_in_flight
+        return 3 if self.max_spout_pending is None else self.max_spout_pending
 
     @field_validator("spark_master")
     @classmethod
