@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from transactional.exceptions import TopologyFailedError
 
 __all__ = ["Coordinator", "CoordinatorSettings", "Status", "Plan", "Launch", "Record", "Cancel",
-           "Commit", "Stop", "Action", "TransactionalReplay", "OpaqueReplay", "SpoutsReplay", "ReplayPolicy",
+           "Commit", "Stop", "Action", "TransactionalReplay", "OpaqueReplay", "SpoutsReplay", "CoreReplay", "ReplayPolicy",
            "Transition", "advance"]
 
 
@@ -219,6 +219,16 @@ class OpaqueReplay(ReplayPolicy):
         return None if kept == planned else kept
 
 
+class CoreReplay(ReplayPolicy):
+    """Core topologies' micro-batches: a failed one is planned again from new
+    ``next_tuple`` calls (its spouts replay the tuples it held, as they were failed)."""
+
+    partitioned = False
+
+    def replay_meta(self, meta: Any) -> Any | None:
+        return None
+
+
 class SpoutsReplay(ReplayPolicy):
     """The spouts of one topology, each with its own policy (Storm's MasterBatchCoordinator
     keeps a list of spouts under one txid).
@@ -362,14 +372,18 @@ class Coordinator:
         """The first actions of a run."""
         return self._fill(now)
 
-    def planned(self, txid: int, meta: Any, partitions: dict | None, now: float) -> list[Action]:
-        """The spout's metadata for ``txid`` (None: nothing to emit now)."""
+    def planned(self, txid: int, meta: Any, partitions: dict | None, now: float, busy: bool = False) -> list[Action]:
+        """The spout's metadata for ``txid`` (None: nothing to emit now). ``busy``: work is
+        pending outside the coordinator (a core topology's tuple trees), so the run is not
+        idle even with nothing to emit."""
         if self.stopped is not None or self.planning != txid:
             return []
         self.planning = None
         if meta is None:
             self.next_poll = now + self.settings.poll_interval_secs
-            if not self.inflight and self.idle_since is None:
+            if busy:
+                self.idle_since = None
+            elif not self.inflight and self.idle_since is None:
                 self.idle_since = now
             return self._stop_if_done(now)
         self.idle_since = None

@@ -109,7 +109,7 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
 # -- reports -------------------------------------------------------------------------------------------
 
 def empty_report() -> dict:
-    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}}
+    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}}
 
 
 def merge_reports(a: dict, b: dict) -> dict:
@@ -118,8 +118,8 @@ def merge_reports(a: dict, b: dict) -> dict:
     executor) reports again what it reported before: counters and metadata are set, not
     added, so they do not double."""
     a["failures"].extend(b["failures"])
-    for k in ("executed", "emitted"):
-        a[k].update(b[k])
+    for k in ("executed", "emitted", "acks"):
+        a[k].update(b.get(k, {}))
     for k, n in b.get("runs", {}).items():
         a["runs"][k] = a["runs"].get(k, 0) + n
     for spout, parts in b["actual"].items():
@@ -128,14 +128,16 @@ def merge_reports(a: dict, b: dict) -> dict:
 
 
 def report(component: str, task: int, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
-           actual: dict | None = None) -> dict:
+           actual: dict | None = None, acks: Any = None) -> dict:
     """One task's report: its failure, or its counters (and an opaque emitter's actual
-    metadata, with ``runs``: how many times Spark ran that emitter task)."""
+    metadata, with ``runs``: how many times Spark ran that emitter task; a core task's
+    report to the ackers, ``acks``, kept per task like the counters)."""
     if failure is not None:
-        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}}
+        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}}
     return {"failures": [], "executed": {(component, task): executed}, "emitted": {(component, task): emitted},
             "actual": {component: actual} if actual is not None else {},
-            "runs": {(component, task): 1} if actual is not None else {}}
+            "runs": {(component, task): 1} if actual is not None else {},
+            "acks": {(component, task): acks} if acks is not None else {}}
 
 
 def rerun_failures(r: dict, attempt: TransactionAttempt) -> list[TaskFailure]:
@@ -170,6 +172,7 @@ class ProcessingResult:
     actual: dict = field(default_factory=dict)
     seconds: float = 0.0
     kept: Any = None          # commits on executors: the records, kept where they are
+    acks: dict = field(default_factory=dict)   # core topologies: (component, task) -> its report to the ackers
 
 
 # -- task functions (run wherever the executor runs them) --------------------------------------------
@@ -228,8 +231,8 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
         task_states = None if states is None else states.for_task(component_id, task)
         try:
             with paused_gc():   # also covers unpickling the input, which happens as it is read
-                out, n, e = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
-                                     phase, task_states)
+                out, n, e, acks = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
+                                           phase, task_states)
                 if task_states is not None:
                     task_states.finish()   # a committer task on an executor writes its maps
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
@@ -237,7 +240,7 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
                 task_states.abort()
             acc.add(report(component_id, task, failure=TaskFailure.of(exc, component_id, task, attempt)))
             return iter(())
-        acc.add(report(component_id, task, n, e))
+        acc.add(report(component_id, task, n, e, acks=acks))
         if phase == COMMIT:
             crash_point("commit.after_task", txid=attempt.txid, component=component_id, task=task)
         return iter(out)
@@ -259,6 +262,10 @@ class Executor(Protocol):
 
     def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
         """The output of ``stage.parallelism`` tasks of ``fn`` with no input (the spout)."""
+
+    def records(self, stage: Stage, parts: list[list]) -> Any:
+        """A dataset of ``stage.parallelism`` partitions holding ``parts`` (records made on
+        the driver: what a core topology's spout tasks emitted)."""
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         """The records of ``data`` addressed to the components at ``consumers`` indexes."""
@@ -314,6 +321,12 @@ def for_consumers(consumers: frozenset[int]) -> Callable[[tuple], bool]:
     return lambda kv: kv[0] // KEY_STRIDE in consumers
 
 
+def flatten(part: list) -> list:
+    """A partition of one element, the list of its records, as those records (here, not
+    in ``_spark``, for the reason given at ``for_consumers``)."""
+    return part
+
+
 class InProcessExecutor:
     """Stages in this process: a dataset is a list of partitions (lists of records).
 
@@ -342,6 +355,10 @@ class InProcessExecutor:
     def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> list[list]:
         self._check()
         return [list(fn(t, ())) for t in range(stage.parallelism)]
+
+    def records(self, stage: Stage, parts: list[list]) -> list[list]:
+        self._check()
+        return parts
 
     def select(self, data: list[list], consumers: frozenset[int]) -> list[list]:
         return [[kv for kv in part if kv[0] // KEY_STRIDE in consumers] for part in data]
@@ -384,8 +401,11 @@ class InProcessExecutor:
 # -- the interpreter -----------------------------------------------------------------------------------
 
 def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: str, conf: dict,
-                   attempt: TransactionAttempt, meta: dict, cleanup_before: int, group: str) -> ProcessingResult:
-    """The processing phase of ``attempt`` (metadata ``{spout_id: meta}``) as one job of ``ex``."""
+                   attempt: TransactionAttempt, meta: dict, cleanup_before: int, group: str,
+                   fed: dict[str, list[list]] | None = None) -> ProcessingResult:
+    """The processing phase of ``attempt`` (metadata ``{spout_id: meta}``) as one job of ``ex``.
+    ``fed``: in a core topology, the records each spout task emitted on the driver
+    (spout id -> one list per task), which stand for the spouts' stages."""
     t0 = time.monotonic()
     topology = plan.topology
     ex.begin(group, f"trident {topology.topology_id} txid {attempt.txid} attempt "
@@ -394,7 +414,9 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
     data: dict[str, Any] = {}
     try:
         for st in plan.processing:
-            if st.kind == "spout":
+            if st.kind == "spout" and fed is not None:
+                data[st.component] = ex.records(st, fed[st.component])
+            elif st.kind == "spout":
                 fn = emit_task(shared, st.component, run_id, attempt, meta.get(st.component), cleanup_before, conf, acc)
                 data[st.component] = ex.source(st, fn)
             else:
@@ -417,7 +439,7 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
         ex.release(kept)
         kept = None
     return ProcessingResult(attempt, records, r["failures"], per_component(r["executed"]),
-                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept)
+                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept, r["acks"])
 
 
 def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, attempt: TransactionAttempt,

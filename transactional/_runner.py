@@ -54,6 +54,7 @@ from transactional._coordinator import (
     Stop,
     Transition,
 )
+from transactional._core import CoreDriver
 from transactional._faults import crash_point
 from transactional._gc import paused_gc
 from transactional._plan import (
@@ -317,8 +318,11 @@ class Engine:
         self.config = config
         self.sc = sc
         self.conf = {"topology.id": topology.topology_id, **config.conf}
+        if topology.core:   # seeds the tasks' tuple ids (transactional._core_task.task_seed)
+            self.conf["topology.run.salt"] = int.from_bytes(os.urandom(4), "big")
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
-        self.plan = compile_plan(topology, config.commit_placement)
+        # core topologies run their stateful bolts on the driver, whatever commit_placement says
+        self.plan = compile_plan(topology, "driver" if topology.core else config.commit_placement)
         self._driver = InProcessExecutor()                 # commit stages run in this process
         self._driver_shared = self._driver.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
@@ -344,23 +348,48 @@ class Engine:
             store = CoordinatorStore(state)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
-            self.states.raise_epoch(store.take_epoch())
-            if self.plan.commits_on_executors:
-                self.states.known.update(store.recover_maps())
-                self.states.declare(self.topology, self.conf)
-            planner = SpoutsPlanner(self.topology, self.conf, state=state)
+            epoch = store.take_epoch()
+            planner: Any
+            if self.topology.core:
+                planner = self._core_driver(state)
+            else:
+                self.states.raise_epoch(epoch)
+                if self.plan.commits_on_executors:
+                    self.states.known.update(store.recover_maps())
+                    self.states.declare(self.topology, self.conf)
+                planner = SpoutsPlanner(self.topology, self.conf, state=state)
+            ok = False
             try:
                 jobs = _Jobs(self, owner)
                 try:
                     self._loop(state, store, planner, jobs, max_batches)
+                    ok = True
                 finally:
                     jobs.close()
             finally:
-                planner.close()
+                if self.topology.core:
+                    planner.close(ok)
+                else:
+                    planner.close()
         finally:
             state.close()
             self.result.wall_secs = time.monotonic() - t0
         return self.result
+
+    def _core_driver(self, state: TransactionalState) -> CoreDriver:
+        """The spouts, ackers and checkpoints of a core topology (``transactional._core``)."""
+        stateful = any(c.core == "stateful" for c in self.topology.bolts)
+        if stateful and self.config.checkpoint_interval_ms >= self.config.message_timeout_secs * 1000:
+            msg = (f"checkpoint_interval_ms={self.config.checkpoint_interval_ms} must be below "
+                   f"message_timeout_secs={self.config.message_timeout_secs} (x1000): a stateful bolt's tuples "
+                   "are acked at the checkpoint, and would time out first and be replayed")
+            raise ConfigError(msg)
+        options = {} if self.config.state.startswith("memory:") else {
+            "connect_timeout": self.config.connect_timeout_secs}
+        core = CoreDriver(self.topology, self.config, self.conf, self.result, state, options)
+        if core.checkpointer is not None:
+            self.result._states = core.checkpointer
+        return core
 
     def _coordination_options(self) -> dict:
         if self.config.coordination.startswith("zk:"):
@@ -373,7 +402,7 @@ class Engine:
         rec = store.recover()
         self.states.known.update(rec.maps)
         self.states.last_committed = rec.last_committed
-        coord = Coordinator(CoordinatorSettings.of(self.config), planner.policy,
+        coord = Coordinator(CoordinatorSettings.of(self.config, self.topology.core), planner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
         coord.listeners += self.listeners
@@ -392,9 +421,10 @@ class Engine:
                             raise a.error
                         return
                     pending += runner.carry_out(a, coord)
-                wake = coord.next_wakeup(clock())
-                timeout = self.config.poll_interval_secs if wake is None else max(0.0, wake - clock())
+                wakes = [w for w in (coord.next_wakeup(clock()), planner.next_wakeup()) if w is not None]
+                timeout = self.config.poll_interval_secs if not wakes else max(0.0, min(wakes) - clock())
                 pending += runner.wait(coord, timeout)
+                planner.tick(clock())             # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
         finally:
             runner.close()
@@ -406,6 +436,8 @@ class Engine:
                 state: TransactionalState, jobs: _Jobs) -> dict:
         """The commit of one attempt; returns what the ``committed`` transition reports.
         Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
+        if self.topology.core:
+            return self._commit_core(a, r, store, planner, state)
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
         # Step 1. txid-1 is committed: the coordinator commits strictly in order.
@@ -452,6 +484,46 @@ class Engine:
                 "processing_secs": r.seconds}
         return info
 
+    def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
+                     state: TransactionalState) -> dict:
+        """The commit of a core topology's micro-batch (``transactional._core``): the
+        stateful bolts and what follows them, the acks, a checkpoint when due. Raises
+        ``_Failure`` when it fails (the micro-batch's pending trees fail; its spout tuples
+        are replayed by their spouts)."""
+        txid, t0 = a.txid, time.monotonic()
+        attempt = TransactionAttempt(txid, a.attempt)
+        # Step 1. micro-batch txid-1 is committed. Step 2. this driver still holds the lock.
+        state.check_lock()
+        crash_point("commit.before", txid=txid)
+        executed, emitted = dict(r.executed), dict(r.emitted)
+        emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
+        run_stages = None
+        if self.plan.commit:
+            def run_stages(states: Any) -> dict:
+                rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
+                                 states)
+                _add_report(rep, executed, emitted)
+                return rep
+        # Steps 3-4. the stateful bolts, the acks, a checkpoint when due
+        try:
+            with paused_gc():
+                core.commit(a, r.acks, run_stages)
+        except _Failure:
+            core.discard(txid)
+            raise
+        except Exception as e:
+            core.discard(txid)
+            raise _Failure(TaskFailure.of(e, "(checkpoint)", -1, attempt)) from e
+        # Step 5. record the micro-batch as committed, drop its metadata
+        store.record_commit(txid, a.meta, None)
+        store.drop_pending(txid)
+        res = self.result
+        if core.checkpointer is not None:
+            res.checkpoints = core.checkpointer.checkpoints
+        return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
+                "processing_secs": r.seconds, "acked": dict(res.acked), "failed": dict(res.failed),
+                "pending": core.pending()}
+
     def _run_commit_components(self, attempt: TransactionAttempt, records: list,
                                executed: dict, emitted: dict) -> None:
         """The commit-phase stages on the driver, the maps in the current commit."""
@@ -488,12 +560,13 @@ class _Jobs:
             self.executor = SparkExecutor(engine.sc)
         self.shared = self.executor.shared(engine.topology)
 
-    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
+    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
+            fed: Any = None) -> ProcessingResult:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
-        from the thread that owns the attempt)."""
+        from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         e = self.engine
         return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
-                              cleanup_before, group)
+                              cleanup_before, group, fed)
 
     def cancel(self, group: str) -> None:
         self.executor.cancel(group)
@@ -518,7 +591,7 @@ class _Attempts:
         self.store = store
         self.planner = planner
         self.state = state
-        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(),
+        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(engine.topology.core),
                                           thread_name_prefix="trident-batch")
         self.running: dict[cf.Future, tuple[int, int]] = {}
         self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
@@ -530,7 +603,7 @@ class _Attempts:
         if isinstance(a, Plan):
             planned = self.planner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now())
+            return coord.planned(a.txid, meta, parts, now(), busy=self.planner.busy())
         if isinstance(a, Launch):
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -539,13 +612,14 @@ class _Attempts:
             group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
             self.groups[(a.txid, a.attempt)] = group
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group)
+                                   coord.last_committed, group, self.planner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             return []
         if isinstance(a, Record):
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             return []
         if isinstance(a, Cancel):
+            self.planner.discard(a.txid)
             job_group = self.groups.pop((a.txid, a.attempt), None)
             if job_group is not None:
                 self.jobs.cancel(job_group)
@@ -567,9 +641,10 @@ class _Attempts:
         msg = f"unknown action {a!r}"
         raise TypeError(msg)
 
-    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str) -> ProcessingResult:
+    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
+                 fed: Any = None) -> ProcessingResult:
         try:
-            return self.jobs.run(attempt, meta, cleanup_before, group)
+            return self.jobs.run(attempt, meta, cleanup_before, group, fed)
         except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
             cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
             return ProcessingResult(attempt, failures=[TaskFailure(

@@ -23,7 +23,7 @@ from typing import Any
 from pyspark import SparkConf, SparkContext, StorageLevel
 
 from transactional._accumulator import ReportParam
-from transactional._plan import Stage, empty_report, for_consumers, task_of
+from transactional._plan import Stage, empty_report, flatten, for_consumers, task_of
 from transactional.config import TopologyConfig
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
@@ -158,6 +158,9 @@ class SparkExecutor:
     def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
         n = stage.parallelism
         return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
+
+    def records(self, stage: Stage, parts: list[list]) -> Any:
+        return self.sc.parallelize(parts, len(parts)).flatMap(flatten)
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         return data.filter(for_consumers(consumers))

@@ -180,6 +180,24 @@ class SpoutsPlanner:
             return None
         return meta, self.policy.advance(states, meta)
 
+    def fed(self, txid: int) -> None:
+        """Transactional spouts emit in their own tasks: nothing is fed from the driver."""
+        return None
+
+    def discard(self, txid: int) -> None:
+        """A txid failed: its metadata is kept by the coordinator; nothing to drop here."""
+
+    def tick(self, now: float) -> None:
+        """Nothing runs on time here (the coordinator has the timeouts)."""
+
+    def next_wakeup(self) -> float | None:
+        """No timers of its own."""
+        return None
+
+    def busy(self) -> bool:
+        """No work outside the coordinator's txids."""
+        return False
+
     def committed(self, txid: int, meta: dict | None) -> None:
         """Tell each spout's coordinator that its part of ``txid`` is committed."""
         for sid, p in self.planners.items():

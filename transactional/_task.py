@@ -328,6 +328,25 @@ class TaskContext:
     def component_tasks(self, component_id: str) -> int:
         return self._topology.component(component_id).parallelism
 
+    @property
+    def task_id(self) -> int:
+        """This task's global id (Storm's ``getThisTaskId``; see ``Topology.task_ids``)."""
+        return self._topology.task_ids(self.component_id)[self.task_index]
+
+    def get_component_tasks(self, component_id: str) -> list[int]:
+        """The global task ids of ``component_id`` (Storm's ``getComponentTasks``), e.g.
+        for ``emit_direct`` in a core topology."""
+        return list(self._topology.task_ids(component_id))
+
+    def key_value_state(self, owner: Any = None) -> Any:
+        """The task's ``KeyValueState`` (stateful bolts of core topologies; the framework
+        passes it to ``init_state``). ``owner``: the bolt instance that hears the
+        checkpoint hooks (``pre_prepare``, ``pre_commit``, ``pre_rollback``)."""
+        if self._states is None or not hasattr(self._states, "key_value_state"):
+            msg = f"{self.component_id!r} has no KeyValueState: only stateful bolts of core topologies do"
+            raise RuntimeError(msg)
+        return self._states.key_value_state(owner)
+
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         if self._states is None:
             msg = (
@@ -344,8 +363,10 @@ def _payload_order(p: Payload) -> tuple[str, str, int]:
 
 def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
              payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
-             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int]:
-    """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted).
+             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
+    """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted,
+    acks): ``acks`` is a core task's report to the ackers (``_core_task.CoreRouter.report``),
+    None in transactional topologies.
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
@@ -353,8 +374,18 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     """
     payloads = sorted(payloads, key=_payload_order)
     bolt = component.new_instance()
+    context = TaskContext(topology, component, task, phase, states)
+    if topology.core:
+        from transactional._core_task import CoreRouter, feed, task_seed
+
+        core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
+                                                               attempt.attempt_id, component.id, task), only)
+        bolt.prepare(conf, context, core, attempt)
+        n = feed(bolt, topology, payloads)
+        bolt.finish_batch()
+        return core.records(), n, core.emitted, core.report()
     router = Router(topology, component, task, attempt, only)
-    bolt.prepare(conf, TaskContext(topology, component, task, phase, states), router, attempt)
+    bolt.prepare(conf, context, router, attempt)
     execute = bolt.execute
     # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects
     take = getattr(bolt, "execute_values", None)
@@ -372,4 +403,4 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
             execute(Tuple(v, fields, source, stream, source_task))
         n += len(values_list)
     bolt.finish_batch()
-    return router.records(), n, router.emitted
+    return router.records(), n, router.emitted, None

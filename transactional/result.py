@@ -92,6 +92,11 @@ class RunResult:
     processing_secs: Histogram = field(default_factory=Histogram)    # processing job of the committed attempt, s
     first_processing_secs: float | None = None                        # the first committed batch's job, s
     stopped_because: str = ""
+    acked: dict[str, int] = field(default_factory=dict)        # core topologies: spout tuples acked, per spout
+    failed: dict[str, int] = field(default_factory=dict)       # ... failed (explicitly or timed out), per spout
+    timed_out: dict[str, int] = field(default_factory=dict)    # ... of which timed out
+    pending: dict[str, int] = field(default_factory=dict)      # ... tracked and undecided when the run ended
+    checkpoints: int = 0                                       # ... checkpoints of stateful bolts' states
     _states: Any = field(default=None, repr=False)
 
     @property
@@ -105,6 +110,14 @@ class RunResult:
         """The map ``name`` the committers used (``TransactionalMap``/``OpaqueMap``), to
         read values: ``result.map_state("counts").get("cow")``."""
         return self._states.existing(name, opaque)
+
+    def key_value_state(self, component: str) -> dict:
+        """Core topologies: every key and value of a stateful bolt's ``KeyValueState``s
+        (all its tasks) as the run left them: ``result.key_value_state("count")["cow"]``."""
+        if not hasattr(self._states, "items"):
+            msg = f"{self.topology_id!r} has no stateful bolt state to read"
+            raise KeyError(msg)
+        return self._states.items(component)
 
     def on_transition(self, t: Transition) -> None:
         """The coordinator's listener: keeps the counts and latencies of the run."""
@@ -146,6 +159,8 @@ class RunResult:
             "tuples_per_sec": round(self.tuples / self.wall_secs, 1) if self.wall_secs else None,
             "commit_latency_p50_ms": _r(self.latency_ms(50)), "commit_latency_p99_ms": _r(self.latency_ms(99)),
             "stopped_because": self.stopped_because,
+            **({"acked": self.acked, "failed": self.failed, "timed_out": self.timed_out, "pending": self.pending,
+                "checkpoints": self.checkpoints} if self.acked else {}),
         }
 
 

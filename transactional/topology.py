@@ -84,6 +84,7 @@ class ComponentSpec:
     driver_blob: bytes = field(default=b"", repr=False)
     origin: str = field(default="", repr=False)
     accepts_columns: bool = False   # the bolt takes ``ColumnBatch`` values (transactional.columns)
+    core: str = ""                  # core topologies: how the bolt runs ("rich", "basic", "stateful")
 
     def new_instance(self) -> Any:
         """A fresh instance of the component.
@@ -98,6 +99,10 @@ class ComponentSpec:
         place there)."""
         table = _DRIVER_OBJECTS.get(self.origin) if self.driver_blob else None
         obj = pickle.loads(self.driver_blob if table is not None else self.blob)
+        if self.core and self.kind == "bolt":
+            from transactional._core_task import adapter
+
+            return adapter(self.core, obj)
         return BasicBoltAdapter(obj) if self.basic else obj
 
 
@@ -115,6 +120,22 @@ class Topology:
     spout_id: str
     components: tuple[ComponentSpec, ...]
     commit_components: frozenset[str]
+    kind: str = "transactional"     # or "core": a Storm topology of core spouts (transactional.core)
+
+    @property
+    def core(self) -> bool:
+        """True for a core Storm topology (at least once: tuple trees and the acker)."""
+        return self.kind == "core"
+
+    def task_ids(self, component_id: str) -> range:
+        """The global ids of a component's tasks (Storm's ``getComponentTasks``): the
+        components' tasks numbered in ``components`` order, from 0."""
+        base = 0
+        for c in self.components:
+            if c.id == component_id:
+                return range(base, base + c.parallelism)
+            base += c.parallelism
+        raise KeyError(component_id)
 
     def component(self, component_id: str) -> ComponentSpec:
         """The component with id ``component_id``; ``KeyError`` if there is none."""
@@ -152,11 +173,11 @@ class Topology:
 
     def describe(self) -> str:
         """A human-readable listing: components, parallelism, groupings, phases."""
-        lines = [f"topology {self.topology_id!r}"]
+        lines = [f"topology {self.topology_id!r}" + (" (core: at least once)" if self.core else "")]
         for c in self.components:
             phase = "spout" if c.kind == "spout" else (
                 "commit" if c.id in self.commit_components else "processing")
-            tag = " committer" if c.committer else ""
+            tag = (" stateful" if self.core else " committer") if c.committer else ""
             lines.append(f"  {c.id} ({c.class_name}) x{c.parallelism} [{phase}{tag}]")
             for sname, s in c.streams.items():
                 lines.append(f"      emits {sname}{' (direct)' if s.direct else ''}: {tuple(s.fields)}")
@@ -307,48 +328,53 @@ class TransactionalTopologyBuilder:
 
     def build(self) -> Topology:
         """Validate and freeze. Raises ``TopologyError`` naming the problem and the fix."""
-        streams: dict[str, dict[str, StreamSpec]] = {}
-        for sid, (spout, _) in self._spouts.items():
-            d = _Declarer(sid)
-            spout.declare_output_fields(d)
-            streams[sid] = d.streams
-        for bid, (bolt, _, _) in self._bolts.items():
-            d = _Declarer(bid)
-            bolt.declare_output_fields(d)
-            streams[bid] = d.streams
+        bolts = {bid: (bolt, par, committer, "") for bid, (bolt, par, committer) in self._bolts.items()}
+        return freeze(self.topology_id, self._spouts, bolts, self._inputs, "transactional")
 
-        for bid, subs in self._inputs.items():
-            if not subs:
-                msg = (
-                    f"bolt {bid!r} has no input; subscribe it with e.g. "
-                    f".shuffle_grouping({self.spout_id!r})"
-                )
-                raise TopologyError(msg)
-            for s in subs:
-                _check_subscription(bid, s, streams)
 
-        order = _topological_order(set(self._spouts), self._inputs)
-        commit: set[str] = set()
-        for bid in order:
-            if self._bolts[bid][2] or any(s.source in commit for s in self._inputs[bid]):
-                commit.add(bid)
+def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str, tuple[Any, int, bool, str]],
+           inputs: dict[str, list[Subscription]], kind: str) -> Topology:
+    """The ``Topology`` of validated parts (both builders end here): every component's
+    streams declared, every subscription checked, bolts in topological order, the commit
+    components (``bolts[id][2]``: committers, or stateful bolts, and everything downstream
+    of one), each component pickled for executors and for the driver. ``bolts[id][3]`` is
+    how a core bolt runs ("" for transactional bolts)."""
+    streams: dict[str, dict[str, StreamSpec]] = {}
+    for cid, obj in [*((sid, sp) for sid, (sp, _) in spouts.items()),
+                     *((bid, b[0]) for bid, b in bolts.items())]:
+        d = _Declarer(cid)
+        obj.declare_output_fields(d)
+        streams[cid] = d.streams
+    first = next(iter(spouts))
+    for bid, subs in inputs.items():
+        if not subs:
+            msg = f"bolt {bid!r} has no input; subscribe it with e.g. .shuffle_grouping({first!r})"
+            raise TopologyError(msg)
+        for s in subs:
+            _check_subscription(bid, s, streams)
 
-        origin = uuid.uuid4().hex
-        table: list[Any] = []     # this build's objects, for the driver forms
-        comps = []
-        for sid, (spout, par) in self._spouts.items():
-            blob, driver_blob = _pickle(sid, spout, origin, table)
-            comps.append(ComponentSpec(sid, "spout", par, False, False, (), dict(streams[sid]), blob,
-                                       type(spout).__name__, driver_blob, origin))
-        for bid in order:
-            bolt, par, committer = self._bolts[bid]
-            blob, driver_blob = _pickle(bid, bolt, origin, table)
-            comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
-                                       tuple(self._inputs[bid]), dict(streams[bid]), blob,
-                                       getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
-                                       bool(getattr(bolt, "accepts_columns", False))))
-        _DRIVER_OBJECTS[origin] = table
-        return Topology(self.topology_id, self.spout_id, tuple(comps), frozenset(commit))
+    order = _topological_order(set(spouts), inputs)
+    commit: set[str] = set()
+    for bid in order:
+        if bolts[bid][2] or any(s.source in commit for s in inputs[bid]):
+            commit.add(bid)
+
+    origin = uuid.uuid4().hex
+    table: list[Any] = []     # this build's objects, for the driver forms
+    comps = []
+    for sid, (spout, par) in spouts.items():
+        blob, driver_blob = _pickle(sid, spout, origin, table)
+        comps.append(ComponentSpec(sid, "spout", par, False, False, (), dict(streams[sid]), blob,
+                                   type(spout).__name__, driver_blob, origin))
+    for bid in order:
+        bolt, par, committer, core = bolts[bid]
+        blob, driver_blob = _pickle(bid, bolt, origin, table)
+        comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
+                                   tuple(inputs[bid]), dict(streams[bid]), blob,
+                                   getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
+                                   bool(getattr(bolt, "accepts_columns", False)), core))
+    _DRIVER_OBJECTS[origin] = table
+    return Topology(topology_id, first, tuple(comps), frozenset(commit), kind)
 
 
 def _check_id(what: str, value: Any) -> None:

@@ -1,0 +1,197 @@
+"""Checkpoints of stateful bolts (Storm's state management, docs/design.md §7).
+
+Stateful bolts run in the commit phase, in micro-batch order, on the driver; each task's
+``KeyValueState`` (namespace ``<topology_id>:<component>:<task>``) lives here between
+checkpoints, gathering the tasks' changes as *pending*. The acks the stateful tasks
+send are *held*: a spout tuple whose tree went through a stateful bolt is acked only
+once the state it changed is committed.
+
+Checkpoint ``c`` (``Checkpointer.checkpoint``, every ``checkpoint_interval_ms`` while acks
+are held, and at the end of a run), a three-phase commit across all stateful bolts:
+
+  1. ``pre_prepare(c)`` on each stateful task's bolt;
+  2. record ``checkpoint = {txid: c, phase: "preparing", states: [...]}`` durably;
+  3. ``prepare_commit(c)`` on every state (its changes written beside the committed ones);
+  4. record ``phase: "prepared"``: from here the checkpoint will be committed, also by a
+     driver that restarts after a crash;
+  5. ``pre_commit(c)`` and ``commit(c)`` on every state;
+  6. record ``phase: "committed"``;
+  7. release the held acks (the caller gives them to the ackers).
+
+A failure before step 4 (or of a stateful bolt in any micro-batch) rolls every state back
+to the last checkpoint (``pre_rollback``, then ``rollback``) and returns the held roots,
+which the caller fails so that their spouts replay them. A failure after step 4 stops the
+run: the next start finishes the commit.
+
+Recovery at start (``recover``), as Storm's: a checkpoint recorded "prepared" is
+committed in every state that still holds it prepared; any other prepared changes are
+rolled back. Checkpoint ids continue above both the recorded one and every state's last
+committed id, so they grow even when the coordinator state is not durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from state.base import TransactionalState
+from state.keyvalue import KeyValueState, open_key_value_state
+from transactional._faults import crash_point
+from transactional.exceptions import TopologyFailedError
+from transactional.topology import Topology
+
+log = logging.getLogger("trident")
+
+
+@dataclass
+class _Task:
+    """One stateful task: its state, and the bolt instance of its latest micro-batch (it
+    hears the hooks)."""
+
+    namespace: str
+    state: KeyValueState
+    owner: Any = None
+
+    def key_value_state(self, owner: Any = None) -> KeyValueState:
+        """The task's state; ``owner`` hears the checkpoint hooks from now on."""
+        if owner is not None:
+            self.owner = owner
+        return self.state
+
+    def hook(self, name: str, *args: Any) -> None:
+        if self.owner is not None:
+            getattr(self.owner, name)(*args)
+
+    def finish(self) -> None:
+        """The task's micro-batch ended: its changes stay pending until a checkpoint."""
+
+    def abort(self) -> None:
+        """The task failed: the engine rolls every state back."""
+
+
+class Checkpointer:
+    """The stateful tasks' states and the checkpoint protocol (module docstring). The
+    engine passes it to the commit phase as the tasks' states (``for_task``)."""
+
+    def __init__(self, topology: Topology, url: str, options: dict, store: TransactionalState,
+                 interval_ms: int, clock: Callable[[], float]) -> None:
+        self.topology = topology
+        self.url = url
+        self.options = options
+        self.store = store
+        self.interval = interval_ms / 1000
+        self.clock = clock
+        self.stateful = frozenset(c.id for c in topology.bolts if c.core == "stateful")
+        self.tasks: dict[tuple[str, int], _Task] = {}
+        self.held: list[dict[int, int]] = []        # stateful tasks' acks since the last checkpoint
+        self.next_id = 1
+        self.last = clock()
+        self.checkpoints = 0
+
+    def namespace(self, component: str, task: int) -> str:
+        return f"{self.topology.topology_id}:{component}:{task}"
+
+    def _open(self, namespace: str) -> KeyValueState:
+        return open_key_value_state(self.url, namespace, **self.options)
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Finish or undo what a crashed driver left (module docstring), then number the
+        next checkpoint."""
+        rec = self.store.get("checkpoint") or {}
+        names = set(rec.get("states") or [])
+        names |= {self.namespace(c, t) for c in self.stateful for t in range(self.topology.component(c).parallelism)}
+        top = int(rec.get("txid") or 0)
+        for ns in sorted(names):
+            kv = self._open(ns)
+            p = kv.prepared_txid()
+            if p is not None:
+                if rec.get("phase") == "prepared" and rec.get("txid") == p:
+                    kv.commit(p)
+                    log.info("recovery: committed the prepared checkpoint %d of state %r", p, ns)
+                else:
+                    kv.rollback()
+                    log.info("recovery: rolled back the unfinished checkpoint %d of state %r", p, ns)
+            top = max(top, kv.committed_txid() or 0)
+        if rec.get("phase") in ("prepared", "preparing"):
+            done = "committed" if rec["phase"] == "prepared" else "rolled back"
+            self.store.set("checkpoint", {**rec, "phase": done})
+        self.next_id = top + 1
+
+    # -- the commit phase's view -----------------------------------------------------------
+    def for_task(self, component: str, task: int) -> _Task:
+        """The state of a stateful task (opened on first use)."""
+        t = self.tasks.get((component, task))
+        if t is None:
+            ns = self.namespace(component, task)
+            t = self.tasks[(component, task)] = _Task(ns, self._open(ns))
+        return t
+
+    def hold(self, acks: dict[int, int]) -> None:
+        """Keep a stateful task's acks until the next checkpoint."""
+        if acks:
+            self.held.append(acks)
+
+    def due(self, now: float) -> bool:
+        """Acks are held and the interval passed since the last checkpoint."""
+        return bool(self.held) and now - self.last >= self.interval
+
+    # -- checkpoint and rollback -------------------------------------------------------------
+    def checkpoint(self) -> list[dict[int, int]]:
+        """Checkpoint every state (module docstring); returns the acks it releases.
+        Raises on a failure before the prepare is recorded (after ``rollback``, the
+        caller fails the held roots), ``TopologyFailedError`` after it."""
+        c = self.next_id
+        tasks = [self.tasks[k] for k in sorted(self.tasks)]
+        names = [t.namespace for t in tasks]
+        self.next_id += 1
+        # Step 1. the hooks
+        for t in tasks:
+            t.hook("pre_prepare", c)
+        # Step 2. note durably that checkpoint c is being prepared
+        self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": names})
+        crash_point("checkpoint.preparing", txid=c)
+        # Step 3. every state writes its changes beside its committed values
+        for t in tasks:
+            t.state.prepare_commit(c)
+        crash_point("checkpoint.before_prepared", txid=c)
+        # Step 4. record that every state is prepared: the checkpoint will be committed
+        self.store.set("checkpoint", {"txid": c, "phase": "prepared", "states": names})
+        crash_point("checkpoint.prepared", txid=c)
+        # Step 5. commit every state
+        try:
+            for t in tasks:
+                t.hook("pre_commit", c)
+                t.state.commit(c)
+                crash_point("checkpoint.after_commit", txid=c, state=t.namespace)
+            # Step 6. record it
+            self.store.set("checkpoint", {"txid": c, "phase": "committed", "states": names})
+        except Exception as e:
+            msg = (f"checkpoint {c} of {self.topology.topology_id!r} was prepared, but committing it failed: "
+                   f"{type(e).__name__}: {e}. Run the topology again: the restart commits the prepared "
+                   "checkpoint before anything else")
+            raise TopologyFailedError(msg, txid=c, component="(checkpoint)", task=-1, cause=str(e)) from e
+        # Step 7. release the acks held for it
+        self.last = self.clock()
+        self.checkpoints += 1
+        released, self.held = self.held, []
+        return released
+
+    def rollback(self) -> set[int]:
+        """Back to the last checkpoint: every state drops its pending and prepared changes
+        (after ``pre_rollback``); returns the roots whose held acks are void."""
+        for t in (self.tasks[k] for k in sorted(self.tasks)):
+            t.hook("pre_rollback")
+            t.state.rollback()
+        roots = {r for acks in self.held for r in acks}
+        self.held = []
+        return roots
+
+    def items(self, component: str) -> dict[Any, Any]:
+        """Every key and value of ``component``'s states as its tasks left them."""
+        out: dict[Any, Any] = {}
+        for t in range(self.topology.component(component).parallelism):
+            out.update(self.for_task(component, t).state.items())
+        return out

@@ -1,0 +1,303 @@
+"""The driver side of core Storm topologies (docs/design.md §7): on the engine's one
+coordinator and plan, a micro-batch is a txid.
+
+* **Plan** of micro-batch t (``CoreDriver.plan``): the spout tasks -- one instance each,
+  opened once, on the driver -- are asked for tuples (``next_tuple``, round after round,
+  while they emit, up to ``micro_batch_size`` tuples, ``poll_interval_secs`` of asking,
+  and ``max_spout_pending`` tracked tuples per task). Each tuple emitted with a
+  ``msg_id`` becomes a root the ackers track (``transactional._acker``): ``ackers`` tables
+  chosen by mod hashing of the root id, each entry the XOR of the ids in the tree. The
+  metadata written before the batch runs is only its tuple count per spout; the tuples
+  themselves stand for the spouts' stages in the processing job (``fed``).
+* **Processing**: the bolts as Spark stages (``transactional._core_task``); each task's
+  acks come back XOR-combined per root.
+* **Commit** of t, in txid order (``CoreDriver.commit``):
+  1. check the lock;
+  2. run the stateful bolts and everything downstream of them on the driver, their
+     states in ``transactional._checkpoint.Checkpointer``;
+  3. give the acks and fails of t's tasks to the ackers -- the stateful tasks' acks are
+     held until the next checkpoint -- and tell the spout tasks what was decided;
+  4. checkpoint when ``checkpoint_interval_ms`` passed;
+  5. record t as committed, drop its metadata.
+* **Failure** of micro-batch t (any task error, a failed or timed-out job, a failed
+  commit): its roots still pending fail at once (the spouts replay them), and so do the
+  roots whose acks a rolled-back checkpoint held. The coordinator plans t again from new
+  ``next_tuple`` calls (``CoreReplay``); a txid failing ``max_attempts`` times stops the
+  run naming component, task and exception.
+* **Time** (``tick``): trees not completed within ``message_timeout_secs`` fail; a
+  checkpoint falls due even when no micro-batch comes.
+
+The run ends when the spouts have had nothing for ``idle_timeout_secs`` and no tree is
+pending (``busy``), or after ``max_batches``; a final checkpoint releases held acks.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from state.base import TransactionalState
+from transactional._acker import Acker, acker_for
+from transactional._checkpoint import Checkpointer
+from transactional._coordinator import Commit, CoreReplay
+from transactional._core_task import Outputs, SpoutCollector
+from transactional._spout import SpoutContext
+from transactional.config import TopologyConfig
+from transactional.result import RunResult
+from transactional.topology import Topology
+
+log = logging.getLogger("trident")
+
+
+@dataclass
+class _SpoutTask:
+    spout_id: str
+    index: int              # task index within the spout
+    task_id: int            # global task id (what the ackers know)
+    spout: Any
+    collector: SpoutCollector
+    pending: dict[int, Any] = field(default_factory=dict)     # root -> msg_id, undecided
+
+
+@dataclass
+class _Batch:
+    roots: list[int]
+    fed: dict[str, list[list]]
+
+
+class CoreDriver:
+    """The spouts, ackers and checkpoints of a core topology's run (module docstring).
+    It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
+    ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
+
+    def __init__(self, topology: Topology, config: TopologyConfig, conf: dict, result: RunResult,
+                 store: TransactionalState, state_options: dict, clock: Callable[[], float] = time.monotonic) -> None:
+        self.topology = topology
+        self.config = config
+        self.result = result
+        self.clock = clock
+        self.policy = CoreReplay()
+        self.tracking = config.ackers > 0
+        self.ackers = [Acker(config.message_timeout_secs) for _ in range(config.ackers)]
+        self.batches: dict[int, _Batch] = {}
+        self.tasks: list[_SpoutTask] = []
+        self.by_id: dict[int, _SpoutTask] = {}
+        self.checkpointer: Checkpointer | None = None
+        stateful = any(c.core == "stateful" for c in topology.bolts)
+        if stateful:
+            self.checkpointer = Checkpointer(topology, config.state, state_options, store,
+                                             config.checkpoint_interval_ms, clock)
+            self.checkpointer.recover()
+        seed = random.Random().getrandbits(31)
+        try:
+            for spec in topology.spouts:
+                for i, task_id in enumerate(topology.task_ids(spec.id)):
+                    collector = SpoutCollector(Outputs(topology, spec, i, seed), self.tracking)
+                    t = _SpoutTask(spec.id, i, task_id, spec.new_instance(), collector)
+                    self.tasks.append(t)
+                    self.by_id[task_id] = t
+                    t.spout.open(conf, SpoutContext(topology.topology_id, spec.id, i, spec.parallelism), collector)
+        except BaseException:
+            self.close(ok=False)
+            raise
+        for name in ("acked", "failed", "timed_out"):
+            getattr(result, name).update({s.id: 0 for s in topology.spouts})
+
+    # -- planning a micro-batch -------------------------------------------------------------
+    def plan(self, txid: int, states: dict | None, keep: Any = None) -> tuple[dict, None] | None:
+        """Fill micro-batch ``txid`` from the spout tasks (module docstring); None when
+        they emitted nothing."""
+        now = self.clock()
+        self.tick(now)
+        cap, limit = self.config.max_spout_pending, self.config.micro_batch_size
+        deadline = now + self.config.poll_interval_secs
+        roots: list[int] = []
+        counts = {s.id: 0 for s in self.topology.spouts}
+        n = 0
+        while n < limit:
+            progressed = False
+            for t in self.tasks:
+                if n >= limit:
+                    break
+                if cap is not None and len(t.pending) >= cap:
+                    continue
+                before = t.collector.emitted
+                t.spout.next_tuple()
+                got = t.collector.emitted - before
+                if got:
+                    progressed = True
+                    n += got
+                    counts[t.spout_id] += got
+                    self._register(t, roots)
+            if not progressed or self.clock() >= deadline:
+                break
+        if n == 0:
+            return None
+        fed = {s.id: [t.collector.outputs.records() for t in self.tasks if t.spout_id == s.id]
+               for s in self.topology.spouts}
+        self.batches[txid] = _Batch(roots, fed)
+        return {sid: {"tuples": c} for sid, c in counts.items()}, None
+
+    def _register(self, t: _SpoutTask, roots: list[int]) -> None:
+        """The roots ``t`` just emitted go to their ackers; with tracking off, the spout
+        hears ``ack`` at once."""
+        new, at_once = t.collector.take()
+        now = self.clock()
+        decided: list[tuple[str, int, int]] = []
+        for root, val, msg_id in new:
+            t.pending[root] = msg_id
+            roots.append(root)
+            decided += self.ackers[acker_for(root, len(self.ackers))].init(root, t.task_id, now, val)
+        for msg_id in at_once:
+            t.spout.ack(msg_id)
+            self.result.acked[t.spout_id] += 1
+        self._deliver(decided)
+
+    def fed(self, txid: int) -> dict[str, list[list]]:
+        """What the spout tasks emitted for ``txid``: per spout, the records of each task."""
+        return self.batches[txid].fed
+
+    # -- what the ackers decide ------------------------------------------------------------------
+    def _deliver(self, decided: list[tuple[str, int, int]], timed_out: bool = False) -> None:
+        for what, root, task_id in decided:
+            t = self.by_id[task_id]
+            msg_id = t.pending.pop(root, None)
+            if msg_id is None:
+                continue
+            if what == "ack":
+                self.result.acked[t.spout_id] += 1
+                t.spout.ack(msg_id)
+            else:
+                self.result.failed[t.spout_id] += 1
+                if timed_out:
+                    self.result.timed_out[t.spout_id] += 1
+                t.spout.fail(msg_id)
+
+    def settle(self, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], hold: frozenset[str]) -> None:
+        """Apply the tasks' reports: fails at once, acks (those of ``hold`` components kept
+        for the checkpoint)."""
+        if not self.tracking:
+            return
+        now, k = self.clock(), len(self.ackers)
+        decided: list[tuple[str, int, int]] = []
+        for (component, _), (acks, fails) in sorted(reports.items()):
+            for root in fails:
+                decided += self.ackers[acker_for(root, k)].fail(root)
+            if component in hold and self.checkpointer is not None:
+                self.checkpointer.hold(acks)
+                continue
+            for root, v in acks.items():
+                decided += self.ackers[acker_for(root, k)].ack(root, v, now)
+        self._deliver(decided)
+
+    def fail_roots(self, roots: Any) -> None:
+        """Fail each of ``roots`` still pending: its spout replays it."""
+        k = len(self.ackers)
+        decided: list[tuple[str, int, int]] = []
+        for root in roots:
+            decided += self.ackers[acker_for(root, k)].fail(root)
+        self._deliver(decided)
+
+    def _release(self, released: list[dict[int, int]]) -> None:
+        now, k = self.clock(), len(self.ackers)
+        decided: list[tuple[str, int, int]] = []
+        for acks in released:
+            for root, v in acks.items():
+                decided += self.ackers[acker_for(root, k)].ack(root, v, now)
+        self._deliver(decided)
+
+    # -- the engine's hooks ------------------------------------------------------------------------
+    def commit(self, a: Commit, reports: dict, run_stages: Callable[[Any], dict] | None) -> dict:
+        """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
+        runs the commit-phase stages and returns their report; it raises on a failure,
+        after which the states are rolled back and the held roots failed."""
+        hold = self.checkpointer.stateful if self.checkpointer is not None else frozenset()
+        reports = dict(reports)
+        info: dict = {}
+        if run_stages is not None:
+            try:
+                rep = run_stages(self.checkpointer)
+            except BaseException:
+                self.rollback()
+                raise
+            reports.update(rep.get("acks", {}))
+            info = rep
+        self.settle(reports, hold)
+        self.batches.pop(a.txid, None)
+        self._checkpoint_if_due(self.clock())
+        return info
+
+    def rollback(self) -> None:
+        """Every state back to its last checkpoint; the roots whose acks it held fail."""
+        if self.checkpointer is not None:
+            self.fail_roots(self.checkpointer.rollback())
+
+    def _checkpoint_if_due(self, now: float, force: bool = False) -> None:
+        cp = self.checkpointer
+        if cp is None or not (cp.due(now) or (force and cp.held)):
+            return
+        try:
+            released = cp.checkpoint()
+        except Exception as e:
+            from transactional.exceptions import TopologyFailedError
+
+            if isinstance(e, TopologyFailedError):
+                raise
+            log.warning("checkpoint failed before it was prepared (%r): rolled back to the last one; the "
+                        "tuples it held are replayed", e)
+            self.rollback()
+            return
+        self._release(released)
+
+    def discard(self, txid: int) -> None:
+        """Micro-batch ``txid`` failed or was cancelled: its pending roots fail."""
+        b = self.batches.pop(txid, None)
+        if b is not None:
+            self.fail_roots(b.roots)
+
+    def tick(self, now: float) -> None:
+        """Fail the trees whose time ran out; checkpoint when due."""
+        decided: list[tuple[str, int, int]] = []
+        for acker in self.ackers:
+            decided += acker.expire(now)
+        self._deliver(decided, timed_out=True)
+        self._checkpoint_if_due(now)
+
+    def next_wakeup(self) -> float | None:
+        """When ``tick`` next has something to do."""
+        times = [d for d in (a.next_deadline() for a in self.ackers) if d is not None]
+        cp = self.checkpointer
+        if cp is not None and cp.held:
+            times.append(cp.last + cp.interval)
+        return min(times) if times else None
+
+    def busy(self) -> bool:
+        """Trees are pending: the run is not idle even when the spouts have nothing new."""
+        return any(t.pending for t in self.tasks)
+
+    def pending(self) -> dict[str, int]:
+        """Tracked spout tuples not yet acked or failed, per spout."""
+        out = {s.id: 0 for s in self.topology.spouts}
+        for t in self.tasks:
+            out[t.spout_id] += len(t.pending)
+        return out
+
+    def committed(self, txid: int, meta: Any) -> None:
+        """Nothing to tell core spouts: they hear ``ack`` and ``fail``."""
+
+    def close(self, ok: bool = True) -> None:
+        """A final checkpoint (when the run ends well), then close every spout task."""
+        try:
+            if ok:
+                self._checkpoint_if_due(self.clock(), force=True)
+        finally:
+            for t in self.tasks:
+                try:
+                    t.spout.close()
+                except Exception as e:  # noqa: BLE001 - one spout's close must not keep the others open
+                    log.warning("closing spout %r task %d: %r", t.spout_id, t.index, e)
+            self.result.pending = self.pending()

@@ -1,0 +1,415 @@
+// The status page: polls /api/status every second and draws what it says.
+// Everything a run reports (ids, messages, tracebacks) is set as text, never as HTML.
+"use strict";
+
+const SVGNS = "http://www.w3.org/2000/svg";
+const PHASE_COLOR = { spout: "--spout", processing: "--processing", commit: "--commit" };
+const STATUS_TEXT = {
+  processing: "processing", waiting: "waiting", committing: "committing",
+  committed: "committed", failed: "failed", cancelled: "cancelled",
+};
+let last = null;           // the last status received
+let graphKey = null;       // the graph drawn (redrawn only when it changes)
+let errorsKey = null;
+let configKey = null;
+
+const $ = (id) => document.getElementById(id);
+const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function sv(tag, attrs, text) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function fmt(n) {
+  if (n === null || n === undefined) return "–";
+  if (typeof n !== "number") return String(n);
+  if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(2) + "M";
+  if (Number.isInteger(n)) return n.toLocaleString("en-US");
+  return n.toLocaleString("en-US", { maximumFractionDigits: 1 });
+}
+
+function fmtSecs(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 1) return (s * 1000).toFixed(0) + " ms";
+  if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + " s";
+  const m = Math.floor(s / 60), r = Math.floor(s % 60);
+  if (m < 60) return `${m}m ${String(r).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+function fmtMs(ms) { return ms === null || ms === undefined ? "–" : fmtSecs(ms / 1000); }
+
+// -- header ---------------------------------------------------------------------------------
+function renderHeader(s) {
+  $("topology").textContent = s.topology;
+  document.title = `${s.topology} · trident`;
+  const failed = s.phase === "stopped" && s.stopped_because === "error";
+  const phase = $("phase");
+  phase.textContent = failed ? "stopped: error" : s.phase;
+  phase.className = "badge " + (failed ? "failed" : s.phase);
+  $("stopped-because").textContent = s.phase === "stopped" && !failed ? s.stopped_because || "" : "";
+  $("committed-txid").textContent = s.committed_txid === null ? "–" : s.committed_txid;
+  $("in-flight").textContent = s.in_flight;
+  $("batches").textContent = fmt(s.batches_committed);
+  $("attempts").textContent = `${fmt(s.attempts)} · ${fmt(s.failed_attempts)}`;
+  $("tps").textContent = fmt(s.recent_tuples_per_sec);
+  $("latency-pct").textContent = `${fmtMs(s.commit_latency_ms.p50)} · ${fmtMs(s.commit_latency_ms.p99)}`;
+  $("uptime").textContent = fmtSecs(s.uptime_secs);
+}
+
+// -- the topology graph -----------------------------------------------------------------------
+function edgeLabel(e) {
+  let g = e.grouping;
+  if (e.fields && e.fields.length) g += `(${e.fields.join(", ")})`;
+  return e.stream && e.stream !== "default" ? `${e.stream}: ${g}` : g;
+}
+
+function drawGraph(g) {
+  const W = g.node_w, H = g.node_h;
+  const svg = sv("svg", { width: g.width, height: g.height, viewBox: `0 0 ${g.width} ${g.height}`,
+                          role: "img", "aria-label": "topology graph" });
+  const defs = sv("defs");
+  const marker = sv("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
+                                markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  marker.appendChild(sv("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#9aa3b2" }));
+  defs.appendChild(marker);
+  svg.appendChild(defs);
+  const at = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
+  const labels = [];
+  for (const e of g.edges) {
+    const a = at[e.source], b = at[e.target];
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x - 2, y2 = b.y + H / 2;
+    const dx = Math.max(30, (x2 - x1) / 2);
+    const grp = sv("g", { class: "edge", "data-source": e.source, "data-target": e.target });
+    grp.appendChild(sv("path", { d: `M ${x1} ${y1} C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`,
+                                 "marker-end": "url(#arrow)" }));
+    labels.push([grp, edgeLabel(e), (x1 + x2) / 2, (y1 + y2) / 2]);
+    svg.appendChild(grp);
+  }
+  for (const n of g.nodes) {
+    const color = css(PHASE_COLOR[n.phase] || "--muted");
+    const grp = sv("g", { class: `node phase-${n.phase}`, "data-id": n.id, transform: `translate(${n.x},${n.y})` });
+    grp.appendChild(sv("rect", { class: "box", width: W, height: H, rx: 8, stroke: color }));
+    grp.appendChild(sv("rect", { width: 7, height: H, rx: 3, fill: color }));
+    grp.appendChild(sv("text", { class: "name fit", x: 16, y: 20 }, n.id));
+    grp.appendChild(sv("text", { class: "sub fit", x: 16, y: 37 }, `${n.class_name || n.kind} ×${n.parallelism}`));
+    grp.appendChild(sv("text", { class: "counts", x: 16, y: 54 }, ""));
+    if (n.committer) {
+      const c = sv("g", { class: "committer", transform: `translate(${W - 14},14)` });
+      c.appendChild(sv("circle", { r: 9, fill: css("--commit") }));
+      c.appendChild(sv("text", { "text-anchor": "middle", y: 4, fill: "#fff", "font-size": 11, "font-weight": 700 }, "C"));
+      c.appendChild(sv("title", {}, "committer: finish_batch runs in the commit phase, in txid order"));
+      grp.appendChild(c);
+    }
+    const err = sv("circle", { class: "err", cx: W - (n.committer ? 34 : 14), cy: 14, r: 5, fill: css("--err"),
+                               visibility: "hidden" });
+    grp.appendChild(err);
+    grp.appendChild(sv("title", {}, `${n.id}: ${n.kind}, ${n.phase} phase, parallelism ${n.parallelism}`
+                                     + (n.committer ? ", committer" : "")));
+    svg.appendChild(grp);
+  }
+  for (const [edge, text, x, y] of labels) {            // grouping labels above edges and nodes
+    const grp = sv("g", { class: "edge label", "data-source": edge.dataset.source, "data-target": edge.dataset.target });
+    const w = text.length * 6.3 + 10;
+    grp.appendChild(sv("rect", { x: x - w / 2, y: y - 9, width: w, height: 17, rx: 4 }));
+    grp.appendChild(sv("text", { x, y: y + 4, "text-anchor": "middle" }, text));
+    svg.appendChild(grp);
+  }
+  const box = $("graph");
+  box.replaceChildren(svg);
+  for (const t of svg.querySelectorAll("text.fit")) fit(t, W - (t.classList.contains("name") ? 44 : 22));
+}
+
+function fit(text, width) {                             // shorten a label to the node's width
+  const full = text.textContent;
+  if (text.getComputedTextLength() <= width) return;
+  let n = full.length;
+  while (n > 1 && text.getComputedTextLength() > width) text.textContent = full.slice(0, --n) + "…";
+  text.appendChild(sv("title", {}, full));
+}
+
+function updateGraph(s) {
+  const key = JSON.stringify(s.graph);
+  if (key !== graphKey) { drawGraph(s.graph); graphKey = key; }
+  const byId = Object.fromEntries(s.components.map((c) => [c.id, c]));
+  for (const node of document.querySelectorAll("#graph .node")) {
+    const c = byId[node.dataset.id];
+    if (!c) continue;
+    const parts = [];
+    if (c.kind === "spout") parts.push(`emitted ${fmt(c.emitted)}`);
+    else parts.push(`exec ${fmt(c.executed)} · emit ${fmt(c.emitted)}`);
+    if (c.lag !== undefined) parts.push(`lag ${fmt(c.lag)}`);
+    node.querySelector("text.counts").textContent = parts.join(" · ");
+    const err = s.errors[c.id];
+    node.querySelector("circle.err").setAttribute("visibility", err ? "visible" : "hidden");
+  }
+}
+
+// -- the txid pipeline --------------------------------------------------------------------------
+function renderPipeline(s) {
+  const box = $("pipeline");
+  const items = [];
+  let sepDone = false;
+  for (const t of s.pipeline) {
+    const ended = !["processing", "waiting", "committing"].includes(t.status);
+    if (!ended && !sepDone && items.length) { items.push(el("div", { class: "sep" })); sepDone = true; }
+    const d = el("div", { class: `tx st-${t.status}${ended ? " ended" : ""}`, "data-txid": t.txid,
+                          "data-status": t.status });
+    d.appendChild(el("div", { class: "n" }, t.txid));
+    const what = STATUS_TEXT[t.status] || t.status;
+    d.appendChild(el("div", { class: "s" }, t.attempt > 1 ? `${what} · a${t.attempt}` : what));
+    d.title = `txid ${t.txid}, attempt ${t.attempt}: ${what}` + (ended ? ` ${fmtSecs(t.secs)} ago` : ` for ${fmtSecs(t.secs)}`)
+      + (t.component ? ` (in ${t.component})` : "");
+    items.push(d);
+  }
+  if (!items.length) items.push(el("p", { class: "muted" }, "no txid yet"));
+  box.replaceChildren(...items);
+}
+
+// -- plots ---------------------------------------------------------------------------------------
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function fmtAxis(v, unit) {
+  if (unit === "s") return fmtSecs(v);
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+}
+
+function clock(t) {
+  const m = Math.floor(t / 60), r = Math.floor(t % 60);
+  return `${m}:${String(r).padStart(2, "0")}`;
+}
+
+// series: [{points: [[x, y]], color, kind: "bars" | "line" | "dots", width}]
+function plot(canvas, series, xmin, xmax, unit, empty) {
+  const dpr = window.devicePixelRatio || 1;
+  const cssW = canvas.clientWidth || 600, cssH = canvas.clientHeight || 220;
+  canvas.width = Math.round(cssW * dpr);
+  canvas.height = Math.round(cssH * dpr);
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, cssW, cssH);
+  const L = 58, R = 12, T = 10, B = 26;
+  const w = cssW - L - R, h = cssH - T - B;
+  let ymax = 0;
+  for (const s of series) for (const [, y] of s.points) ymax = Math.max(ymax, y);
+  ymax = niceMax(ymax * 1.05);
+  const X = (x) => L + (xmax > xmin ? (x - xmin) / (xmax - xmin) : 0) * w;
+  const Y = (y) => T + h - (y / ymax) * h;
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.strokeStyle = "#e3e6eb";
+  ctx.fillStyle = "#6b7280";
+  ctx.lineWidth = 1;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (let i = 0; i <= 4; i++) {
+    const v = (ymax * i) / 4, y = Math.round(Y(v)) + 0.5;
+    ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(L + w, y); ctx.stroke();
+    ctx.fillText(fmtAxis(v, unit), L - 6, y);
+  }
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  const span = xmax - xmin;
+  const step = [5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600].find((s) => span / s <= 6) || 3600;
+  for (let x = Math.ceil(xmin / step) * step; x <= xmax; x += step) ctx.fillText(clock(x), X(x), T + h + 6);
+  ctx.strokeStyle = "#9aa3b2";
+  ctx.beginPath(); ctx.moveTo(L, T + h + 0.5); ctx.lineTo(L + w, T + h + 0.5); ctx.stroke();
+  let drawn = 0;
+  for (const s of series) {
+    const pts = s.points.filter(([x]) => x >= xmin && x <= xmax);
+    drawn += pts.length;
+    ctx.fillStyle = s.color;
+    ctx.strokeStyle = s.color;
+    if (s.kind === "bars") {
+      const bw = Math.max(1, w / Math.max(1, span) - 1);
+      ctx.globalAlpha = 0.28;
+      for (const [x, y] of pts) if (y > 0) ctx.fillRect(X(x) - bw / 2, Y(y), bw, T + h - Y(y));
+      ctx.globalAlpha = 1;
+    } else if (pts.length) {
+      ctx.lineWidth = s.width || 2;
+      ctx.lineJoin = "round";
+      ctx.beginPath();
+      pts.forEach(([x, y], i) => (i ? ctx.lineTo(X(x), Y(y)) : ctx.moveTo(X(x), Y(y))));
+      ctx.stroke();
+      if (s.kind === "dots" && pts.length <= 300) {
+        for (const [x, y] of pts) { ctx.beginPath(); ctx.arc(X(x), Y(y), 2.6, 0, 2 * Math.PI); ctx.fill(); }
+      }
+    }
+  }
+  if (!drawn) {
+    ctx.fillStyle = "#6b7280";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.font = "13px system-ui, sans-serif";
+    ctx.fillText(empty, L + w / 2, T + h / 2);
+  }
+  canvas.dataset.points = String(drawn);
+}
+
+function movingAverage(points, n) {
+  const out = [];
+  let sum = 0;
+  for (let i = 0; i < points.length; i++) {
+    sum += points[i][1];
+    if (i >= n) sum -= points[i - n][1];
+    out.push([points[i][0] + 0.5, sum / Math.min(i + 1, n)]);
+  }
+  return out;
+}
+
+function renderPlots(s) {
+  const tp = s.throughput.points;
+  const lat = s.latency.points;
+  const now = s.uptime_secs;
+  const first = Math.min(tp.length ? tp[0][0] : now, lat.length ? lat[0][0] : now);
+  const xmin = Math.max(0, Math.min(first, now - 30)), xmax = Math.max(now, xmin + 30);
+  const bars = tp.map(([x, y]) => [x + 0.5, y]);
+  plot($("throughput"), [
+    { points: bars, color: css("--processing"), kind: "bars" },
+    { points: movingAverage(tp, 5), color: css("--processing"), kind: "line", width: 2.2 },
+  ], xmin, xmax, "", "no batch committed yet");
+  plot($("latency"), [{ points: lat.map(([x, y]) => [x, y]), color: css("--commit"), kind: "dots", width: 1.6 }],
+       xmin, xmax, "s", "no batch committed yet");
+}
+
+// -- tables ---------------------------------------------------------------------------------------
+function renderComponents(s) {
+  const cols = [["component", "id"], ["kind", "kind"], ["phase", "phase"], ["×", "parallelism", true],
+                ["executed", "executed", true], ["emitted", "emitted", true], ["failed attempts", "failures", true]];
+  for (const [title, key] of [["acked", "acked"], ["tuples failed", "failed"], ["pending", "pending"], ["lag", "lag"]]) {
+    if (s.components.some((c) => c[key] !== undefined)) cols.push([title, key, true]);
+  }
+  const table = $("components");
+  const head = el("tr");
+  for (const [title, , num] of cols) head.appendChild(el("th", num ? { class: "num" } : {}, title));
+  table.tHead.replaceChildren(head);
+  const rows = s.components.map((c) => {
+    const tr = el("tr", { "data-id": c.id });
+    for (const [, key, num] of cols) {
+      const v = c[key];
+      if (key === "phase") {
+        const td = el("td");
+        const tag = el("span", { class: "phase-tag" }, c.committer ? `${v} · committer` : v);
+        tag.style.background = css(PHASE_COLOR[v] || "--muted");
+        td.appendChild(tag);
+        tr.appendChild(td);
+      } else {
+        const cls = (num ? "num" : "") + (key === "failures" && v > 0 ? " bad" : "");
+        tr.appendChild(el("td", cls ? { class: cls.trim() } : {}, num ? fmt(v) : v));
+      }
+    }
+    return tr;
+  });
+  table.tBodies[0].replaceChildren(...rows);
+}
+
+function renderLag(s) {
+  const rows = [];
+  for (const [spout, parts] of Object.entries(s.lag || {})) {
+    for (const [p, n] of Object.entries(parts)) {
+      const tr = el("tr");
+      tr.append(el("td", {}, spout), el("td", {}, p), el("td", { class: "num" }, fmt(n)));
+      rows.push(tr);
+    }
+  }
+  $("lag-section").hidden = rows.length === 0;
+  $("lag").tBodies[0].replaceChildren(...rows);
+}
+
+function renderErrors(s) {
+  const entries = Object.entries(s.errors || {});
+  const key = JSON.stringify(entries.map(([c, e]) => [c, e.txid, e.attempt, e.count]));
+  if (key === errorsKey) return;
+  errorsKey = key;
+  const open = new Set([...document.querySelectorAll("#errors details[open]")].map((d) => d.dataset.component));
+  const box = $("errors");
+  if (!entries.length) { box.replaceChildren(el("p", { class: "muted" }, "none")); return; }
+  box.replaceChildren(...entries.map(([c, e]) => {
+    const d = el("details", { class: "error", "data-component": c });
+    if (open.has(c)) d.open = true;
+    const sum = el("summary");
+    sum.append(el("b", {}, c), document.createTextNode(` ${e.error_type}: ${e.message} `),
+               el("span", { class: "where" },
+                  `— txid ${e.txid}, attempt ${e.attempt}` + (e.task !== null && e.task >= 0 ? `, task ${e.task}` : "")
+                  + ` · ${e.kind} · ${e.count} failed attempt${e.count === 1 ? "" : "s"} in this component`
+                  + ` · at ${clock(e.at)}`));
+    d.append(sum, el("pre", {}, e.traceback || "(no traceback)"));
+    return d;
+  }));
+}
+
+function renderExtras(s) {
+  const entries = Object.entries(s.extras || {});
+  $("extras-section").hidden = entries.length === 0;
+  $("extras").replaceChildren(...entries.map(([name, values]) => {
+    const t = el("table", { "data-name": name });
+    const cap = el("caption", { style: "text-align:left;font-weight:600;padding:4px 10px" }, name);
+    t.appendChild(cap);
+    for (const [k, v] of Object.entries(values)) {
+      const tr = el("tr");
+      tr.append(el("td", {}, k), el("td", { class: "num" }, fmt(v)));
+      t.appendChild(tr);
+    }
+    return t;
+  }));
+}
+
+function renderConfig(s) {
+  const key = JSON.stringify(s.config);
+  if (key === configKey) return;
+  configKey = key;
+  $("config").tBodies[0].replaceChildren(...Object.entries(s.config || {}).map(([k, v]) => {
+    const tr = el("tr");
+    tr.append(el("th", {}, k), el("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : String(v)));
+    return tr;
+  }));
+}
+
+// -- the loop ---------------------------------------------------------------------------------------
+function render(s) {
+  last = s;
+  renderHeader(s);
+  updateGraph(s);
+  renderPipeline(s);
+  renderPlots(s);
+  renderComponents(s);
+  renderLag(s);
+  renderErrors(s);
+  renderExtras(s);
+  renderConfig(s);
+  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  document.body.dataset.ready = "1";
+}
+
+async function refresh() {
+  try {
+    const r = await fetch("/api/status", { cache: "no-store" });
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    render(await r.json());
+  } catch (e) {
+    const phase = $("phase");
+    phase.textContent = last && last.phase === "stopped" ? "stopped (server gone)" : "disconnected";
+    phase.className = "badge " + (last && last.phase === "stopped" ? "stopped" : "disconnected");
+  }
+}
+
+window.addEventListener("resize", () => { if (last) renderPlots(last); });
+refresh();
+setInterval(refresh, 1000);
