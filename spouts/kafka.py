@@ -309,6 +309,8 @@ class KafkaCoordinator(PartitionedCoordinator):
         self.spout = spout
         self.consumer = Consumer(spout.consumer_config("coordinator"))
         self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
+        self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
+        self._done: dict[int, int] = {}        # partition -> end of its last committed batch (lag)
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -408,6 +410,8 @@ class KafkaCoordinator(PartitionedCoordinator):
             return None
         high = wm[1]
         start = int(last_meta["end"])
+        self._high[partition] = high
+        self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
         if end <= start:
             return None
@@ -416,6 +420,8 @@ class KafkaCoordinator(PartitionedCoordinator):
     def committed(self, txid: int, meta: dict[str, Meta]) -> None:
         """Write each partition's end offset to Kafka under ``group_id`` (information for
         lag monitors only), asynchronously."""
+        for p, m in meta.items():
+            self._done[int(p)] = int(m["end"])
         if not self.spout.group_id or not meta:
             return
         offsets = [TopicPartition(self.spout.topic, int(p), int(m["end"])) for p, m in meta.items()]
@@ -425,6 +431,19 @@ class KafkaCoordinator(PartitionedCoordinator):
         except KafkaException as e:
             log.warning("informational offset commit of txid %d to group %r failed: %s",
                         txid, self.spout.group_id, e)
+
+    def lag(self) -> dict[str, int]:
+        """Records not yet committed, per partition (``"<partition>" -> high watermark
+        minus the end offset of its last committed batch``), for the driver's metrics
+        (``trident_spout_lag``, transactional.webui).
+
+        No I/O: the figures of the last plan and commit, so it may be called from another
+        thread at any time. The high watermark is the one seen when the partition was last
+        planned (the engine plans while fewer than ``max_spout_pending`` txids are in
+        flight, and every ``poll_interval_secs`` while idle); before the first commit of
+        this driver a partition counts from where its first batch here started. A partition
+        not planned yet is absent."""
+        return {str(p): max(0, high - self._done.get(p, high)) for p, high in sorted(self._high.items())}
 
     def close(self) -> None:
         if self.spout.group_id:

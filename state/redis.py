@@ -43,6 +43,7 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
+from state._timing import timed
 from state.keys import decode_key, encode_key, hashable_key
 from state.map import APPLIED_KEY, Fence, conflict_error, fence_error
 from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
@@ -646,7 +647,8 @@ class RedisMapBacking:
 
     def _io(self, what: str, fn: Any, *args: Any) -> Any:
         try:
-            return fn(*args)
+            with timed("redis", what.split(" ", 1)[0]):
+                return fn(*args)
         except redis.AuthenticationError as e:
             msg = (
                 f"Redis at {self.address} refused the credentials while "

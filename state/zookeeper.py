@@ -57,6 +57,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions
 
+from state._timing import timed
 from state.base import JSON, TransactionalState
 from transactional.exceptions import (
     ConfigError,
@@ -329,7 +330,8 @@ class ZooKeeperTransactionalState(TransactionalState):
             return func(*args, **kwargs)
 
         try:
-            return cast(T, self._retry.copy()(attempt))   # KazooRetry is untyped: it returns attempt()'s value
+            with timed("zookeeper", what.split(" ", 1)[0]):
+                return cast(T, self._retry.copy()(attempt))   # KazooRetry is untyped: it returns attempt()'s value
         except (RetryFailedError, _Unavailable, KazooTimeoutError):
             msg = (
                 f"ZooKeeper at {self.hosts} did not answer for {self.retry_deadline:g}s "

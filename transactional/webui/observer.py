@@ -12,7 +12,8 @@ Transition``) to its listeners; a ``RunObserver`` is one. It keeps, for the stat
 * per component: tuples executed and emitted in committed batches, failed attempts by
   kind, and the last error with its traceback;
 * per spout of a core topology, when committed transitions carry them (``info`` keys
-  ``acked``, ``failed``, ``pending``: spout -> count): tuples acked, failed, pending;
+  ``acked``, ``failed``: spout -> tuples acked, failed by the run so far; ``pending``:
+  spout -> tuples emitted and not yet acked or failed);
 * a bounded history (``history`` points): spout tuples committed per second, and the
   commit latency of each txid (launched -> committed);
 * spout lag, polled from a callable the engine hands over (``set_lag_source``), and any
@@ -162,12 +163,14 @@ class RunObserver:
         self.ended.append({"txid": t.txid, "attempt": t.attempt, "status": "committed", "since": t.at})
         self.committed_txid = t.txid
         self.batches_committed += 1
-        for total, counts in ((self.executed, info.get("executed")), (self.emitted, info.get("emitted")),
-                              (self.acked, info.get("acked")), (self.failed_tuples, info.get("failed"))):
+        for total, counts in ((self.executed, info.get("executed")), (self.emitted, info.get("emitted"))):
             for k, v in (counts or {}).items():
                 total[k] = total.get(k, 0) + int(v)
-        for k, v in (info.get("pending") or {}).items():
-            self.pending[k] = int(v)
+        # core topologies: the run's totals so far (acked, failed) and the pending now
+        for now, counts in ((self.acked, info.get("acked")), (self.failed_tuples, info.get("failed")),
+                            (self.pending, info.get("pending"))):
+            for k, v in (counts or {}).items():
+                now[k] = int(v)
         tuples = sum(int(n) for c, n in (info.get("emitted") or {}).items() if c in self.spouts)
         sec = max(0, math.floor(t.at - self.started))
         if self._per_second and self._per_second[-1][0] == sec:

@@ -1,0 +1,429 @@
+"""The run observer, its metrics and its server (transactional.webui; docs/operations.md):
+exact figures for a known sequence of transitions, the JSON of /api/status, the timing of
+ZooKeeper and Redis calls, and the Kafka spouts' lag."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spouts import MemoryTransactionalSpout
+from state import _timing
+from transactional import (
+    BaseBatchBolt,
+    BaseTransactionalBolt,
+    Committer,
+    Fields,
+    TopologyConfig,
+    TransactionalTopologyBuilder,
+)
+from transactional._coordinator import Transition
+from transactional._runner import Engine
+from transactional._task import TaskFailure
+from transactional.webui import RunObserver, attach, config_summary, lag_source
+from transactional.webui.graph import topology_graph
+from transactional.webui.server import status_page
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import transactional_words  # noqa: E402
+
+
+class Partial(BaseBatchBolt):
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "count"))
+
+
+class Sum(BaseTransactionalBolt, Committer):
+    def declare_output_fields(self, declarer):
+        pass
+
+
+def topology(tid: str = "obs"):
+    spout = MemoryTransactionalSpout({0: ["a", "b"], 1: ["c"]}, Fields("word"), 1)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
+    b.set_bolt("partial", Partial(), 3).shuffle_grouping("spout")
+    b.set_bolt("sum", Sum()).global_grouping("partial")
+    return b.build()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+TRACE = 'Traceback (most recent call last):\n  File "bolt.py", line 9, in finish_batch\nFailedException: boom\n'
+
+
+def known_run(o: RunObserver) -> None:
+    """Txid 1 commits; txid 2 fails in 'partial' (3, launched after it, is cancelled); both
+    run again, 2 commits, 3 is processed and waits for its commit."""
+    for t in [
+        Transition("launched", 1, 1, 0.0), Transition("launched", 2, 1, 0.1),
+        Transition("processed", 1, 1, 0.4), Transition("committing", 1, 1, 0.4),
+        Transition("committed", 1, 1, 0.6, {"launched_at": 0.0, "executed": {"partial": 6, "sum": 3},
+                                             "emitted": {"spout": 6, "partial": 3},
+                                             "commit_secs": 0.2, "processing_secs": 0.4}),
+        Transition("launched", 3, 1, 0.6),
+        Transition("failed", 2, 1, 1.2, {"failure": TaskFailure("partial", 1, 2, 1, "failed", "FailedException",
+                                                                "boom", TRACE)}),
+        Transition("launched", 2, 2, 1.8), Transition("launched", 3, 2, 1.8),
+        Transition("processed", 2, 2, 2.3), Transition("committing", 2, 2, 2.3),
+        Transition("committed", 2, 2, 2.5, {"launched_at": 1.8, "executed": {"partial": 4, "sum": 3},
+                                             "emitted": {"spout": 4, "partial": 3},
+                                             "commit_secs": 0.2, "processing_secs": 0.5}),
+        Transition("processed", 3, 2, 2.6),
+    ]:
+        o(t)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``{(sample name, sorted labels without topology): value}`` of a /metrics text."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = dict(s.labels)
+            assert labels.pop("topology", "obs") == "obs"
+            out[(s.name, tuple(sorted(labels.items())))] = s.value
+    return out
+
+
+def get(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read()
+
+
+@pytest.fixture
+def served():
+    clock = Clock()
+    o = RunObserver(topology(), {"max_spout_pending": 3}, clock=clock)
+    o.start("127.0.0.1", 0)
+    yield o, clock
+    o.stop()
+
+
+def test_metrics_are_exact_for_a_known_sequence_of_transitions(served):
+    o, clock = served
+    known_run(o)
+    clock.now = 3.2
+    status, ctype, body = get(o.url + "metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    m = samples(body.decode())
+    assert m[("trident_committed_txid", ())] == 2
+    assert {s: m[("trident_txids_in_flight", (("status", s),))] for s in ("processing", "waiting", "committing")} \
+        == {"processing": 0, "waiting": 1, "committing": 0}
+    assert m[("trident_batches_committed_total", ())] == 2
+    assert m[("trident_attempts_total", ())] == 5
+    assert m[("trident_failures_total", (("component", "partial"), ("kind", "failed")))] == 1
+    assert [k for k in m if k[0] == "trident_failures_total"] == [
+        ("trident_failures_total", (("component", "partial"), ("kind", "failed")))]
+    executed = {dict(k[1])["component"]: v for k, v in m.items() if k[0] == "trident_tuples_executed_total"}
+    emitted = {dict(k[1])["component"]: v for k, v in m.items() if k[0] == "trident_tuples_emitted_total"}
+    assert executed == {"spout": 0, "partial": 10, "sum": 6}
+    assert emitted == {"spout": 10, "partial": 6, "sum": 0}
+    # histograms: commit latency 0.6 and 0.7 s, processing 0.4 and 0.5 s, commit phase 0.2 and 0.2 s
+    for name, total, le in [("trident_commit_latency_seconds", 1.3, {"0.5": 0, "1.0": 2}),
+                            ("trident_processing_seconds", 0.9, {"0.25": 0, "0.5": 2}),
+                            ("trident_commit_seconds", 0.4, {"0.1": 0, "0.25": 2})]:
+        assert m[(f"{name}_count", ())] == 2
+        assert m[(f"{name}_sum", ())] == pytest.approx(total)
+        for bound, n in le.items():
+            assert m[(f"{name}_bucket", (("le", bound),))] == n
+    # nothing reported for what this run has not: core-topology acks, lag, other figures
+    assert not [k for k in m if k[0].startswith(("trident_spout_", "trident_observed", "trident_state_call"))]
+
+
+def test_api_status_holds_the_graph_pipeline_counts_series_and_last_errors(served):
+    o, clock = served
+    known_run(o)
+    clock.now = 3.2
+    status, ctype, body = get(o.url + "api/status")
+    assert status == 200 and ctype == "application/json"
+    s = json.loads(body)
+    assert (s["topology"], s["phase"], s["committed_txid"], s["batches_committed"]) == ("obs", "running", 2, 2)
+    assert (s["attempts"], s["failed_attempts"], s["in_flight"]) == (5, 1, 1)
+    assert s["config"] == {"max_spout_pending": 3}
+    assert [(p["txid"], p["attempt"], p["status"]) for p in s["pipeline"]] == [
+        (1, 1, "committed"), (2, 1, "failed"), (3, 1, "cancelled"), (2, 2, "committed"), (3, 2, "waiting")]
+    assert s["pipeline"][1]["component"] == "partial"
+    assert s["pipeline"][-1]["since"] == 2.6 and s["pipeline"][-1]["secs"] == pytest.approx(0.6)
+    comps = {c["id"]: c for c in s["components"]}
+    assert {c: (v["executed"], v["emitted"], v["failures"]) for c, v in comps.items()} == {
+        "spout": (0, 10, 0), "partial": (10, 6, 1), "sum": (6, 0, 0)}
+    assert (comps["sum"]["phase"], comps["sum"]["committer"], comps["partial"]["parallelism"]) == ("commit", True, 3)
+    assert s["graph"] == topology_graph(topology())
+    assert [(e["source"], e["target"], e["grouping"]) for e in s["graph"]["edges"]] == [
+        ("spout", "partial", "shuffle"), ("partial", "sum", "global")]
+    # spout tuples committed per whole second (0.6 s: 6, 2.5 s: 4); commit latency per txid
+    assert s["throughput"]["points"] == [[0.0, 6.0], [1.0, 0.0], [2.0, 4.0]]
+    assert s["latency"]["points"] == [[0.6, 0.6, 1], [2.5, 0.7, 2]]
+    assert s["spout_tuples"] == 10 and s["tuples_per_sec"] == pytest.approx(10 / 3.2, abs=0.05)
+    assert s["commit_latency_ms"]["p50"] == pytest.approx(600, rel=0.01)
+    assert s["errors"] == {"partial": {"txid": 2, "attempt": 1, "task": 1, "kind": "failed",
+                                       "error_type": "FailedException", "message": "boom", "traceback": TRACE,
+                                       "at": 1.2, "count": 1}}
+    assert s["lag"] == {} and s["extras"] == {}
+    o(Transition("stopped", 2, 0, 4.0, {"reason": "max_batches"}))
+    s = json.loads(get(o.url + "api/status")[2])
+    assert (s["phase"], s["stopped_because"], s["in_flight"]) == ("stopped", "max_batches", 0)
+    assert s["pipeline"][-1]["status"] == "cancelled"
+
+
+def test_a_timeout_failure_and_history_bounds():
+    clock = Clock()
+    o = RunObserver(topology(), clock=clock, history=3, recent=2)
+    for i in range(1, 6):
+        o(Transition("launched", i, 1, i - 1.0))
+        o(Transition("committing", i, 1, i - 0.5))
+        o(Transition("committed", i, 1, i - 0.4, {"launched_at": i - 1.0, "emitted": {"spout": i}}))
+    clock.now = 9.0
+
+    class Timeout:             # what the coordinator's timeout failure carries
+        kind, component, task, traceback, message = "error", "(spark job)", -1, "", "not processed within 30s"
+
+    o(Transition("launched", 6, 1, 8.0))
+    o(Transition("failed", 6, 1, 9.0, {"failure": Timeout()}))
+    s = o.snapshot()
+    assert s["throughput"]["points"] == [[6.0, 0.0], [7.0, 0.0], [8.0, 0.0]]
+    assert [p[2] for p in s["latency"]["points"]] == [3, 4, 5]
+    assert [(p["txid"], p["status"]) for p in s["pipeline"]] == [(5, "committed"), (6, "failed")]
+    assert s["errors"]["(spark job)"]["error_type"] == "Timeout"
+    assert s["errors"]["(spark job)"]["task"] == -1
+
+
+def test_core_topology_acks_lag_and_other_figures_are_exported(served):
+    o, clock = served
+    o(Transition("launched", 1, 1, 0.0))
+    o(Transition("committing", 1, 1, 0.2))
+    o(Transition("committed", 1, 1, 0.3, {"launched_at": 0.0, "emitted": {"spout": 5},
+                                           "acked": {"spout": 4}, "failed": {"spout": 1}, "pending": {"spout": 7}}))
+    o(Transition("launched", 2, 1, 0.4))
+    o(Transition("committing", 2, 1, 0.5))
+    o(Transition("committed", 2, 1, 0.6, {"launched_at": 0.4, "acked": {"spout": 7}, "failed": {"spout": 1},
+                                           "pending": {"spout": 2}}))           # the run's totals so far
+    o.observe_extra("acker", {"trees": 12, "timeouts": 0, "note": "not a number"})
+    polls = []
+
+    def lag():
+        polls.append(clock.now)
+        return {"spout": {"0": 40 - len(polls), "1": 0}}
+
+    o.set_lag_source(lag)
+    m = samples(get(o.url + "metrics")[2].decode())
+    assert m[("trident_spout_acked_total", (("component", "spout"),))] == 7
+    assert m[("trident_spout_failed_total", (("component", "spout"),))] == 1
+    assert m[("trident_spout_pending", (("component", "spout"),))] == 2
+    assert m[("trident_spout_lag", (("component", "spout"), ("partition", "0")))] == 39
+    assert m[("trident_spout_lag", (("component", "spout"), ("partition", "1")))] == 0
+    assert m[("trident_observed", (("key", "trees"), ("name", "acker")))] == 12
+    assert ("trident_observed", (("key", "note"), ("name", "acker"))) not in m
+    s = json.loads(get(o.url + "api/status")[2])
+    assert s["lag"] == {"spout": {"0": 39, "1": 0}} and len(polls) == 1     # polled at most once a second
+    assert s["extras"] == {"acker": {"trees": 12, "timeouts": 0, "note": "not a number"}}
+    spout = next(c for c in s["components"] if c["id"] == "spout")
+    assert (spout["acked"], spout["failed"], spout["pending"], spout["lag"]) == (7, 1, 2, 39)
+    clock.now = 1.5
+    assert o.lag() == {"spout": {"0": 38, "1": 0}}
+
+    def broken():
+        raise RuntimeError("broker away")
+
+    o.set_lag_source(broken)                      # a failing source keeps the last figures
+    assert o.lag() == {"spout": {"0": 38, "1": 0}}
+
+
+def test_state_calls_are_timed_while_served_and_not_after(served):
+    o, _ = served
+    with _timing.timed("zookeeper", "reading"):
+        pass
+    with _timing.timed("redis", "writing"), _timing.timed("redis", "writing"):
+        pass
+    m = samples(get(o.url + "metrics")[2].decode())
+    assert m[("trident_state_call_seconds_count", (("backend", "zookeeper"), ("op", "reading")))] == 1
+    assert m[("trident_state_call_seconds_count", (("backend", "redis"), ("op", "writing")))] == 2
+    o.stop()
+    assert _timing.timed("redis", "reading") is _timing.timed("zookeeper", "reading")   # the shared no-op
+    with _timing.timed("redis", "writing"):
+        pass
+    assert o.metrics.registry.get_sample_value(
+        "trident_state_call_seconds_count", {"topology": "obs", "backend": "redis", "op": "writing"}) == 2
+
+
+def test_the_server_serves_a_self_contained_page_and_404s():
+    o = RunObserver(topology())
+    o.start()
+    try:
+        status, ctype, body = get(o.url)
+        assert status == 200 and ctype == "text/html; charset=utf-8"
+        page = body.decode()
+        assert page == status_page().decode()
+        assert "/*STATUS_" not in page and "fetch(\"/api/status\"" in page and 'id="committed-txid"' in page
+        # nothing is loaded from elsewhere: no external script, style, font or image
+        for needle in ("<script src", "<link", "@import", "url(http", "src=\"http", "//cdn"):
+            assert needle not in page
+        assert get(o.url + "nothing")[0] == 404
+        assert get(o.url + "favicon.ico")[0] == 204
+        host, port = o.server.address
+        assert host == "127.0.0.1" and port > 0 and o.url == f"http://127.0.0.1:{port}/"
+    finally:
+        o.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_attach_is_off_without_a_port_and_names_a_taken_port():
+    listeners: list = []
+    assert attach(listeners, topology(), TopologyConfig()) is None and listeners == []
+    o = attach(listeners, topology(), TopologyConfig(metrics_port=0))
+    try:
+        assert listeners == [o] and o.url.startswith("http://127.0.0.1:")
+        assert o.config == config_summary(TopologyConfig(metrics_port=0))
+        taken = o.server.address[1]
+        with pytest.raises(OSError, match=f"127.0.0.1:{taken}.*another --metrics-port"):
+            attach([], topology(), TopologyConfig(metrics_port=taken))
+    finally:
+        o.stop()
+
+
+def test_config_summary_hides_passwords():
+    s = config_summary(TopologyConfig(state="redis://u:secret@127.0.0.1:6379/0", max_spout_pending=4))
+    assert s["state"] == "redis://u:***@127.0.0.1:6379/0" and s["max_spout_pending"] == 4
+    assert "secret" not in json.dumps(s)
+
+
+def test_graph_layout_orders_layers_and_keeps_nodes_apart():
+    g = topology_graph(transactional_words.build_topology("tw").build())
+    assert [(n["id"], n["layer"]) for n in g["nodes"]] == [("spout", 0), ("count", 1), ("bucketize", 2), ("buckets", 3)]
+    assert [n["phase"] for n in g["nodes"]] == ["spout", "commit", "commit", "commit"]
+    assert [n["committer"] for n in g["nodes"]] == [False, True, False, True]
+    assert g["edges"][0] == {"source": "spout", "target": "count", "stream": "default", "grouping": "fields",
+                             "fields": ["word"]}
+    xs = [n["x"] for n in g["nodes"]]
+    assert xs == sorted(xs) and all(x + g["node_w"] <= g["width"] for x in xs)
+    # two bolts reading one spout share a layer, one above the other
+    spout = MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1)
+    b = TransactionalTopologyBuilder("fan", "spout", spout, 1)
+    b.set_bolt("a", Partial()).shuffle_grouping("spout")
+    b.set_bolt("b", Partial()).shuffle_grouping("spout")
+    b.set_bolt("sum", Sum()).global_grouping("a").global_grouping("b")
+    g = topology_graph(b.build())
+    at = {n["id"]: n for n in g["nodes"]}
+    assert (at["a"]["layer"], at["b"]["layer"], at["sum"]["layer"]) == (1, 1, 2)
+    assert at["a"]["x"] == at["b"]["x"] and abs(at["a"]["y"] - at["b"]["y"]) >= g["node_h"]
+    assert g["height"] >= at["b"]["y"] + g["node_h"]
+
+
+def test_a_real_run_reports_what_its_result_reports():
+    """An observer on a real engine's listeners (in-process executor) agrees with RunResult."""
+    topo = transactional_words.build_topology(f"tw-{uuid.uuid4().hex[:6]}").build()
+    config = TopologyConfig(executor="in-process", progress=False, max_spout_pending=3, metrics_port=0)
+    engine = Engine(topo, config)
+    o = attach(engine.listeners, topo, config)
+    try:
+        result = engine.run(None)
+        s = json.loads(get(o.url + "api/status")[2])
+        m = samples(get(o.url + "metrics")[2].decode().replace(f'topology="{topo.topology_id}"', 'topology="obs"'))
+    finally:
+        o.stop()
+    assert (s["committed_txid"], s["batches_committed"], s["attempts"]) == (
+        result.last_txid, result.batches_committed, result.attempts) == (9, 9, 9)
+    assert {c["id"]: c["executed"] for c in s["components"]} == {c: result.executed.get(c, 0) for c in
+                                                                 ("spout", "count", "bucketize", "buckets")}
+    assert {c["id"]: c["emitted"] for c in s["components"]} == {c: result.emitted.get(c, 0) for c in
+                                                                ("spout", "count", "bucketize", "buckets")}
+    assert s["spout_tuples"] == result.tuples == 180
+    assert (s["phase"], s["stopped_because"]) == ("stopped", result.stopped_because)
+    assert m[("trident_commit_latency_seconds_count", ())] == 9
+    assert m[("trident_tuples_emitted_total", (("component", "spout"),))] == 180
+
+
+@pytest.mark.integration
+def test_zookeeper_and_redis_calls_of_a_run_are_timed(zk_url, redis_url):
+    topo = transactional_words.build_topology(f"tw-{uuid.uuid4().hex[:6]}").build()
+    config = TopologyConfig(executor="in-process", progress=False, metrics_port=0, coordination=zk_url,
+                            state=redis_url)
+    engine = Engine(topo, config)
+    o = attach(engine.listeners, topo, config)
+    try:
+        engine.run(None)
+    finally:
+        o.stop()
+    reg, tid = o.metrics.registry, topo.topology_id
+
+    def count(backend, op):
+        return reg.get_sample_value("trident_state_call_seconds_count", {"topology": tid, "backend": backend, "op": op})
+
+    # every commit reads and writes ZooKeeper and writes Redis
+    assert count("zookeeper", "writing") >= 9 and count("zookeeper", "checking") >= 9
+    assert count("redis", "writing") >= 9 and count("redis", "reading") >= 9
+
+
+@pytest.mark.integration
+def test_kafka_coordinators_report_lag_per_partition(kafka_broker, kafka_topic):
+    from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
+
+    for kind in (KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout):
+        topic = f"{kafka_topic}-{kind.__name__[:6].lower()}"
+        kafka_broker.create_topic(topic, 3)
+        assert kafka_broker.produce(topic, {0: [f"p0-{i}" for i in range(25)], 1: ["a", "b", "c"]}) == {0: 25, 1: 3}
+        c = kind(kafka_broker.bootstrap, topic, max_records_per_partition=10).get_coordinator({}, None)
+        try:
+            assert c.lag() == {}                                           # nothing planned yet
+            m0, m1 = c.plan_partition(0, {"start": 0, "end": 0}), c.plan_partition(1, {"start": 0, "end": 0})
+            assert c.plan_partition(2, {"start": 0, "end": 0}) is None
+            assert c.lag() == {"0": 25, "1": 3, "2": 0}                    # nothing committed here yet
+            c.committed(1, {"0": m0, "1": m1})
+            assert c.lag() == {"0": 15, "1": 0, "2": 0}
+            c.plan_partition(0, m0)                                        # txid 2 planned, not committed
+            kafka_broker.produce(topic, {2: ["x"]})
+            c.plan_partition(2, {"start": 0, "end": 0})
+            assert c.lag() == {"0": 15, "1": 0, "2": 1}
+            # the observer polls it through lag_source; coordinators without lag() are left out
+            o = RunObserver(topology())
+            o.set_lag_source(lag_source({"kafka": c, "memory": object()}))
+            assert o.lag() == {"kafka": {"0": 15, "1": 0, "2": 1}}
+            assert o.metrics.registry.get_sample_value(
+                "trident_spout_lag", {"topology": "obs", "component": "kafka", "partition": "2"}) == 1
+        finally:
+            c.close()
+
+
+def test_listener_is_safe_under_concurrent_reads():
+    """Transitions arrive on the engine's thread while the server reads snapshots."""
+    o = RunObserver(topology())
+    stop = threading.Event()
+    errors = []
+
+    def read():
+        while not stop.is_set():
+            try:
+                o.snapshot()
+                o.metrics.exposition()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for i in range(1, 400):
+        o(Transition("launched", i, 1, i * 0.01))
+        o(Transition("committing", i, 1, i * 0.01))
+        o(Transition("committed", i, 1, i * 0.01, {"launched_at": i * 0.01, "emitted": {"spout": 1}}))
+    stop.set()
+    for r in readers:
+        r.join()
+    assert errors == [] and o.snapshot()["batches_committed"] == 399
