@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install spark-trident and what it needs on a Debian/Ubuntu machine.
-#   bash scripts/install.sh          Java 17 (for Spark) and the package
+#   bash scripts/install.sh          Java 17 (for Spark), Graphviz (for trident describe --format svg|png)
+#                                    and the package
 #   bash scripts/install.sh --test   also ZooKeeper and Redis servers, and the test extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ pkgs=()
 if ! ls /usr/lib/jvm/java-17-openjdk-* >/dev/null 2>&1 && ! (command -v java >/dev/null && java -version 2>&1 | grep -q '"17\.'); then
   pkgs+=(openjdk-17-jre-headless)
 fi
+command -v dot >/dev/null || pkgs+=(graphviz)   # `trident describe --format svg|png` runs Graphviz's dot
 if [ "${1:-}" = "--test" ]; then
   [ -f /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   command -v redis-server >/dev/null || pkgs+=(redis-server)

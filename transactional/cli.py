@@ -1,32 +1,64 @@
-"""The ``trident`` command.
+"""The ``trident`` command (docs/cli.md).
 
     trident run examples/global_count.py [--max-batches N] [--master local[2]]
                 [--coordination zk://127.0.0.1:2181/trident] [--state redis://127.0.0.1:6379/0]
-                [--max-spout-pending 3] [--set key=value ...] [--json]
-    trident describe examples/global_count.py
+                [--max-spout-pending 3] [--set key=value ...] [--config trident.toml] [--json]
+    trident describe FILE [FILE ...] [--format text|dot|svg|png] [-o OUT]
     trident package examples/global_count.py [-o DIR]    (a zip for spark-submit --py-files)
-    trident status TOPOLOGY_ID --coordination zk://127.0.0.1:2181/trident [--json]
+    trident status TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident] [--json]
+    trident --version
 
-A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``
-(or a built ``Topology``), and optionally ``report(result)`` to print its results and
-``CONFIG``, a dict of ``TopologyConfig`` defaults.
+A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
+a ``TopologyBuilder``, a ``trident.TridentTopology`` or a built ``Topology`` (called once
+per file), and optionally ``report(result)`` to print its results and ``CONFIG``, a dict
+of ``TopologyConfig`` settings. Settings come, lowest first, from ``TopologyConfig``'s
+defaults, ``CONFIG``, ``trident.toml`` (or ``--config FILE``), ``TRIDENT_<FIELD>``
+environment variables and the command line (``transactional.settings``).
+
+Spark's start-up banner and log4j lines, and kazoo's connection warnings, stay out of the
+terminal unless ``--log-level DEBUG``; errors still show. Ctrl-C during ``trident run``
+ends with one line, ``interrupted after txid N committed; run again to resume``, and exit
+status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it)
+INTERRUPTED = 130
+_MUST_RETURN = ("a TransactionalTopologyBuilder, a TopologyBuilder, a trident.TridentTopology "
+                "or a built Topology")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("spark-trident")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+# -- topology files --------------------------------------------------------------------------------
 
 def load_topology_file(path: str) -> ModuleType:
     """Import a topology file as a module. Executors cannot import a file by path: its
@@ -37,7 +69,10 @@ def load_topology_file(path: str) -> ModuleType:
     if not p.is_file():
         msg = f"trident: no such topology file: {path}"
         raise SystemExit(msg)
-    name = f"trident_topology_{p.stem}"
+    name = f"trident_topology_{re.sub(r'[^0-9A-Za-z_]', '_', p.stem)}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() != p.resolve():
+        name = f"{name}_{len(sys.modules)}"       # another file of the same name (trident describe a/x.py b/x.py)
     spec = importlib.util.spec_from_file_location(name, p)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -48,13 +83,40 @@ def load_topology_file(path: str) -> ModuleType:
 
     ship_by_value(module)   # executors cannot import a file by path
     if not hasattr(module, "build_topology"):
-        msg = (
-            f"trident: {path} defines no build_topology(); it must return a "
-            "TransactionalTopologyBuilder, a trident.TridentTopology or a built Topology"
-        )
+        msg = f"trident: {path} defines no build_topology(); it must return {_MUST_RETURN}"
         raise SystemExit(msg)
     return module
 
+
+def built_topology(obj: Any, where: str) -> Any:
+    """The built ``Topology`` of what ``build_topology()`` returned (``obj``): a
+    ``Topology`` as is, a builder or ``TridentTopology`` built once. Anything else is a
+    ``TridentError`` naming ``where`` (the file) and what it must return."""
+    from transactional.topology import Topology
+
+    if isinstance(obj, Topology):
+        return obj
+    build = getattr(obj, "build", None)
+    if not callable(build):
+        msg = f"{where}: build_topology() returned {_describe_value(obj)}; it must return {_MUST_RETURN}"
+        raise TridentError(msg)
+    topology = build()
+    if not isinstance(topology, Topology):
+        msg = (f"{where}: build_topology() returned a {type(obj).__name__} whose build() gave "
+               f"{_describe_value(topology)}; it must return {_MUST_RETURN}")
+        raise TridentError(msg)
+    return topology
+
+
+def _describe_value(v: Any) -> str:
+    """"None", "a dict", "an OpaqueSpout": what a wrong return value was, for a message."""
+    if v is None:
+        return "None"
+    name = type(v).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+# -- settings ----------------------------------------------------------------------------------------
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batches", type=int, default=None, help="commit at most N batches, then stop")
@@ -71,28 +133,44 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-wait", type=float, help="seconds to wait for another driver's lock (-1: forever)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a TopologyConfig field, or conf.KEY for a user setting (JSON values)")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"a TOML file of TopologyConfig settings (default: ./{DEFAULT_FILE} if it exists)")
+    parser.add_argument("--allow-memory-coordination", action="store_true",
+                        help="no warning for durable --state with memory:// coordination")
     parser.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    _log_level_arg(parser)
 
 
-def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> TopologyConfig:
-    """The ``TopologyConfig`` for parsed command-line options on top of ``defaults`` (a
-    topology file's ``CONFIG``): ``--set KEY=VALUE`` takes a JSON value (else the string;
-    ``conf.KEY`` goes to ``conf``); a negative ``--idle-timeout``/``--lock-wait`` means forever."""
-    kw: dict[str, Any] = dict(defaults or {})
-    for attr, field in (("master", "spark_master"), ("coordination", "coordination"),
-                        ("coordination_auth", "coordination_auth"), ("state", "state"),
-                        ("max_spout_pending", "max_spout_pending"), ("message_timeout", "message_timeout_secs")):
+def _log_level_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                        help="INFO (default): progress and warnings; DEBUG adds Spark's, py4j's and kazoo's own "
+                             "output; WARNING or ERROR: less")
+
+
+_FLAGS = (("master", "spark_master", "--master"), ("coordination", "coordination", "--coordination"),
+          ("coordination_auth", "coordination_auth", "--coordination-auth"), ("state", "state", "--state"),
+          ("max_spout_pending", "max_spout_pending", "--max-spout-pending"),
+          ("message_timeout", "message_timeout_secs", "--message-timeout"))
+
+
+def cli_layer(args: argparse.Namespace) -> Layer:
+    """The settings the command line gives (the highest layer): flags, ``--set KEY=VALUE``
+    (a JSON value, else the string; ``conf.KEY`` goes to ``conf``), ``-q``; a negative
+    ``--idle-timeout``/``--lock-wait`` means forever."""
+    kw: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for attr, key, flag in _FLAGS:
         if getattr(args, attr, None) is not None:
-            kw[field] = getattr(args, attr)
-    for attr, field in (("py_files", "py_files"), ("archives", "archives")):
+            kw[key], origins[key] = getattr(args, attr), flag
+    for attr, key in (("py_files", "py_files"), ("archives", "archives")):
         v = getattr(args, attr, None)
         if v:
-            kw[field] = [*kw.get(field, []), *(x.strip() for x in v.split(",") if x.strip())]
-    for attr, field in (("idle_timeout", "idle_timeout_secs"), ("lock_wait", "lock_wait_secs")):
+            kw[key], origins[key] = [x.strip() for x in v.split(",") if x.strip()], f"--{key.replace('_', '-')}"
+    for attr, key in (("idle_timeout", "idle_timeout_secs"), ("lock_wait", "lock_wait_secs")):
         v = getattr(args, attr, None)
         if v is not None:
-            kw[field] = None if v < 0 else v
+            kw[key], origins[key] = (None if v < 0 else v), f"--{attr.replace('_', '-')}"
     for item in getattr(args, "set", []):
         key, _, raw = item.partition("=")
         try:
@@ -101,52 +179,284 @@ def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> 
             value = raw
         if key.startswith("conf."):
             kw.setdefault("conf", {})[key[5:]] = value
+            origins["conf"] = f"--set {item}"
         else:
-            kw[key] = value
+            kw[key], origins[key] = value, f"--set {item}"
     if getattr(args, "quiet", False):
-        kw["progress"] = False
-    elif "progress" not in kw:
-        kw["progress"] = True
-    return TopologyConfig(**kw)
+        kw["progress"], origins["progress"] = False, "-q"
+    return Layer("command line", kw, origins=origins)
 
 
-def _run(build: Callable[[], Any], report: Callable[[Any], None] | None, args: argparse.Namespace,
+def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
+                    defaults_from: str = "the topology file") -> list[Layer]:
+    """Every settings layer of a command, lowest first: ``defaults`` (a topology file's
+    ``CONFIG``), the TOML file (``--config``, else ``./trident.toml`` when it exists), the
+    ``TRIDENT_*`` environment, the command line."""
+    layers = [Layer(f"CONFIG of {defaults_from}", dict(defaults or {}), f"CONFIG in {defaults_from}")]
+    path = getattr(args, "config", None)
+    toml = file_layer(path) if path else file_layer(DEFAULT_FILE, required=False)
+    if toml is not None:
+        layers.append(toml)
+    layers += [env_layer(), cli_layer(args)]
+    return layers
+
+
+def config_from_args(args: argparse.Namespace, defaults: dict | None = None,
+                     defaults_from: str = "the topology file") -> TopologyConfig:
+    """The ``TopologyConfig`` of a ``trident run``: every layer of ``settings_layers``;
+    progress lines on unless ``-q`` or a layer says otherwise."""
+    layers = settings_layers(args, defaults, defaults_from)
+    if not any("progress" in layer.values for layer in layers):
+        layers.append(Layer("trident run", {"progress": True}))
+    return make_config(layers)
+
+
+def _warn_memory_coordination(config: TopologyConfig, args: argparse.Namespace) -> None:
+    from state.backends import COORDINATION, USER_STATE, backend_for
+
+    if getattr(args, "allow_memory_coordination", False):
+        return
+    if backend_for(USER_STATE, config.state).shared and not backend_for(COORDINATION, config.coordination).shared:
+        logging.getLogger("trident").warning(
+            "state %s is durable but coordination is memory://: a second run starts at txid 1 again, finds "
+            "values written by this run's txids and refuses to run; use --coordination zk://host:port/root "
+            "(or --allow-memory-coordination)", config.redacted()["state"])
+
+
+# -- what the terminal shows ---------------------------------------------------------------------------
+
+class _CurrentStderr:
+    """A stream that writes to whatever ``sys.stderr`` is at the time (log handlers keep
+    their stream; ``_quiet_spark`` replaces ``sys.stderr``)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_HANDLER: logging.Handler | None = None
+
+
+def setup_logging(level: str) -> None:
+    """Log ``level`` and above to stderr, one line each; the "trident" logger's progress
+    lines are INFO. kazoo's connection warnings and py4j's chatter show only at DEBUG
+    (their errors always)."""
+    global _HANDLER
+    root = logging.getLogger()
+    if _HANDLER is not None:
+        root.removeHandler(_HANDLER)
+    _HANDLER = logging.StreamHandler(_CurrentStderr())
+    _HANDLER.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root.addHandler(_HANDLER)
+    root.setLevel(level)
+    debug = level == "DEBUG"
+    logging.getLogger("kazoo").setLevel(logging.NOTSET if debug else logging.ERROR)
+    logging.getLogger("py4j").setLevel(logging.WARNING if debug else logging.ERROR)
+
+
+#: Spark's log4j2 settings for a quiet terminal: errors only, and no "Setting default log
+#: level" banner (the loggers Spark checks for a custom level are set to it)
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+#: lines the JVM prints to stderr before any log4j setting applies
+_JVM_NOISE = re.compile(rb"^(WARNING: Using incubator modules: |Using Spark's default log4j profile: |"
+                        rb"Setting default log level to |To adjust logging level use sc\.setLogLevel)")
+
+
+def _log4j2_file() -> str:
+    digest = hashlib.sha1(QUIET_LOG4J2.encode()).hexdigest()[:10]
+    path = Path(tempfile.gettempdir()) / f"trident-log4j2-quiet-{digest}.properties"
+    if not path.is_file() or path.read_text() != QUIET_LOG4J2:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(QUIET_LOG4J2)
+        tmp.replace(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _quiet_spark(enabled: bool) -> Iterator[None]:
+    """While in the block, a Spark JVM started by this process logs errors only (a log4j2
+    file given through ``SPARK_SUBMIT_OPTS``, unless the user set one), and what processes
+    started here write to stderr (the JVM and, through it, the Python workers) goes through
+    a pipe that a thread copies to the terminal without the JVM's start-up lines. This
+    process's own stderr is not delayed: ``sys.stderr`` writes to the terminal directly."""
+    if not enabled:
+        yield
+        return
+    saved_opts = os.environ.get("SPARK_SUBMIT_OPTS")
+    user_log4j = "log4j2.configurationFile" in (saved_opts or "") or (
+        bool(os.environ.get("SPARK_CONF_DIR")) and (Path(os.environ["SPARK_CONF_DIR"]) / "log4j2.properties").is_file())
+    if not user_log4j:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{saved_opts or ''} -Dlog4j2.configurationFile=file:{_log4j2_file()}".strip()
+    sys.stderr.flush()
+    try:
+        terminal = os.dup(2)
+    except OSError:                   # no stderr at all: nothing to keep quiet
+        yield
+        return
+    read_end, write_end = os.pipe()
+    own: IO[str] = open(os.dup(terminal), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                        errors="backslashreplace")
+    saved_stream, sys.stderr = sys.stderr, own
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_copy_stderr, args=(read_end, terminal), name="trident-child-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        own.flush()
+        os.dup2(terminal, 2)          # children keep the pipe; this process writes to the terminal again
+        sys.stderr = saved_stream
+        own.close()
+        if saved_opts is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = saved_opts
+
+
+def _copy_stderr(read_end: int, terminal: int) -> None:
+    """Copy child processes' stderr lines to ``terminal``, without ``_JVM_NOISE``."""
+    with os.fdopen(read_end, "rb") as pipe:
+        for line in pipe:
+            if _JVM_NOISE.match(line):
+                continue
+            try:
+                os.write(terminal, line)
+            except OSError:
+                return
+
+
+# -- commands -------------------------------------------------------------------------------------------
+
+def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None, args: argparse.Namespace,
          defaults: dict | None) -> int:
+    """``trident run``: settings, the topology (``build`` called once), the run, its summary
+    and ``report(result)``. Ctrl-C: one line naming the last txid this run committed."""
+    setup_logging(args.log_level)
+    last: list[int] = []
+    try:
+        return _run_until_done(build, where, report, args, defaults, last)
+    except KeyboardInterrupt:
+        done = f"after txid {last[0]} committed" if last else "before this run committed a txid"
+        print(f"interrupted {done}; run again to resume", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None,
+                    args: argparse.Namespace, defaults: dict | None, last: list[int]) -> int:
     from transactional._runner import run_topology
     from transactional.ship import code_zip, needs_shipping, under_spark_submit
 
-    config = config_from_args(args, defaults)
-    logging.basicConfig(level=logging.INFO if config.progress else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "kazoo"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    topology = build()
-    if hasattr(topology, "build"):
-        topology = topology.build()
+    config = config_from_args(args, defaults, where)
+    _warn_memory_coordination(config, args)
+    topology = built_topology(build(), where)
     if config.executor == "spark" and needs_shipping(config.spark_master) and not under_spark_submit():
         # executors elsewhere import only what is installed there or shipped: ship this
         # package and every local module the topology imported (docs/cluster.md)
         config = config.model_copy(update={"py_files": [str(code_zip()), *config.py_files]})
-    result = run_topology(topology, config, max_batches=args.max_batches)
-    if args.json:
-        print(json.dumps(result.summary()))
-    else:
-        s = result.summary()
-        print(f"{s['topology_id']}: committed {s['batches_committed']} batches (txids {s['first_txid']}.."
-              f"{s['last_txid']}), {s['attempts']} attempts, {s['failed_attempts']} failed; "
-              f"{s['spout_tuples']} tuples in {s['wall_secs']} s; stopped: {s['stopped_because']}")
+
+    def committed(txid: int, _result: Any) -> None:
+        last[:] = [txid]
+
+    quiet = args.log_level != "DEBUG" and config.executor == "spark" and not under_spark_submit()
+    with _quiet_spark(quiet):
+        result = run_topology(topology, config, max_batches=args.max_batches, on_commit=committed)
+    print(summary_line(result.summary()) if not args.json else json.dumps(result.summary()))
     if report is not None:
         report(result)
+    return 0
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The one-line summary of a run (``RunResult.summary()``); a run that committed
+    nothing says so instead of naming txids.
+
+    >>> summary_line({"topology_id": "w", "batches_committed": 0, "first_txid": None, "last_txid": 0,
+    ...               "attempts": 1, "failed_attempts": 1, "spout_tuples": 0, "wall_secs": 0.5,
+    ...               "stopped_because": "max_batches"})
+    'w: committed 0 batches (no batch committed by this run), 1 attempts, 1 failed; 0 tuples in 0.5 s; stopped: max_batches'
+    """
+    n = s["batches_committed"]
+    if not n:
+        txids = " (no batch committed by this run)"
+    elif s["first_txid"] == s["last_txid"]:
+        txids = f" (txid {s['last_txid']})"
+    else:
+        txids = f" (txids {s['first_txid']}..{s['last_txid']})"
+    return (f"{s['topology_id']}: committed {n} batches{txids}, {s['attempts']} attempts, "
+            f"{s['failed_attempts']} failed; {s['spout_tuples']} tuples in {s['wall_secs']} s; "
+            f"stopped: {s['stopped_because']}")
+
+
+_SUFFIX = {"text": "txt", "dot": "dot", "svg": "svg", "png": "png"}
+_FORMAT_OF_SUFFIX = {".txt": "text", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
+
+
+def _describe(args: argparse.Namespace) -> int:
+    """``trident describe``: each file's topology as text, DOT, SVG or PNG; one output each."""
+    from transactional.graph import render, to_dot
+
+    setup_logging(args.log_level)
+    out = Path(args.out) if args.out else None
+    fmt = args.format or (_FORMAT_OF_SUFFIX.get(out.suffix.lower()) if out is not None else None) or "text"
+    topologies = []
+    for path in args.files:
+        module = load_topology_file(path)
+        topologies.append((path, built_topology(module.build_topology(), path)))
+    to_dir = out is not None and (len(topologies) > 1 or out.is_dir() or args.out.endswith(os.sep))
+    outputs: list[tuple[Path | None, bytes]] = []
+    seen: dict[Path, str] = {}
+    for path, topology in topologies:
+        name = Path(f"{topology.topology_id}.{_SUFFIX[fmt]}")
+        target = (None if fmt in ("text", "dot") else name) if out is None else (out / name if to_dir else out)
+        if target is not None and target in seen:
+            msg = (f"{seen[target]} and {path} both describe topology {topology.topology_id!r}, one output file "
+                   f"{target} for both; describe them one at a time with -o FILE")
+            raise TridentError(msg)
+        if target is not None:
+            seen[target] = path
+        if fmt == "text":
+            data = topology.describe().encode() + b"\n"
+        elif fmt == "dot":
+            data = to_dot(topology).encode()
+        else:
+            data = render(to_dot(topology), fmt)
+        outputs.append((target, data))
+    if to_dir and out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for i, (target, data) in enumerate(outputs):
+        if target is None:
+            sys.stdout.write(("\n" if i else "") + data.decode())
+        else:
+            target.write_bytes(data)
+            print(target)
     return 0
 
 
 def run_example(build: Callable[[], Any], report: Callable[[Any], None] | None = None,
                 argv: Sequence[str] | None = None, defaults: dict | None = None) -> None:
     """``python examples/x.py [options]``: the same options as ``trident run``."""
-    parser = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").strip().split("\n")[0])
+    main_module = sys.modules["__main__"]
+    parser = argparse.ArgumentParser(description=(main_module.__doc__ or "").strip().split("\n")[0])
     _config_args(parser)
     args = parser.parse_args(argv)
-    sys.exit(_guard(lambda: _run(build, report, args, defaults)))
+    where = getattr(main_module, "__file__", None) or "the example"
+    sys.exit(_guard(lambda: _run(build, where, report, args, defaults)))
 
 
 def _guard(fn: Callable[[], int]) -> int:
@@ -157,59 +467,76 @@ def _guard(fn: Callable[[], int]) -> int:
         return 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``trident`` command: ``run``, ``describe`` or ``status``; returns the exit status."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trident", description="Exactly-once stream processing on PySpark")
+    parser.add_argument("--version", action="version", version=f"trident (spark-trident) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a topology file")
     p_run.add_argument("file")
     _config_args(p_run)
-    p_desc = sub.add_parser("describe", help="print a topology's components and groupings")
-    p_desc.add_argument("file")
+    p_desc = sub.add_parser("describe", help="a picture of topologies: components, groupings, phases")
+    p_desc.add_argument("files", nargs="+", metavar="FILE")
+    p_desc.add_argument("--format", choices=list(_SUFFIX), help="text (default), dot (Graphviz source), svg or png "
+                        "(drawn by Graphviz's dot: apt-get install graphviz); default from -o's suffix")
+    p_desc.add_argument("-o", "--out", help="a file, or a directory for one file per topology named after it "
+                        "(default: text and dot to stdout, svg and png to ./<topology id>.<format>)")
+    _log_level_arg(p_desc)
     p_pkg = sub.add_parser("package", help="zip this package and the topology's local modules for "
                            "spark-submit --py-files (docs/cluster.md)")
     p_pkg.add_argument("file")
     p_pkg.add_argument("-o", "--out-dir", default=".", help="where to write trident-code-<hash>.zip (default .)")
+    _log_level_arg(p_pkg)
     p_status = sub.add_parser("status", help="a topology's coordinator state")
     p_status.add_argument("topology_id")
-    p_status.add_argument("--coordination", required=True, help="zk://host:port[,host:port]/<root>")
+    p_status.add_argument("--coordination", help="zk://host:port[,host:port]/<root> (default: from --config, "
+                          f"./{DEFAULT_FILE} or TRIDENT_COORDINATION)")
     p_status.add_argument("--coordination-auth", help="user:password")
+    p_status.add_argument("--config", metavar="FILE", help=f"a TOML settings file (default ./{DEFAULT_FILE})")
     p_status.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    _log_level_arg(p_status)
+    return parser
 
+
+def _status(args: argparse.Namespace) -> int:
+    from transactional.status import format_status, topology_status
+
+    setup_logging(args.log_level)
+    config = make_config(settings_layers(args, defaults_from="trident status"))
+    if args.coordination is None and "coordination" not in config.model_fields_set:
+        msg = (f"trident status needs the coordinator state's address: --coordination zk://host:port/root, "
+               f"coordination in {DEFAULT_FILE}, or TRIDENT_COORDINATION")
+        raise TridentError(msg)
+    st = topology_status(config.coordination, args.topology_id, auth=config.coordination_auth,
+                         connect_timeout=config.connect_timeout_secs)
+    print(json.dumps(st) if args.json else format_status(st))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``trident`` command: ``run``, ``describe``, ``package`` or ``status``; returns
+    the exit status."""
+    args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
-        return _guard(lambda: _run(module.build_topology, getattr(module, "report", None), args,
+        return _guard(lambda: _run(module.build_topology, args.file, getattr(module, "report", None), args,
                                    getattr(module, "CONFIG", None)))
+    if args.command == "describe":
+        return _guard(lambda: _describe(args))
     if args.command == "package":
         module = load_topology_file(args.file)
 
         def package() -> int:
             from transactional.ship import SUBMIT_SCRIPT, code_zip
 
-            module.build_topology()          # imports what building it imports
+            setup_logging(args.log_level)
+            built_topology(module.build_topology(), args.file)   # imports what building it imports
             path = code_zip(args.out_dir)
             print(path)
             print(f"spark-submit --master MASTER --py-files {path} --files {args.file} "
                   f"{SUBMIT_SCRIPT} run {Path(args.file).name} [options]", file=sys.stderr)
             return 0
         return _guard(package)
-    if args.command == "describe":
-        module = load_topology_file(args.file)
-
-        def describe() -> int:
-            t = module.build_topology()
-            print((t.build() if hasattr(t, "build") else t).describe())
-            return 0
-        return _guard(describe)
-
-    def status() -> int:
-        from transactional.status import format_status, topology_status
-
-        st = topology_status(args.coordination, args.topology_id, auth=args.coordination_auth)
-        print(json.dumps(st, indent=None if args.json else 2) if args.json else format_status(st))
-        return 0
-    return _guard(status)
+    return _guard(lambda: _status(args))
 
 
 if __name__ == "__main__":
