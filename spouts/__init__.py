@@ -12,7 +12,7 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
-from spouts.core import BaseRichSpout, SpoutOutputCollector
+from spouts.core import MEMORY_SPOUT_LOGS, BaseRichSpout, MemorySpout, SpoutOutputCollector
 from spouts.memory import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from spouts.redis_stream import RedisStreamSpout
 
@@ -21,7 +21,7 @@ __all__ = [
     "Coordinator", "Emitter", "PartitionedCoordinator", "PartitionedEmitter",
     "MemoryTransactionalSpout", "OpaqueMemoryTransactionalSpout",
     "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
-    "BaseRichSpout", "SpoutOutputCollector", "RedisStreamSpout", "KafkaSpout",
+    "BaseRichSpout", "SpoutOutputCollector", "MemorySpout", "MEMORY_SPOUT_LOGS", "RedisStreamSpout", "KafkaSpout",
 ]
 
 

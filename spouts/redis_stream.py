@@ -6,7 +6,8 @@ A message read by the spout stays *pending* in the group until the spout's ``ack
 spout opened again under the same consumer name (a restarted driver) first emits again
 every message it had read and not acked (its pending entries list), then new ones; a
 message pending at another consumer (one that died) for longer than
-``claim_idle_secs`` is claimed (``XAUTOCLAIM``, Redis 6.2+) and emitted again. So every
+``claim_idle_secs`` is claimed (``XAUTOCLAIM``, Redis 6.2+) and emitted again -- never one
+this spout emitted and has not heard the fate of yet (a slow tree is not a lost one). So every
 message is processed at least once, and none is lost to a crash.
 
 Tuples are ``(id, fields)``: the entry id and its field -> value dict (both str), unless
@@ -57,6 +58,7 @@ class RedisStreamSpout(BaseRichSpout):
         self._client: Any = None
         self._collector: SpoutOutputCollector | None = None
         self._replay: deque[tuple[str, dict[str, str]]] = deque()
+        self._inflight: set[str] = set()             # emitted, neither acked nor failed yet
         self._next_claim = 0.0
         self._claim_cursor = "0-0"
 
@@ -95,7 +97,9 @@ class RedisStreamSpout(BaseRichSpout):
         reply = self._client.xautoclaim(self.stream, self.group, self.consumer, int(self.claim_idle_secs * 1000),
                                         start_id=self._claim_cursor, count=self.count)
         self._claim_cursor = _s(reply[0])
-        self._replay.extend(_entry(eid, data) for eid, data in reply[1] if data)
+        # our own messages still in flight are idle in the group's eyes, not lost
+        self._replay.extend(e for e in (_entry(eid, data) for eid, data in reply[1] if data)
+                            if e[0] not in self._inflight)
 
     def next_tuple(self) -> None:
         """Emit the messages to replay, else up to ``count`` new ones (waiting up to
@@ -109,6 +113,7 @@ class RedisStreamSpout(BaseRichSpout):
         if not batch:
             batch = self._read(">", self.block_ms)
         for eid, data in batch:
+            self._inflight.add(eid)
             self._collector.emit(self._values(eid, data), msg_id=eid)
 
     def _values(self, eid: str, data: dict[str, str]) -> tuple[Any, ...]:
@@ -118,10 +123,12 @@ class RedisStreamSpout(BaseRichSpout):
 
     def ack(self, msg_id: Any) -> None:
         """The message was processed: ``XACK`` (it leaves the group's pending list)."""
+        self._inflight.discard(msg_id)
         self._client.xack(self.stream, self.group, msg_id)
 
     def fail(self, msg_id: Any) -> None:
         """The message failed: emit it again (it stays pending meanwhile)."""
+        self._inflight.discard(msg_id)
         reply = self._client.xrange(self.stream, min=msg_id, max=msg_id)
         self._replay.extend(_entry(eid, data) for eid, data in reply)
 

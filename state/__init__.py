@@ -3,6 +3,7 @@
 from typing import Any
 
 from state.base import MemoryTransactionalState, TransactionalState, open_transactional_state
+from state.keyvalue import KeyValueState, open_key_value_state
 from state.map import (
     CounterMap,
     MapBacking,
@@ -18,7 +19,7 @@ from state.map import (
 __all__ = [
     "TransactionalState", "MemoryTransactionalState", "open_transactional_state",
     "MapBacking", "MapState", "TransactionalMap", "OpaqueMap", "NonTransactionalMap", "CounterMap", "map_class", "MemoryMapBacking", "open_map_backing",
-    "RedisMapBacking",
+    "RedisMapBacking", "KeyValueState", "open_key_value_state",
 ]
 
 

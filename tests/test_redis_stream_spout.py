@@ -115,3 +115,20 @@ def test_a_reader_killed_with_sigkill_and_restarted_loses_nothing(redis_url: str
     assert set(processed) == set(ids)
     assert len(processed) - len(ids) <= 3 * 7          # at most a read's worth redone per kill
     assert r.xpending(stream, "g")["pending"] == 0
+
+
+def test_a_reader_does_not_claim_its_own_messages_still_in_flight(redis_url: str) -> None:
+    """A slow tree is not a lost message: idle past ``claim_idle_secs`` at this very reader,
+    an emitted message whose fate the spout has not heard is not emitted again."""
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    ids = add(redis_url, stream, 3)
+    s, c = opened(redis_url, stream, claim_idle_secs=0.1)
+    s.next_tuple()
+    assert [m for _, m in c.take()] == ids
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:            # several claim rounds pass
+        s.next_tuple()
+        assert c.take() == []
+    s.fail(ids[1])
+    s.next_tuple()
+    assert [m for _, m in c.take()] == [ids[1]]    # a failed one does come again

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         Committer,
     )
     from transactional.config import TopologyConfig
+    from transactional.core import BaseRichBolt, BaseStatefulBolt, OutputCollector, TopologyBuilder
     from transactional.exceptions import (
         ConfigError,
         FailedException,
@@ -33,6 +34,7 @@ __all__ = [
     "BaseBasicBolt", "BaseBatchBolt", "BaseTransactionalBolt", "Committer",
     "BatchOutputCollector", "BasicOutputCollector", "FailedException",
     "TopologyConfig", "run_topology", "RunResult",
+    "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
 ]
 
@@ -45,6 +47,7 @@ _WHERE = {
     "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
+    **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
     "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
     "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",
     "Tuple": "transactional.tuples", "Values": "transactional.tuples",

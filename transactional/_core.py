@@ -47,6 +47,7 @@ from transactional._coordinator import Commit, CoreReplay
 from transactional._core_task import Outputs, SpoutCollector
 from transactional._spout import SpoutContext
 from transactional.config import TopologyConfig
+from transactional.exceptions import TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
 
@@ -67,6 +68,21 @@ class _SpoutTask:
 class _Batch:
     roots: list[int]
     fed: dict[str, list[list]]
+
+
+def _call(t: _SpoutTask, method: str, *args: Any) -> None:
+    """A spout task's method; what it raises stops the run, naming the spout and task (a
+    spout runs on the driver: there is no task to retry, and its source keeps what it
+    did not ack for the next run)."""
+    try:
+        getattr(t.spout, method)(*args)
+    except TridentError:
+        raise
+    except Exception as e:
+        msg = (f"spout {t.spout_id!r} task {t.index} raised in {method}: {type(e).__name__}: {e}; fix the "
+               "spout or its source, then run the topology again (unacked tuples are replayed by a "
+               "source that keeps them, e.g. RedisStreamSpout, KafkaSpout)")
+        raise TopologyFailedError(msg, component=t.spout_id, task=t.index, cause=str(e)) from e
 
 
 class CoreDriver:
@@ -100,7 +116,7 @@ class CoreDriver:
                     t = _SpoutTask(spec.id, i, task_id, spec.new_instance(), collector)
                     self.tasks.append(t)
                     self.by_id[task_id] = t
-                    t.spout.open(conf, SpoutContext(topology.topology_id, spec.id, i, spec.parallelism), collector)
+                    _call(t, "open", conf, SpoutContext(topology.topology_id, spec.id, i, spec.parallelism), collector)
         except BaseException:
             self.close(ok=False)
             raise
@@ -126,7 +142,7 @@ class CoreDriver:
                 if cap is not None and len(t.pending) >= cap:
                     continue
                 before = t.collector.emitted
-                t.spout.next_tuple()
+                _call(t, "next_tuple")
                 got = t.collector.emitted - before
                 if got:
                     progressed = True
@@ -153,7 +169,7 @@ class CoreDriver:
             roots.append(root)
             decided += self.ackers[acker_for(root, len(self.ackers))].init(root, t.task_id, now, val)
         for msg_id in at_once:
-            t.spout.ack(msg_id)
+            _call(t, "ack", msg_id)
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
 
@@ -170,12 +186,12 @@ class CoreDriver:
                 continue
             if what == "ack":
                 self.result.acked[t.spout_id] += 1
-                t.spout.ack(msg_id)
+                _call(t, "ack", msg_id)
             else:
                 self.result.failed[t.spout_id] += 1
                 if timed_out:
                     self.result.timed_out[t.spout_id] += 1
-                t.spout.fail(msg_id)
+                _call(t, "fail", msg_id)
 
     def settle(self, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], hold: frozenset[str]) -> None:
         """Apply the tasks' reports: fails at once, acks (those of ``hold`` components kept
@@ -243,8 +259,6 @@ class CoreDriver:
         try:
             released = cp.checkpoint()
         except Exception as e:
-            from transactional.exceptions import TopologyFailedError
-
             if isinstance(e, TopologyFailedError):
                 raise
             log.warning("checkpoint failed before it was prepared (%r): rolled back to the last one; the "

@@ -1,0 +1,80 @@
+"""Core topologies over a Redis Stream, for the driver-SIGKILL tests (``trident run`` loads
+this file in a child process).
+
+``TRIDENT_TEST_REDIS``: the Redis URL; ``TRIDENT_TEST_STREAM``: the stream of sentences
+(entries ``{"sentence": ...}``); ``TRIDENT_TEST_KIND``:
+
+* ``reliable``: RedisStreamSpout -> SplitSentence (anchored) -> Record, which pushes
+  ``<entry id>`` to ``<stream>:processed`` for every word it processes and adds it to the
+  set ``<stream>:seen``, then acks;
+* ``stateful``: RedisStreamSpout -> SplitSentence -> WordCount (a ``BaseStatefulBolt``
+  on ``KeyValueState`` in the same Redis: hashes ``core-stateful-<stream>:count:<task>``).
+"""
+
+import os
+
+from spouts import RedisStreamSpout
+from transactional import BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilder
+
+URL = os.environ.get("TRIDENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+STREAM = os.environ.get("TRIDENT_TEST_STREAM", "sentences")
+KIND = os.environ.get("TRIDENT_TEST_KIND", "reliable")
+
+
+class SplitSentence(BaseRichBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple):
+        for word in tuple["sentence"].split():
+            self.collector.emit((tuple["id"], word), anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word"))
+
+
+class Record(BaseRichBolt):
+    """Each word's processing leaves a trace in Redis (one pipeline per micro-batch)."""
+
+    def prepare(self, conf, context, collector):
+        import redis
+
+        self.collector, self.r, self.done = collector, redis.Redis.from_url(URL), []
+
+    def execute(self, tuple):
+        self.done.append(tuple)
+
+    def cleanup(self):
+        pipe = self.r.pipeline(transaction=False)
+        for t in self.done:
+            pipe.rpush(f"{STREAM}:processed", t["id"])
+            pipe.sadd(f"{STREAM}:seen", t["id"])
+        pipe.execute()
+        for t in self.done:                       # acked once its trace is written
+            self.collector.ack(t)
+        self.r.close()
+
+
+class WordCount(BaseStatefulBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tuple):
+        self.counts.put(tuple["word"], self.counts.get(tuple["word"], 0) + 1)
+        self.collector.ack(tuple)
+
+
+def build_topology():
+    b = TopologyBuilder(f"core-{KIND}-{STREAM}")
+    b.set_spout("sentences", RedisStreamSpout(URL, STREAM, "wc", fields=Fields("id", "sentence"), count=20,
+                                              block_ms=20, claim_idle_secs=1.0), 1)
+    b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    if KIND == "stateful":
+        b.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    else:
+        b.set_bolt("record", Record(), 2).shuffle_grouping("split")
+    return b
