@@ -72,6 +72,7 @@ from transactional._task import TaskContext, TaskFailure
 from transactional.config import TopologyConfig
 from transactional.exceptions import ConfigError
 from transactional.result import RunResult
+from transactional.status import StatusRecorder
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
 
@@ -358,19 +359,27 @@ class Engine:
                     self.states.known.update(store.recover_maps())
                     self.states.declare(self.topology, self.conf)
                 planner = SpoutsPlanner(self.topology, self.conf, state=state)
-            ok = False
+            recorder = StatusRecorder(state, self.topology.kind, owner,
+                                      counts=self._core_counts(planner) if self.topology.core else None)
+            self.listeners.append(recorder)       # the record `trident status` shows
+            error: BaseException | None = None
             try:
                 jobs = _Jobs(self, owner)
                 try:
                     self._loop(state, store, planner, jobs, max_batches)
-                    ok = True
                 finally:
                     jobs.close()
+            except BaseException as e:
+                error = e
+                raise
             finally:
-                if self.topology.core:
-                    planner.close(ok)
-                else:
-                    planner.close()
+                try:
+                    if self.topology.core:
+                        planner.close(error is None)
+                    else:
+                        planner.close()
+                finally:
+                    recorder.close(error)
         finally:
             state.close()
             self.result.wall_secs = time.monotonic() - t0
@@ -390,6 +399,12 @@ class Engine:
         if core.checkpointer is not None:
             self.result._states = core.checkpointer
         return core
+
+    def _core_counts(self, core: CoreDriver) -> Callable[[], dict]:
+        """The spout figures of a core topology's status record."""
+        r = self.result
+        return lambda: {"acked": dict(r.acked), "failed": dict(r.failed), "timed_out": dict(r.timed_out),
+                        "pending": core.pending()}
 
     def _coordination_options(self) -> dict:
         if self.config.coordination.startswith("zk:"):

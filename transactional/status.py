@@ -19,11 +19,13 @@ topology's znodes are world-readable).
 from __future__ import annotations
 
 import json
+import logging
+import time
 from typing import Any
 
 from state.base import JSON, TransactionalState, open_transactional_state
 
-__all__ = ["topology_status", "format_status"]
+__all__ = ["topology_status", "format_status", "StatusRecorder"]
 
 
 def topology_status(coordination_url: str, topology_id: str, *, auth: str | None = None,
@@ -38,7 +40,8 @@ def topology_status(coordination_url: str, topology_id: str, *, auth: str | None
          "uncommitted": [{"txid": 13, "attempts": 1, "meta": ..., "commit_started": []}],
          "stale_txids": [],                   # metadata left of committed txids (dropped on start)
          "lock_holder": "host:4242:ab12cd" | None,
-         "lock_waiting": ["host2:77:ef34gh"]} # drivers queued for the lock
+         "lock_waiting": ["host2:77:ef34gh"], # drivers queued for the lock
+         "run": {...} | None}                 # the driver's status record (``StatusRecorder``)
 
     Raises ``StateUnavailableError`` (naming the address) when ZooKeeper cannot be reached
     within ``connect_timeout``, ``ConfigError`` for a bad URL.
@@ -83,6 +86,7 @@ def _read(state: TransactionalState, url: str, topology_id: str) -> dict[str, An
         "stale_txids": sorted(stale),
         "lock_holder": contenders[0] if contenders else None,
         "lock_waiting": contenders[1:],
+        "run": state.get("status"),
     }
 
 
@@ -127,4 +131,84 @@ def format_status(status: dict[str, Any]) -> str:
     if status.get("stale_txids"):
         lines.append(f"  stale metadata of committed txids {status['stale_txids']} "
                      "(dropped at the next start)")
+    lines += _format_run(status.get("run"))
     return "\n".join(lines)
+
+
+def _format_run(run: dict[str, Any] | None) -> list[str]:
+    """The lines of the driver's ``status`` record (``StatusRecorder``)."""
+    if not isinstance(run, dict):
+        return []
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("updated_at", 0)))
+    lines = [f"  last run: {'running' if run.get('running') else 'ended'} (as of {when}), "
+             f"{run.get('batches', 0)} batches committed, {run.get('attempts', 0)} attempts, "
+             f"{run.get('failed_attempts', 0)} failed"]
+    if run.get("stopped_because"):
+        lines.append(f"    stopped: {run['stopped_because']}")
+    for spout in sorted(run.get("acked") or {}):
+        lines.append(f"    spout {spout}: acked {run['acked'][spout]}, failed {run['failed'].get(spout, 0)} "
+                     f"(timed out {run['timed_out'].get(spout, 0)}), pending {run['pending'].get(spout, 0)}")
+    counts = run.get("executed") or {}
+    for c in sorted(set(counts) | set(run.get("emitted") or {})):
+        lines.append(f"    {c}: executed {counts.get(c, 0)}, emitted {(run.get('emitted') or {}).get(c, 0)}")
+    for c, err in sorted((run.get("errors") or {}).items()):
+        lines.append(f"    last error in {c} (task {err.get('task')}, txid {err.get('txid')}): {err.get('error')}")
+    return lines
+
+
+class StatusRecorder:
+    """Keeps the ``status`` record of a running topology in its coordinator state, for
+    ``trident status``: batches, attempts, tuples executed and emitted per component,
+    (core topologies) acked, failed and pending spout tuples, and the last error of each
+    component with its traceback. A listener of the coordinator's transitions: it writes
+    on a failure, at most every ``interval_secs`` on commits, and at the end (``close``).
+    ``counts()`` gives the core topology's spout figures when it writes."""
+
+    def __init__(self, state: TransactionalState, kind: str, owner: str, interval_secs: float = 1.0,
+                 counts: Any = None, clock: Any = time.monotonic) -> None:
+        self.state, self.interval, self.clock, self.counts = state, interval_secs, clock, counts
+        self.record: dict[str, Any] = {"kind": kind, "owner": owner, "running": True, "batches": 0,
+                                       "attempts": 0, "failed_attempts": 0, "executed": {}, "emitted": {},
+                                       "errors": {}, "stopped_because": ""}
+        self.last_write = -float("inf")
+
+    def __call__(self, t: Any) -> None:
+        """Take one transition; write when it is time."""
+        r = self.record
+        if t.kind == "launched":
+            r["attempts"] += 1
+        elif t.kind == "failed":
+            f = t.info["failure"]
+            r["failed_attempts"] += 1
+            r["errors"][f.component] = {"task": f.task, "txid": f.txid, "attempt": f.attempt_id,
+                                        "error": f"{f.error_type}: {f.message}"[:2000],
+                                        "traceback": f.traceback[-8000:], "at": time.time()}
+            self.write()
+        elif t.kind == "committed":
+            r["batches"] += 1
+            r["last_committed"] = t.txid
+            for key in ("executed", "emitted"):
+                for c, n in t.info.get(key, {}).items():
+                    r[key][c] = r[key].get(c, 0) + n
+            if self.clock() - self.last_write >= self.interval:
+                self.write()
+        elif t.kind == "stopped":
+            r["stopped_because"] = t.info.get("reason", "")
+
+    def write(self) -> None:
+        """Write the record now (a failure to write is logged, never raised: it is a report)."""
+        if self.counts is not None:
+            self.record.update(self.counts())
+        self.record["updated_at"] = time.time()
+        self.last_write = self.clock()
+        try:
+            self.state.set("status", self.record)
+        except Exception as e:  # noqa: BLE001 - the status record must not stop a run
+            logging.getLogger("trident").debug("writing the status record: %r", e)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """The run ended (with ``error``, if it failed): a last write."""
+        self.record["running"] = False
+        if error is not None and not self.record["stopped_because"]:
+            self.record["stopped_because"] = f"error: {type(error).__name__}: {error}"[:2000]
+        self.write()
