@@ -177,15 +177,15 @@ function renderPipeline(s) {
 }
 
 // -- plots ---------------------------------------------------------------------------------------
-function niceMax(v) {
-  if (!(v > 0)) return 1;
-  const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (v <= m * p) return m * p;
+function niceStep(raw) {                                // 1, 2, 2.5 or 5 times a power of ten
+  if (!(raw > 0)) return 0.25;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 2.5, 5]) if (raw <= m * p * 1.000001) return m * p;
   return 10 * p;
 }
 
 function fmtAxis(v, unit) {
-  if (unit === "s") return fmtSecs(v);
+  if (unit === "s") return v === 0 ? "0" : v < 1 ? `${+(v * 1000).toFixed(1)} ms` : `${+v.toFixed(2)} s`;
   if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
   if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
   if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
@@ -210,7 +210,8 @@ function plot(canvas, series, xmin, xmax, unit, empty) {
   const w = cssW - L - R, h = cssH - T - B;
   let ymax = 0;
   for (const s of series) for (const [, y] of s.points) ymax = Math.max(ymax, y);
-  ymax = niceMax(ymax * 1.05);
+  const ystep = niceStep((ymax * 1.05) / 4);
+  ymax = ystep * Math.max(1, Math.ceil((ymax * 1.05) / ystep));
   const X = (x) => L + (xmax > xmin ? (x - xmin) / (xmax - xmin) : 0) * w;
   const Y = (y) => T + h - (y / ymax) * h;
   ctx.font = "11px system-ui, sans-serif";
@@ -219,8 +220,8 @@ function plot(canvas, series, xmin, xmax, unit, empty) {
   ctx.lineWidth = 1;
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
-  for (let i = 0; i <= 4; i++) {
-    const v = (ymax * i) / 4, y = Math.round(Y(v)) + 0.5;
+  for (let v = 0; v <= ymax + ystep / 2; v += ystep) {
+    const y = Math.round(Y(v)) + 0.5;
     ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(L + w, y); ctx.stroke();
     ctx.fillText(fmtAxis(v, unit), L - 6, y);
   }

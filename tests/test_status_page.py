@@ -1,0 +1,190 @@
+"""The status page in a real headless Chromium (Debian's ``chromium``, driven by
+Playwright), loaded while a real topology runs: it must draw the topology, the committed
+txid, the txids in flight, the plots, the counts and the last error with its traceback.
+A screenshot of each run is kept in ``tests/artifacts/`` (docs/operations.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spouts import MemoryTransactionalSpout
+from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, Values
+from transactional._runner import Engine
+from transactional.testing import FaultPlan, with_faults
+from transactional.webui import attach
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import transactional_words  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+# Chromium must not reach beyond loopback (docs: ENVIRONMENT, "Looking at what a person sees")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+class Pace(BaseBatchBolt):
+    """Passes the batch's words on after a pause, so that several txids are in flight."""
+
+    def prepare(self, conf, context, collector, id):
+        self.collector, self.id, self.words = collector, id, []
+
+    def execute(self, tuple):                          # ("tx", "word")
+        self.words.append(tuple[1])
+
+    def finish_batch(self):
+        time.sleep(0.2)
+        for w in self.words:
+            self.collector.emit(Values(self.id, w))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word"))
+
+
+def paced_words(tid: str, per_partition: int = 240):
+    """spout -> pace (fails every task of txid 4's first attempt) -> count (committer) ->
+    bucketize -> buckets (committer): TransactionalWords with a pause."""
+    tw = transactional_words
+    spout = MemoryTransactionalSpout(tw.make_data(partitions=3, per_partition=per_partition), Fields("word"), 5)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
+    plan = FaultPlan(seed=1, rate=1.0, max_attempt=1, txids=frozenset({4}))
+    b.set_bolt("pace", with_faults(Pace(), plan), 2).shuffle_grouping("spout")
+    b.set_bolt("count", tw.KeyedCountUpdater(), 3).fields_grouping("pace", Fields("word"))
+    b.set_bolt("bucketize", tw.Bucketize(), 2).shuffle_grouping("count")
+    b.set_bolt("buckets", tw.BucketCountUpdater(), 2).fields_grouping("bucketize", Fields("bucket"))
+    return b.build()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A headless Chromium (a profile of its own in a temp dir), one page per test."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (scripts/install.sh --test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1360, "height": 1000})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def api(url: str) -> dict:
+    with urllib.request.urlopen(url + "api/status", timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.parametrize("executor", ["in-process", pytest.param("spark", marks=pytest.mark.spark_only)])
+def test_the_status_page_shows_a_live_run(browser, executor, request):
+    if executor == "spark":
+        request.getfixturevalue("spark_context")
+    topo = paced_words(f"status-{executor}-{uuid.uuid4().hex[:6]}")
+    config = TopologyConfig(executor=executor, progress=False, max_spout_pending=3, retry_backoff_secs=0.1,
+                            message_timeout_secs=120, metrics_port=0)
+    engine = Engine(topo, config)
+    observer = attach(engine.listeners, topo, config)
+    assert observer is not None
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = engine.run(None)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            outcome["error"] = e
+
+    runner = threading.Thread(target=run, name="status-page-run", daemon=True)
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    outside: list[str] = []
+    url = observer.url
+    page.on("request", lambda r: None if r.url.startswith(url) else outside.append(r.url))
+    try:
+        runner.start()
+        page.goto(url)
+        try:
+            page.wait_for_function("""() => document.body.dataset.ready === "1" """, timeout=30_000)
+        except Exception:  # noqa: BLE001 - say why
+            pytest.fail(f"the status page did not render its first status: {problems}")
+        # Step 1. while it runs: txids committed, some in flight, and the injected failure shown
+        page.wait_for_function(
+            """() => document.body.dataset.ready === "1"
+                     && Number(document.getElementById("committed-txid").textContent) >= 6
+                     && document.querySelector('#errors details[data-component="pace"]') !== null
+                     && Number(document.getElementById("throughput").dataset.points) > 0""",
+            timeout=120_000)
+        assert "error" not in outcome and runner.is_alive(), "the run ended before the page was checked"
+        assert page.inner_text("#phase") == "running"
+        assert page.inner_text("#topology") == topo.topology_id
+        shown = int(page.inner_text("#committed-txid"))
+        assert 6 <= shown <= api(url)["committed_txid"]
+        # the topology: every component, its grouping labels, committer marks, phase colours
+        nodes = page.eval_on_selector_all("#graph .node", "ns => ns.map(n => [n.dataset.id, n.classList[1]])")
+        assert nodes == [["spout", "phase-spout"], ["pace", "phase-processing"], ["count", "phase-commit"],
+                         ["bucketize", "phase-commit"], ["buckets", "phase-commit"]]
+        committers = page.eval_on_selector_all("#graph .node:has(.committer)", "ns => ns.map(n => n.dataset.id)")
+        assert committers == ["count", "buckets"]
+        labels = page.eval_on_selector_all("#graph .edge.label text", "ts => ts.map(t => t.textContent)")
+        assert labels == ["shuffle", "fields(word)", "shuffle", "fields(bucket)"]
+        assert page.text_content('#graph .node[data-id="pace"] text.counts').startswith("exec ")
+        # the txid pipeline: the last committed ones, then the ones in flight
+        statuses = page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")
+        assert "committed" in statuses
+        # two plots drawn on their canvases (the throughput in the processing colour)
+        for plot in ("throughput", "latency"):
+            assert int(page.get_attribute(f"#{plot}", "data-points")) > 0
+        coloured = page.evaluate("""() => {
+            const c = document.getElementById("throughput"), d = c.getContext("2d")
+                .getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i + 2] > 150 && d[i] < 120) n++;
+            return n; }""")
+        assert coloured > 200, "the throughput line is not drawn"
+        # per-component counts, and the last error with its traceback, folded
+        row = page.eval_on_selector_all('#components tbody tr[data-id="pace"] td', "tds => tds.map(t => t.textContent)")
+        assert row[:4] == ["pace", "bolt", "processing", "2"] and int(row[4].replace(",", "")) > 0
+        summary = page.inner_text('#errors details[data-component="pace"] summary')
+        assert "FailedException: injected failure in finish_batch of pace" in summary and "txid 4, attempt 1" in summary
+        assert not page.is_visible('#errors details[data-component="pace"] pre')
+        page.click('#errors details[data-component="pace"] summary')
+        trace = page.inner_text('#errors details[data-component="pace"] pre')
+        assert trace.startswith("Traceback") and "FailedException" in trace
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / f"status_page-{executor}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 20_000
+        # Step 2. the run ends: the page says so, with the run's own figures
+        runner.join(timeout=180)
+        assert not runner.is_alive() and "error" not in outcome, outcome.get("error")
+        result = outcome["result"]
+        page.wait_for_function("""() => document.getElementById("phase").textContent === "stopped" """,
+                               timeout=10_000)
+        assert page.inner_text("#committed-txid") == str(result.last_txid) == "48"
+        assert page.inner_text("#attempts") == f"{result.attempts} · {len(result.failures)}"
+        assert page.inner_text("#stopped-because") == "spout has nothing more"
+        assert page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")[-1] == "committed"
+        # the details opened stay open across refreshes
+        assert page.is_visible('#errors details[data-component="pace"] pre')
+        assert problems == [] and outside == []
+        # Step 3. the driver stops serving: the page keeps what it showed and says so
+        observer.stop()
+        page.wait_for_function("""() => document.getElementById("phase").textContent.includes("server gone")""",
+                               timeout=10_000)
+        assert page.inner_text("#committed-txid") == "48"
+        assert {p for p in problems if "ERR_CONNECTION_REFUSED" not in p} == set() and outside == []
+    finally:
+        page.close()
+        observer.stop()
+        runner.join(timeout=60)
