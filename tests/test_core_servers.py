@@ -7,6 +7,7 @@ exact where the checkpoint was rolled back)."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import signal
@@ -114,6 +115,12 @@ def test_the_reliable_topology_on_spark_processes_every_message(tmp_path: Path, 
     processed = collections.Counter(x.decode() for x in r.lrange(f"{stream}:processed", 0, -1))
     assert processed == {i: 4 for i in ids}                            # no failure: each exactly once
     assert r.xpending(stream, "wc")["pending"] == 0
+    st = subprocess.run([sys.executable, "-m", "transactional.cli", "status", f"core-reliable-{stream}",
+                         "--coordination", zk_url, "--json"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert st.returncode == 0, st.stderr
+    run = json.loads(st.stdout)["run"]
+    assert run["acked"] == {"sentences": 200} and run["failed"] == {"sentences": 0}
+    assert run["pending"] == {"sentences": 0} and run["executed"]["record"] == 800 and run["errors"] == {}
 
 
 def stored_counts(r: redis.Redis, stream: str) -> dict[str, int]:

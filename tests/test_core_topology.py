@@ -573,3 +573,19 @@ def test_a_spout_that_raises_stops_the_run_naming_it() -> None:
     with pytest.raises(TopologyFailedError, match=r"spout 'queue' task 0 raised in next_tuple: "
                                                   r"ConnectionError: queue unreachable"):
         run_topology(b, config(executor="in-process"))
+
+
+def test_trident_status_shows_spout_tuples_counts_and_the_last_error_per_component() -> None:
+    from transactional.status import format_status, topology_status
+
+    name = uid("status")
+    run_topology(stateful_topology(name, WordCountFailingOnce(), SENTENCES), config(executor="in-process"))
+    st = topology_status("memory://", name)
+    run = st["run"]
+    assert run["kind"] == "core" and run["running"] is False and run["stopped_because"] == "spout has nothing more"
+    assert run["acked"] == {"sentences": 5} and run["pending"] == {"sentences": 0} and run["failed"]["sentences"] >= 1
+    assert run["errors"]["count"]["error"] == "RuntimeError: database is down"
+    assert "raise RuntimeError" in run["errors"]["count"]["traceback"]
+    text = format_status(st)
+    assert "spout sentences: acked 5, failed" in text and "pending 0" in text
+    assert "last error in count (task" in text and "RuntimeError: database is down" in text
