@@ -138,7 +138,7 @@ def _unknown(keys: Iterable[str]) -> list[str]:
 
 
 def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, known_settings(), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(key, known_settings(), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
