@@ -443,7 +443,8 @@ class KafkaCoordinator(PartitionedCoordinator):
         flight, and every ``poll_interval_secs`` while idle); before the first commit of
         this driver a partition counts from where its first batch here started. A partition
         not planned yet is absent."""
-        return {str(p): max(0, high - self._done.get(p, high)) for p, high in sorted(self._high.items())}
+        highs, done = dict(self._high), dict(self._done)      # copies: the engine's thread adds partitions
+        return {str(p): max(0, high - done.get(p, high)) for p, high in sorted(highs.items())}
 
     def close(self) -> None:
         if self.spout.group_id:

@@ -402,6 +402,14 @@ def test_kafka_coordinators_report_lag_per_partition(kafka_broker, kafka_topic):
             c.close()
 
 
+def test_a_transition_it_cannot_read_is_skipped_not_raised(caplog):
+    o = RunObserver(topology())
+    o(Transition("committed", 1, 1, 0.5, {"launched_at": 0.0, "emitted": {"spout": "many"}}))
+    o(Transition("committed", 2, 1, 0.9, {"launched_at": 0.5, "emitted": {"spout": 3}}))
+    assert o.snapshot()["committed_txid"] == 2
+    assert "skips a 'committed' transition of txid 1" in caplog.text
+
+
 def test_listener_is_safe_under_concurrent_reads():
     """Transitions arrive on the engine's thread while the server reads snapshots."""
     o = RunObserver(topology())

@@ -110,6 +110,7 @@ class RunObserver:
         self._lag_at: float | None = None
         self.metrics = RunMetrics(self)
         self.server: StatusServer | None = None
+        self._complained = False
 
     # -- serving ----------------------------------------------------------------------------------
     def start(self, host: str = "127.0.0.1", port: int = 0) -> StatusServer:
@@ -135,7 +136,17 @@ class RunObserver:
 
     # -- the listener ---------------------------------------------------------------------------
     def __call__(self, t: Transition) -> None:
-        """Take one transition (the engine's main thread)."""
+        """Take one transition (the engine's main thread). Never raises: a figure it cannot
+        read is logged and skipped, the run goes on."""
+        try:
+            self._take(t)
+        except Exception as e:  # noqa: BLE001 - watching a run must not stop it
+            if not self._complained:
+                self._complained = True
+                log.warning("%s: the status page skips a %r transition of txid %d it cannot read: %r",
+                            self.topology_id, t.kind, t.txid, e)
+
+    def _take(self, t: Transition) -> None:
         with self._lock:
             if t.kind in _STATUS_OF:
                 self._move(t)
