@@ -49,6 +49,9 @@ class KeyValueState:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self._pending: dict[str, Any] = {}
+        # committed values read or written by this state: one writer per namespace (a task),
+        # so they stay true until it commits again
+        self._cache: dict[str, Any] = {}
         prepared = self._load_prepared()
         self._prepared_txid: int | None = prepared[0] if prepared else None
         self._prepared: dict[str, Any] = prepared[1] if prepared else {}
@@ -57,11 +60,12 @@ class KeyValueState:
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key`` as this bolt left it (pending, prepared, then committed)."""
         e = encode_key(key)
-        for layer in (self._pending, self._prepared):
+        for layer in (self._pending, self._prepared, self._cache):
             if e in layer:
                 v = layer[e]
                 return default if v is _DELETED else v
         found, v = self._committed(e)
+        self._cache[e] = v if found else _DELETED
         return v if found else default
 
     def put(self, key: Any, value: Any) -> None:
@@ -97,6 +101,7 @@ class KeyValueState:
             msg = f"state {self.namespace!r}: commit of txid {txid}, but txid {self._prepared_txid} is prepared"
             raise StateCorruptError(msg)
         self._store_commit(txid, self._prepared)
+        self._cache.update(self._prepared)
         self._prepared_txid, self._prepared = None, {}
 
     def rollback(self) -> None:

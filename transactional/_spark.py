@@ -147,9 +147,12 @@ class SparkExecutor:
         self._local.persisted = []
 
     def shared(self, topology: Topology) -> Any:
-        # executors load each component's ``blob``; ``driver_blob`` is for this process
+        # executors load each component's ``blob``; ``driver_blob`` is for this process, and so
+        # is a core topology's spout (its tasks run on the driver)
         slim = dataclasses.replace(topology, components=tuple(
-            dataclasses.replace(c, driver_blob=b"", origin="") for c in topology.components))
+            dataclasses.replace(c, driver_blob=b"", origin="",
+                                blob=b"" if topology.core and c.kind == "spout" else c.blob)
+            for c in topology.components))
         return self.sc.broadcast(slim)
 
     def accumulator(self) -> Any:
