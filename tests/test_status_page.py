@@ -49,7 +49,7 @@ class Pace(BaseBatchBolt):
         declarer.declare(Fields("id", "word"))
 
 
-def paced_words(tid: str, per_partition: int = 240):
+def paced_words(tid: str, per_partition: int = 300):
     """spout -> pace (fails every task of txid 4's first attempt) -> count (committer) ->
     bucketize -> buckets (committer): TransactionalWords with a pause."""
     tw = transactional_words
@@ -112,12 +112,15 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
     url = observer.url
     page.on("request", lambda r: None if r.url.startswith(url) else outside.append(r.url))
     try:
-        runner.start()
         page.goto(url)
         try:
             page.wait_for_function("""() => document.body.dataset.ready === "1" """, timeout=30_000)
         except Exception:  # noqa: BLE001 - say why
             pytest.fail(f"the status page did not render its first status: {problems}")
+        # Step 0. served before the run begins: the topology, nothing committed yet
+        assert page.inner_text("#phase") == "starting" and page.inner_text("#committed-txid") == "–"
+        assert page.locator("#graph .node").count() == 5
+        runner.start()
         # Step 1. while it runs: txids committed, some in flight, and the injected failure shown
         page.wait_for_function(
             """() => document.body.dataset.ready === "1"
@@ -171,7 +174,7 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         result = outcome["result"]
         page.wait_for_function("""() => document.getElementById("phase").textContent === "stopped" """,
                                timeout=10_000)
-        assert page.inner_text("#committed-txid") == str(result.last_txid) == "48"
+        assert page.inner_text("#committed-txid") == str(result.last_txid) == "60"
         assert page.inner_text("#attempts") == f"{result.attempts} · {len(result.failures)}"
         assert page.inner_text("#stopped-because") == "spout has nothing more"
         assert page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")[-1] == "committed"
@@ -182,7 +185,7 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         observer.stop()
         page.wait_for_function("""() => document.getElementById("phase").textContent.includes("server gone")""",
                                timeout=10_000)
-        assert page.inner_text("#committed-txid") == "48"
+        assert page.inner_text("#committed-txid") == "60"
         assert {p for p in problems if "ERR_CONNECTION_REFUSED" not in p} == set() and outside == []
     finally:
         page.close()
