@@ -41,6 +41,10 @@ def words_topology():
     return b.build()
 
 
+def label(cid: str, class_name: str, tasks: str) -> str:
+    return f'label=<<B>{cid}</B><BR/>{class_name}<BR/><FONT POINT-SIZE="10" COLOR="#555555">{tasks}</FONT>>'
+
+
 def nodes(dot: str) -> dict[str, str]:
     return dict(re.findall(r'^\s*"([^"]+)" \[(label=.*)\];$', dot, re.M))
 
@@ -52,9 +56,10 @@ def edges(dot: str) -> dict[tuple[str, str], str]:
 def test_components_are_nodes_with_id_class_tasks_committer_and_spouts_shaped_apart():
     dot = to_dot(words_topology())
     n = nodes(dot)
-    assert n["spout"].startswith('label="spout\\nMemoryTransactionalSpout\\n2 tasks", shape=cds')
-    assert n["route"].startswith('label="route\\nRoute\\n3 tasks", shape=box')
-    assert n["sink"].startswith('label="sink\\nSink\\n1 task, committer", shape=box') and "peripheries=2" in n["sink"]
+    assert n["spout"].startswith(label("spout", "MemoryTransactionalSpout", "2 tasks") + ", shape=cds")
+    assert n["route"].startswith(label("route", "Route", "3 tasks") + ", shape=box")
+    assert n["sink"].startswith(label("sink", "Sink", "1 task, committer") + ", shape=box")
+    assert "peripheries=2" in n["sink"]
     assert "peripheries" not in n["route"]
 
 
@@ -114,7 +119,7 @@ def test_core_topology_marks_stateful_bolts_and_names_its_kind():
     assert "topology 'core-count' (core)" in dot
     assert 'label="commit: stateful bolts, in micro-batch order"' in dot
     n = nodes(dot)
-    assert n["total"].startswith('label="total\\nTotal\\n1 task, stateful"') and "peripheries=2" in n["total"]
+    assert n["total"].startswith(label("total", "Total", "1 task, stateful")) and "peripheries=2" in n["total"]
     assert "committer" not in dot
 
 
@@ -128,7 +133,7 @@ def test_any_object_with_the_topology_fields_is_drawn_as_transactional():
                          inputs=(Subscription("s", "default", "all"),))))
     dot = to_dot(t)
     assert dot.startswith('digraph "odd \\"id\\"" {') and "(transactional)" in dot
-    assert nodes(dot)["c"].startswith('label="c\\n?\\n4 tasks, committer"')
+    assert nodes(dot)["c"].startswith(label("c", "?", "4 tasks, committer"))
     assert edges(dot)[("s", "c")] == 'label="all"'
     assert render(dot, "svg").lstrip().startswith(b"<?xml")   # dot parses the quoting
 
@@ -141,3 +146,13 @@ def test_render_png_and_svg_through_graphviz_dot():
     assert "<svg" in svg and "route" in svg and "fields (word)" in svg
     check = subprocess.run(["dot", "-Tcanon"], input=dot, capture_output=True, text=True, check=True)
     assert "cluster_commit" in check.stdout
+
+
+def test_html_in_names_is_escaped():
+    comp = SimpleNamespace
+    t = SimpleNamespace(topology_id="t", commit_components=frozenset(), components=(
+        comp(id="a<b>&c", kind="spout", parallelism=1, committer=False, inputs=(), streams={},
+             class_name="TridentBolt: each -> partial"),))
+    dot = to_dot(t)
+    assert label("a&lt;b&gt;&amp;c", "TridentBolt: each -&gt; partial", "1 task") in dot
+    assert b"each &#45;&gt; partial" in render(dot, "svg")   # drawn as text, not markup

@@ -44,7 +44,7 @@ _PHASES = {
     "core": {"processing": "processing: micro-batches in parallel",
              "commit": "commit: stateful bolts, in micro-batch order"},
 }
-_SPOUT = 'shape=cds, style="filled", fillcolor="#dbe9f6", color="#3b6ea5"'
+_SPOUT = 'shape=cds, style="filled", fillcolor="#dbe9f6", color="#3b6ea5", margin="0.25,0.12"'
 _BOLT = 'shape=box, style="rounded,filled", fillcolor="#ffffff", color="#444444"'
 _COMMIT_BOLT = 'shape=box, style="rounded,filled", fillcolor="#fdf0d5", color="#b5651d"'
 
@@ -54,7 +54,7 @@ class GraphvizMissingError(TridentError):
 
 
 def _quote(text: str) -> str:
-    """A DOT double-quoted string (``\\n`` inside ``text`` stays a line break)."""
+    """A DOT double-quoted string."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
@@ -62,14 +62,20 @@ def _phase(topology: Any, component: Any) -> str:
     return "commit" if component.id in topology.commit_components else "processing"
 
 
+def _html(text: str) -> str:
+    """``text`` inside a Graphviz HTML-like label."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
 def _node(topology: Any, c: Any, kind: str) -> str:
     mark = ("stateful" if kind == "core" else "committer") if c.committer else ""
     tasks = f"{c.parallelism} task{'' if c.parallelism == 1 else 's'}"
-    lines = [c.id, c.class_name or "?", f"{tasks}, {mark}" if mark else tasks]
+    label = (f"<<B>{_html(c.id)}</B><BR/>{_html(c.class_name or '?')}<BR/>"
+             f'<FONT POINT-SIZE="10" COLOR="#555555">{_html(f"{tasks}, {mark}" if mark else tasks)}</FONT>>')
     attrs = _SPOUT if c.kind == "spout" else (_COMMIT_BOLT if _phase(topology, c) == "commit" else _BOLT)
     if c.committer:
         attrs += ", peripheries=2"
-    return f"{_quote(c.id)} [label={_quote(chr(10).join(lines))}, {attrs}];"
+    return f"{_quote(c.id)} [label={label}, {attrs}];"
 
 
 def _edge(source: str, target: str, sub: Any) -> str:
