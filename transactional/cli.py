@@ -119,18 +119,18 @@ def _describe_value(v: Any) -> str:
 # -- settings ----------------------------------------------------------------------------------------
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-batches", type=int, default=None, help="commit at most N batches, then stop")
-    parser.add_argument("--master", help="Spark master (default local[*]; spark://host:port, yarn, k8s://...)")
-    parser.add_argument("--py-files", help="comma-separated .py/.zip/.egg files for executors (as spark-submit's); "
+    parser.add_argument("--max-batches", type=int, default=None, metavar="N", help="commit at most N batches, then stop")
+    parser.add_argument("--master", metavar="URL", help="Spark master (default local[*]; spark://host:port, yarn, k8s://...)")
+    parser.add_argument("--py-files", metavar="FILES", help="comma-separated .py/.zip/.egg files for executors (as spark-submit's); "
                         "for a non-local master the topology's local modules are zipped and shipped too")
-    parser.add_argument("--archives", help="comma-separated archives unpacked on executors, e.g. venv.tar.gz#environment")
-    parser.add_argument("--coordination", help="memory:// or zk://host:port[,host:port]/<root>")
-    parser.add_argument("--coordination-auth", help="ZooKeeper digest credentials user:password")
-    parser.add_argument("--state", help="memory:// or redis://[user:password@]host:port/db")
-    parser.add_argument("--max-spout-pending", type=int, help="batches in flight at most")
-    parser.add_argument("--message-timeout", type=float, help="seconds before an attempt is replayed")
-    parser.add_argument("--idle-timeout", type=float, help="seconds to wait for new data before ending (-1: forever)")
-    parser.add_argument("--lock-wait", type=float, help="seconds to wait for another driver's lock (-1: forever)")
+    parser.add_argument("--archives", metavar="ARCHIVES", help="comma-separated archives unpacked on executors, e.g. venv.tar.gz#environment")
+    parser.add_argument("--coordination", metavar="URL", help="memory:// or zk://host:port[,host:port]/<root>")
+    parser.add_argument("--coordination-auth", metavar="USER:PASSWORD", help="ZooKeeper digest credentials user:password")
+    parser.add_argument("--state", metavar="URL", help="memory:// or redis://[user:password@]host:port/db")
+    parser.add_argument("--max-spout-pending", type=int, metavar="N", help="batches in flight at most")
+    parser.add_argument("--message-timeout", type=float, metavar="SECS", help="seconds before an attempt is replayed")
+    parser.add_argument("--idle-timeout", type=float, metavar="SECS", help="seconds to wait for new data before ending (-1: forever)")
+    parser.add_argument("--lock-wait", type=float, metavar="SECS", help="seconds to wait for another driver's lock (-1: forever)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a TopologyConfig field, or conf.KEY for a user setting (JSON values)")
     parser.add_argument("--config", metavar="FILE",
@@ -143,9 +143,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _log_level_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
-                        help="INFO (default): progress and warnings; DEBUG adds Spark's, py4j's and kazoo's own "
-                             "output; WARNING or ERROR: less")
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                        help="DEBUG, INFO (default: progress and warnings), WARNING or ERROR; DEBUG adds Spark's, py4j's and kazoo's own "
+                             "output")
 
 
 _FLAGS = (("master", "spark_master", "--master"), ("coordination", "coordination", "--coordination"),
@@ -472,27 +472,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trident (spark-trident) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a topology file")
-    p_run.add_argument("file")
+    p_run.add_argument("file", help="a topology file: defines build_topology(), optionally report(result) and CONFIG")
     _config_args(p_run)
     p_desc = sub.add_parser("describe", help="a picture of topologies: components, groupings, phases")
-    p_desc.add_argument("files", nargs="+", metavar="FILE")
-    p_desc.add_argument("--format", choices=list(_SUFFIX), help="text (default), dot (Graphviz source), svg or png "
+    p_desc.add_argument("files", nargs="+", metavar="FILE", help="topology files (each one's build_topology() is called once)")
+    p_desc.add_argument("--format", choices=list(_SUFFIX), metavar="FORMAT", help="text (default), dot (Graphviz source), svg or png "
                         "(drawn by Graphviz's dot: apt-get install graphviz); default from -o's suffix")
     p_desc.add_argument("-o", "--out", help="a file, or a directory for one file per topology named after it "
                         "(default: text and dot to stdout, svg and png to ./<topology id>.<format>)")
     _log_level_arg(p_desc)
     p_pkg = sub.add_parser("package", help="zip this package and the topology's local modules for "
                            "spark-submit --py-files (docs/cluster.md)")
-    p_pkg.add_argument("file")
+    p_pkg.add_argument("file", help="a topology file")
     p_pkg.add_argument("-o", "--out-dir", default=".", help="where to write trident-code-<hash>.zip (default .)")
     _log_level_arg(p_pkg)
     p_status = sub.add_parser("status", help="a topology's coordinator state")
-    p_status.add_argument("topology_id")
-    p_status.add_argument("--coordination", help="zk://host:port[,host:port]/<root> (default: from --config, "
+    p_status.add_argument("topology_id", help="the topology id (TransactionalTopologyBuilder's first argument)")
+    p_status.add_argument("--coordination", metavar="URL", help="zk://host:port[,host:port]/<root> (default: from --config, "
                           f"./{DEFAULT_FILE} or TRIDENT_COORDINATION)")
-    p_status.add_argument("--coordination-auth", help="user:password")
+    p_status.add_argument("--coordination-auth", metavar="USER:PASSWORD", help="ZooKeeper digest credentials")
     p_status.add_argument("--config", metavar="FILE", help=f"a TOML settings file (default ./{DEFAULT_FILE})")
-    p_status.add_argument("--json", action="store_true")
+    p_status.add_argument("--json", action="store_true", help="the status as one JSON object")
     _log_level_arg(p_status)
     return parser
 
