@@ -39,6 +39,7 @@ from transactional.exceptions import StateCorruptError
 _DELETED = object()        # a pending or prepared delete
 _TOMBSTONE = b"\x00deleted"  # a prepared delete in Redis (not valid JSON: never a value)
 TXID_FIELD = "~txid"       # the prepared txid in the prepare hash (encoded keys never equal it)
+FULL_READ_LIMIT = 200_000  # a Redis state of at most this many keys is read whole at its first miss
 
 
 class KeyValueState:
@@ -50,8 +51,9 @@ class KeyValueState:
         self.namespace = namespace
         self._pending: dict[str, Any] = {}
         # committed values read or written by this state: one writer per namespace (a task),
-        # so they stay true until it commits again
+        # so they stay true until it commits again; ``_complete``: the cache holds them all
         self._cache: dict[str, Any] = {}
+        self._complete = False
         prepared = self._load_prepared()
         self._prepared_txid: int | None = prepared[0] if prepared else None
         self._prepared: dict[str, Any] = prepared[1] if prepared else {}
@@ -64,6 +66,8 @@ class KeyValueState:
             if e in layer:
                 v = layer[e]
                 return default if v is _DELETED else v
+        if self._complete:
+            return default
         found, v = self._committed(e)
         self._cache[e] = v if found else _DELETED
         return v if found else default
@@ -202,10 +206,14 @@ class RedisKeyValueState(KeyValueState):
     """``redis://``: committed values in the hash ``<namespace>``, prepared changes in
     ``<namespace>:~prepare`` (with the txid under ``~txid``; a delete as a tombstone),
     the last committed txid in ``<namespace>:~txid``. A commit applies the prepared
-    changes, drops the prepare hash and records the txid in one MULTI/EXEC."""
+    changes, drops the prepare hash and records the txid in one MULTI/EXEC. Reads go
+    through a cache of the committed values (this state is their only writer); a hash of
+    at most ``FULL_READ_LIMIT`` keys is read whole at the first miss, a larger one key by
+    key."""
 
     def __init__(self, client: Any, namespace: str) -> None:
         self.client = client
+        self._tried_full = False
         self._prepare_key = f"{namespace}:~prepare"
         self._txid_key = f"{namespace}:~txid"
         super().__init__(namespace)
@@ -231,6 +239,15 @@ class RedisKeyValueState(KeyValueState):
             raise StateCorruptError(msg) from err
 
     def _committed(self, e: str) -> tuple[bool, Any]:
+        if not self._tried_full:
+            # a state small enough is read whole at the first miss: one round trip instead
+            # of one per key (a word count touches most of its keys in every checkpoint)
+            self._tried_full = True
+            if self.client.hlen(self.namespace) <= FULL_READ_LIMIT:
+                self._cache.update(self._committed_items())
+                self._complete = True
+                v = self._cache.get(e, _DELETED)
+                return (False, None) if v is _DELETED else (True, v)
         raw = self.client.hget(self.namespace, e)
         return (False, None) if raw is None else (True, self._decode(e, raw))
 
