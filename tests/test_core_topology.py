@@ -22,7 +22,6 @@ from transactional import (
     ConfigError,
     FailedException,
     Fields,
-    InvalidTupleError,
     TopologyBuilder,
     TopologyConfig,
     TopologyError,

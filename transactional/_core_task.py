@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transactional._acker import TupleIds, new_id
@@ -67,6 +67,12 @@ def chooser(grouping: str, n: int, field_idx: list[int], seed: int) -> Chooser:
     return round_robin
 
 
+def _same_task(task: int) -> Chooser:
+    """``local_or_shuffle`` where it is local: task i sends to task i."""
+    same = (task,)
+    return lambda v: same
+
+
 class _Route:
     """One subscription of one stream: how to choose the consumer's tasks, and the
     consumer's per-task lists of values and of message ids."""
@@ -99,8 +105,7 @@ class Outputs:
                     continue
                 n = consumer.parallelism
                 if sub.grouping == "local_or_shuffle" and topology.is_local(consumer):
-                    same = (task,)
-                    choose: Chooser = lambda v, same=same: same
+                    choose: Chooser = _same_task(task)
                 else:
                     choose = chooser(sub.grouping, n, [spec.fields.index(f) for f in sub.fields],
                                      task * 40503 + seed)
@@ -158,13 +163,13 @@ class Outputs:
         return out
 
 
-def _anchor_pairs(component: str, task: int, anchors: Any) -> list[tuple[int, dict[int, int] | None]]:
+def _anchor_pairs(component: str, task: int, anchors: Any) -> list[tuple[int, Mapping[int, int]]]:
     if anchors is None:
         return []
     if isinstance(anchors, CoreTuple):
-        return [(anchors.key, anchors.message_id)]
+        return [(anchors.key, anchors.message_id or {})]
     if isinstance(anchors, (list, tuple)) and all(isinstance(a, CoreTuple) for a in anchors):
-        return [(a.key, a.message_id) for a in anchors]
+        return [(a.key, a.message_id or {}) for a in anchors]
     msg = (f"{component!r} task {task}: anchors must be an input tuple of this task or a list of them; "
            f"got {anchors!r}")
     raise InvalidTupleError(msg)
@@ -208,7 +213,7 @@ class CoreRouter:
         r.ids[t].append(self.ids.anchored(pairs) or None if pairs else None)
         self.emitted += 1
 
-    def _anchors(self, anchors: Any) -> list[tuple[int, dict[int, int] | None]]:
+    def _anchors(self, anchors: Any) -> list[tuple[int, Mapping[int, int]]]:
         pairs = _anchor_pairs(self.component, self.task, anchors)
         for key, _ in pairs:
             if key in self._done:

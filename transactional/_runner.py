@@ -75,6 +75,7 @@ from transactional.result import RunResult
 from transactional.status import StatusRecorder
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
+from transactional.webui import RunObserver, attach, lag_source
 
 log = logging.getLogger("trident")
 
@@ -330,6 +331,7 @@ class Engine:
         self.result._states = self.states
         self.progress = config.progress if config.progress is not None else sys.stderr.isatty()
         self._last_progress = time.monotonic()
+        self.observer: RunObserver | None = None          # the status page and metrics, when served
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
         if self.progress:
@@ -340,6 +342,16 @@ class Engine:
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:
         t0 = self.started = time.monotonic()
+        # the status page and metrics (docs/operations.md), when metrics_port is set
+        self.observer = attach(self.listeners, self.topology, self.config)
+        try:
+            return self._run(t0, max_batches)
+        finally:
+            if self.observer is not None:
+                self.listeners.remove(self.observer)
+                self.observer.stop()
+
+    def _run(self, t0: float, max_batches: int | None) -> RunResult:
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         state = open_transactional_state(self.config.coordination, self.topology.topology_id,
                                          **self._coordination_options())
@@ -359,6 +371,8 @@ class Engine:
                     self.states.known.update(store.recover_maps())
                     self.states.declare(self.topology, self.conf)
                 planner = SpoutsPlanner(self.topology, self.conf, state=state)
+                if self.observer is not None:
+                    self.observer.set_lag_source(lag_source({sid: p.coordinator for sid, p in planner.planners.items()}))
             recorder = StatusRecorder(state, self.topology.kind, owner,
                                       counts=self._core_counts(planner) if self.topology.core else None)
             self.listeners.append(recorder)       # the record `trident status` shows
@@ -447,7 +461,7 @@ class Engine:
                 self._log_progress()
 
     # -- commit (main thread) ----------------------------------------------------------------
-    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: SpoutsPlanner,
+    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: Any,
                 state: TransactionalState, jobs: _Jobs) -> dict:
         """The commit of one attempt; returns what the ``committed`` transition reports.
         Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""

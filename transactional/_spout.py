@@ -180,7 +180,7 @@ class SpoutsPlanner:
             return None
         return meta, self.policy.advance(states, meta)
 
-    def fed(self, txid: int) -> None:
+    def fed(self, txid: int) -> dict[str, list[list]] | None:
         """Transactional spouts emit in their own tasks: nothing is fed from the driver."""
         return None
 

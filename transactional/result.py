@@ -159,6 +159,7 @@ class RunResult:
             "tuples_per_sec": round(self.tuples / self.wall_secs, 1) if self.wall_secs else None,
             "commit_latency_p50_ms": _r(self.latency_ms(50)), "commit_latency_p99_ms": _r(self.latency_ms(99)),
             "stopped_because": self.stopped_because,
+            "executed": dict(self.executed), "emitted": dict(self.emitted),
             **({"acked": self.acked, "failed": self.failed, "timed_out": self.timed_out, "pending": self.pending,
                 "checkpoints": self.checkpoints} if self.acked else {}),
         }
