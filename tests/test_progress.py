@@ -28,26 +28,28 @@ def committed(txid: int, **emitted: int) -> Transition:
     return Transition("committed", txid, 1, 0.0, {"emitted": emitted, "launched_at": 0.0})
 
 
-def test_a_line_at_most_every_interval_with_commits_flight_failures_and_rate():
+def test_the_first_commit_at_once_then_a_line_at_most_every_interval():
     clock = Clock()
     p, lines = progress(clock)
     for txid in (1, 2, 3):
         p(launched(txid))
     clock.now += 1.0
     p(committed(1, sentences=30, split=90))
-    assert lines == [], "no line before the interval has passed"
+    assert lines == ["words: committed txid 1 (1 batch), 2 txids in flight, 0 failed attempts, 30 tuples, "
+                     "30 tuples/s"], "the first commit is logged at once"
     clock.now += 1.5
     p(Transition("failed", 2, 1, 0.0, {"failure": None}))
-    assert lines == ["words: committed txid 1 (1 batch), 2 txids in flight, 1 failed attempt, 30 tuples, "
-                     "12 tuples/s"]
-    clock.now += 1.0
+    assert len(lines) == 1, "no line before the interval has passed"
+    clock.now += 0.5
     p(launched(2, attempt=2))
+    assert lines[-1] == "words: committed txid 1 (1 batch), 2 txids in flight, 1 failed attempt, 30 tuples, 10 tuples/s"
+    clock.now += 1.0
     p(committed(2, sentences=30, queries=2))
-    assert len(lines) == 1, "the next line waits a full interval"
+    assert len(lines) == 2, "the next line waits a full interval"
     clock.now += 1.0
     p(committed(3, sentences=30))
     assert lines[-1] == ("words: committed txid 3 (3 batches), 0 txids in flight, 1 failed attempt, 92 tuples, "
-                         "20 tuples/s")
+                         "18 tuples/s")
 
 
 def test_rate_counts_from_the_first_launched_batch_not_from_construction():
@@ -101,7 +103,7 @@ def test_final_line_names_the_txids_this_run_committed():
     assert one_lines[-1].startswith("words: committed txid 4 (1 batch), 0 failed attempts, 1 tuple in ")
 
 
-def test_line_before_any_commit_and_in_flight_after_a_stop():
+def test_a_run_that_never_commits_still_logs_every_interval():
     clock = Clock()
     p, lines = progress(clock, interval=1.0)
     p(launched(1))
@@ -123,3 +125,30 @@ def test_for_topology_reads_the_spouts_of_a_built_topology():
     b.set_bolt("count", BaseBatchBolt()).shuffle_grouping("a").shuffle_grouping("b")
     p = Progress.for_topology(b.build(), interval_secs=5.0)
     assert p.topology_id == "t" and p.spout_ids == {"a", "b"} and p.interval_secs == 5.0
+
+
+def test_the_transitions_of_a_real_run_make_the_lines():
+    """The engine's coordinator (in-process executor, memory state) as the speaker: what
+    Progress reads of its transitions is there."""
+    import uuid
+
+    from spouts import MemoryTransactionalSpout
+    from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
+    from transactional._runner import Engine
+    from transactional.bolt import BaseBatchBolt
+
+    tid = f"progress-{uuid.uuid4().hex[:8]}"
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout(
+        {0: [(w,) for w in "abcdefghi"], 1: [(w,) for w in "jklmnopqr"]}, Fields("word"), 3), 2)
+    b.set_bolt("count", BaseBatchBolt(), 2).shuffle_grouping("spout")
+    topology = b.build()
+    lines: list[str] = []
+    p = Progress.for_topology(topology, interval_secs=3600.0, log=lines.append)
+    engine = Engine(topology, TopologyConfig(executor="in-process", progress=False))
+    engine.listeners.append(p)
+    engine.run(None)
+    p.final()
+    assert lines[0].startswith(f"{tid}: committed txid 1 (1 batch), ")
+    assert lines[-1].startswith(f"{tid}: committed txids 1..3 (3 batches), 0 failed attempts, 18 tuples in ")
+    assert lines[-1].endswith("; stopped: spout has nothing more")
+    assert len(lines) == 2

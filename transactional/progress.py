@@ -1,8 +1,8 @@
 """Progress lines of a run: a listener of the coordinator's transitions.
 
 ``Progress`` hears every ``transactional._coordinator.Transition`` ("launched",
-"processed", "failed", "committing", "committed", "stopped") and logs, at most once per
-``interval_secs``, one line::
+"processed", "failed", "committing", "committed", "stopped") and logs the first commit at
+once, then at most one line per ``interval_secs``::
 
     words: committed txid 12 (12 batches), 2 txids in flight, 1 failed attempt, 2,400 tuples, 480 tuples/s
 
@@ -23,8 +23,8 @@ The clock is a parameter: tests pass a fake one and advance it.
 >>> p(Transition("launched", 1, 1, 0.0))
 >>> now[0] = 2.5
 >>> p(Transition("committed", 1, 1, 2.5, {"emitted": {"spout": 10, "count": 4}}))
->>> lines[-1]
-'doc: committed txid 1 (1 batch), 0 txids in flight, 0 failed attempts, 10 tuples, 4 tuples/s'
+>>> lines
+['doc: committed txid 1 (1 batch), 0 txids in flight, 0 failed attempts, 10 tuples, 4 tuples/s']
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class Progress:
 
     ``topology_id`` starts every line; ``spout_ids`` are the components whose emitted
     tuples count as the run's tuples; ``interval_secs`` is the least time between two
-    lines (the first comes ``interval_secs`` after the first transition heard, so a run
-    shorter than that logs only its final line); ``clock`` gives seconds (monotonic);
+    lines (the first commit is logged at once; before it, a line comes ``interval_secs``
+    after the first transition heard); ``clock`` gives seconds (monotonic);
     ``log`` takes each line (default: the "trident" logger at INFO).
     """
 
@@ -72,6 +72,7 @@ class Progress:
         self.started: float | None = None       # when the first batch was launched
         self.stopped_because = ""
         self._last_line: float | None = None    # when the last line was logged (or the first event)
+        self._logged = False
 
     @classmethod
     def for_topology(cls, topology: Any, **kwargs: Any) -> Progress:
@@ -100,10 +101,12 @@ class Progress:
         elif t.kind == "stopped":
             self.in_flight.clear()
             self.stopped_because = (t.info or {}).get("reason", "")
+        first_commit = t.kind == "committed" and not self._logged
         if self._last_line is None:
             self._last_line = now
-        elif t.kind != "stopped" and now - self._last_line >= self.interval_secs:
+        if t.kind != "stopped" and (first_commit or now - self._last_line >= self.interval_secs):
             self._last_line = now
+            self._logged = True
             self.log(self.line())
 
     def rate(self) -> float:
