@@ -17,6 +17,7 @@ if [ "${1:-}" = "--test" ]; then
   [ -f /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   command -v redis-server >/dev/null || pkgs+=(redis-server)
   command -v openssl >/dev/null || pkgs+=(openssl)
+  [ -x /usr/bin/chromium ] || pkgs+=(chromium)   # tests/test_status_page.py: the status page in a real headless browser
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${pkgs[*]}" >&2

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import json
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 from transactional.exceptions import LockHeldError
@@ -76,6 +77,12 @@ class TransactionalState(abc.ABC):
         ZooKeeper session expired). Called before every commit. Backends that can pause
         (connection suspended) block here until connected again or the lock is lost."""
 
+    def watch(self, path: str, callback: Callable[[JSON | None], None]) -> bool:
+        """Call ``callback(value)`` with the value at ``path`` now and whenever it changes
+        (None when absent), from a thread of the backend's; False when the backend cannot
+        watch (the caller then reads the value itself)."""
+        return False
+
     def close(self) -> None:
         """Release the lock and the connection."""
         self.release_lock()
@@ -94,6 +101,7 @@ class MemoryTransactionalState(TransactionalState):
 
     _stores: dict[str, dict[str, str]] = {}
     _locks: dict[str, str] = {}
+    _watches: dict[tuple[str, str], list[Callable[[JSON | None], None]]] = {}
     _guard = threading.Lock()
 
     def __init__(self, topology_id: str) -> None:
@@ -114,9 +122,12 @@ class MemoryTransactionalState(TransactionalState):
             if topology_id is None:
                 cls._stores.clear()
                 cls._locks.clear()
+                cls._watches.clear()
             else:
                 cls._stores.pop(topology_id, None)
                 cls._locks.pop(topology_id, None)
+                for k in [k for k in cls._watches if k[0] == topology_id]:
+                    del cls._watches[k]
 
     def get(self, path: str) -> JSON | None:
         """The value stored at ``path`` (decoded afresh from its JSON text), or None when absent."""
@@ -126,6 +137,22 @@ class MemoryTransactionalState(TransactionalState):
     def set(self, path: str, value: JSON) -> None:
         """Store ``value`` at ``path`` as JSON text, so a value ZooKeeper would refuse fails here too."""
         self._data[_norm(path)] = json.dumps(value)  # JSON on the way in, as ZooKeeper
+        for callback in list(self._watches.get((self.topology_id, _norm(path)), ())):
+            callback(json.loads(self._data[_norm(path)]))
+
+    def watch(self, path: str, callback: Callable[[JSON | None], None]) -> bool:
+        """Call ``callback`` with the value at ``path`` now and on every ``set`` of it
+        (in the setting thread)."""
+        with self._guard:
+            self._watches.setdefault((self.topology_id, _norm(path)), []).append(callback)
+        callback(self.get(path))
+        return True
+
+    @classmethod
+    def topology_ids(cls) -> list[str]:
+        """The topology ids with state in this process."""
+        with cls._guard:
+            return sorted(tid for tid, data in cls._stores.items() if data)
 
     def delete(self, path: str) -> None:
         """Remove ``path`` and every path below it; absent is not an error."""

@@ -68,7 +68,7 @@ from transactional.exceptions import (
     StateUnavailableError,
 )
 
-__all__ = ["ZooKeeperTransactionalState", "parse_zk_url", "DEFAULT_ROOT"]
+__all__ = ["ZooKeeperTransactionalState", "parse_zk_url", "topology_ids", "DEFAULT_ROOT"]
 
 log = logging.getLogger(__name__)
 
@@ -641,6 +641,21 @@ class ZooKeeperTransactionalState(TransactionalState):
             why = "its lock znode is gone: the session expired"
             raise self._lost_error(why)
 
+    def watch(self, path: str, callback: Callable[[JSON | None], None]) -> bool:
+        """A kazoo ``DataWatch`` on ``path``: ``callback(value)`` now and on every change
+        (from kazoo's thread; a value that is not JSON is passed as None and logged)."""
+        full = self._abs(path)
+
+        def changed(data: bytes | None, stat: Any) -> None:
+            try:
+                callback(None if data is None else self._decode(full, data))
+            except StateCorruptError as e:
+                log.warning("%s", e)
+                callback(None)
+
+        self._client.DataWatch(full, changed)
+        return True
+
     @property
     def holds_lock(self) -> bool:
         """True while this driver holds the lock and has not lost it (no server round trip)."""
@@ -669,6 +684,24 @@ class ZooKeeperTransactionalState(TransactionalState):
 
     def __repr__(self) -> str:
         return f"ZooKeeperTransactionalState(zk://{self.hosts}{self.base})"
+
+
+def topology_ids(url: str, *, auth: str | None = None, connect_timeout: float = 10.0) -> list[str]:
+    """The topology ids under the root of ``zk://h:p[,h:p]/<root>`` (``trident list``);
+    read-only."""
+    hosts, root, _ = parse_zk_url(url)
+    client = KazooClient(hosts=hosts, auth_data=[("digest", auth)] if auth else None)
+    try:
+        client.start(timeout=connect_timeout)
+    except KazooTimeoutError:
+        msg = f"cannot connect to ZooKeeper at {hosts} (coordination {url!r}) within {connect_timeout:g}s"
+        raise StateUnavailableError(msg) from None
+    try:
+        return sorted(client.get_children("/" + root))
+    except NoNodeError:
+        return []
+    finally:
+        _stop(client)
 
 
 def _stop(client: KazooClient) -> None:

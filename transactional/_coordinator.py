@@ -9,7 +9,8 @@ No I/O, no threads, no clock of its own: the engine feeds it events with the tim
 Events in (methods): ``start``, ``planned`` (the spout's metadata for a txid, or nothing
 to emit now), ``processed`` (an attempt's processing job finished; an opaque spout may
 report it emitted less), ``failed`` (a task or job of an attempt failed, or its commit),
-``committed``, and ``tick`` (time passed: timeouts, backoff, idle polling).
+``committed``, ``tick`` (time passed: timeouts, backoff, idle polling), and the
+operator's ``deactivate``, ``activate`` and ``kill``.
 
 Actions out: ``Plan`` (ask the spout for txid's metadata), ``Launch`` (write the
 attempt's metadata durably, then run its processing job), ``Record`` (write an opaque
@@ -150,7 +151,7 @@ Action = Plan | Launch | Record | Cancel | Commit | Stop
 @dataclass(frozen=True)
 class Transition:
     """What listeners hear: ``kind`` is "launched", "processed", "failed", "committing",
-    "committed" or "stopped"; ``txid``/``attempt`` where it applies; ``at`` the time."""
+    "committed", "stopped", "deactivated" or "activated"; ``txid``/``attempt`` where it applies; ``at`` the time."""
 
     kind: str
     txid: int
@@ -365,6 +366,7 @@ class Coordinator:
         self.idle_since: float | None = None
         self.next_poll: float = 0.0
         self.stopped: Stop | None = None
+        self.paused = False                    # deactivated: no new txid until activate
         self.listeners: list[Callable[[Transition], None]] = []
 
     # -- events ---------------------------------------------------------------------------------
@@ -445,6 +447,32 @@ class Coordinator:
                 break
         return actions + self._fill(now) + self._stop_if_done(now)
 
+    def deactivate(self, now: float, by: str = "") -> list[Action]:
+        """Stop emitting new txids (Storm's ``deactivate``): those in flight go on to their
+        commit; the run waits, whatever ``idle_timeout_secs`` says, until ``activate``."""
+        if self.stopped is None and not self.paused:
+            self.paused = True
+            self._publish("deactivated", self.last_committed, 0, now, by=by)
+        return []
+
+    def activate(self, now: float, by: str = "") -> list[Action]:
+        """Emit again after ``deactivate``."""
+        if self.stopped is not None or not self.paused:
+            return []
+        self.paused = False
+        self.idle_since = None
+        self.next_poll = now
+        self._publish("activated", self.last_committed, 0, now, by=by)
+        return self._fill(now)
+
+    def kill(self, now: float, by: str = "") -> list[Action]:
+        """End the run now (Storm's ``kill``): a commit under way has finished (commits are
+        carried out before the next event); the txids in flight are cancelled and will be
+        emitted again by the next run."""
+        if self.stopped is not None:
+            return []
+        return [*self._cancel_all(), self._stop(Stop(f"killed{' by ' + by if by else ''}"), now)]
+
     def next_wakeup(self, now: float) -> float | None:
         """When ``tick`` next has something to do (None: only events matter)."""
         if self.stopped is not None:
@@ -461,14 +489,14 @@ class Coordinator:
             else:
                 times.append(max(self.next_poll, backoff))
         idle = self.settings.idle_timeout_secs
-        if not self.inflight and self.idle_since is not None and idle is not None \
+        if not self.inflight and self.idle_since is not None and idle is not None and not self.paused \
                 and self.idle_since + idle > now:
             times.append(self.idle_since + idle)
         return max(now, min(times)) if times else None
 
     # -- internals ----------------------------------------------------------------------------------
     def _may_emit(self) -> bool:
-        return (self.stopped is None and len(self.inflight) < self.settings.max_spout_pending
+        return (self.stopped is None and not self.paused and len(self.inflight) < self.settings.max_spout_pending
                 and (self.limit is None or self.next_txid <= self.limit))
 
     def _prev(self, txid: int) -> tuple[Any, dict | None]:
@@ -565,7 +593,7 @@ class Coordinator:
         return [Cancel(b.txid, b.attempt) for b in self.inflight.values() if b.status is not Status.COMMITTING]
 
     def _stop_if_done(self, now: float) -> list[Action]:
-        if self.stopped is not None or self.inflight or self.planning is not None:
+        if self.stopped is not None or self.inflight or self.planning is not None or self.paused:
             return []
         if self.limit is not None and self.next_txid > self.limit:
             return [self._stop(Stop("max_batches"), now)]

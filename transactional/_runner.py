@@ -70,7 +70,9 @@ from transactional._spout import SpoutsPlanner
 from transactional._store import CoordinatorStore
 from transactional._task import TaskContext, TaskFailure
 from transactional.config import TopologyConfig
+from transactional.control import RunControl
 from transactional.exceptions import ConfigError
+from transactional.progress import Progress
 from transactional.result import RunResult
 from transactional.status import StatusRecorder
 from transactional.topology import Topology, TransactionalTopologyBuilder
@@ -78,6 +80,8 @@ from transactional.tuples import TransactionAttempt
 from transactional.webui import RunObserver, attach, lag_source
 
 log = logging.getLogger("trident")
+#: the longest the driver waits before it looks at the operator's requests again
+CONTROL_CHECK_SECS = 0.25
 
 
 class StateRegistry:
@@ -330,12 +334,12 @@ class Engine:
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
         self.progress = config.progress if config.progress is not None else sys.stderr.isatty()
-        self._last_progress = time.monotonic()
+        self.progress_lines = Progress.for_topology(topology) if self.progress else None
         self.observer: RunObserver | None = None          # the status page and metrics, when served
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
-        if self.progress:
-            self.listeners.append(self._progress_listener)
+        if self.progress_lines is not None:
+            self.listeners.append(self.progress_lines)
         if on_commit is not None:
             self.listeners.append(lambda t: on_commit(t.txid, self.result) if t.kind == "committed" else None)
 
@@ -440,7 +444,8 @@ class Engine:
                      rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
         runner = _Attempts(self, jobs, store, planner, state)
         clock = time.monotonic
-        pending: deque[Action] = deque(coord.start(clock()))
+        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.control)
+        pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
         try:
             while True:
                 while pending:
@@ -450,15 +455,18 @@ class Engine:
                             raise a.error
                         return
                     pending += runner.carry_out(a, coord)
+                pending += control.actions(coord, clock())
+                if pending:
+                    continue
                 wakes = [w for w in (coord.next_wakeup(clock()), planner.next_wakeup()) if w is not None]
                 timeout = self.config.poll_interval_secs if not wakes else max(0.0, min(wakes) - clock())
-                pending += runner.wait(coord, timeout)
+                pending += runner.wait(coord, min(timeout, CONTROL_CHECK_SECS))
                 planner.tick(clock())             # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
         finally:
             runner.close()
-            if self.progress:
-                self._log_progress()
+            if self.progress_lines is not None:
+                self.progress_lines.final()
 
     # -- commit (main thread) ----------------------------------------------------------------
     def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: Any,
@@ -558,18 +566,6 @@ class Engine:
         """The commit-phase stages on the driver, the maps in the current commit."""
         rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [records], self.states)
         _add_report(rep, executed, emitted)
-
-    def _log_progress(self) -> None:
-        r = self.result
-        secs = time.monotonic() - self.started
-        log.info("%s: committed txid %d: %d batches, %d attempts (%d failed), %d tuples, %.0f tuples/s",
-                 r.topology_id, r.last_txid, r.batches_committed, r.attempts, len(r.failures), r.tuples,
-                 r.tuples / secs if secs > 0 else 0.0)
-
-    def _progress_listener(self, t: Transition) -> None:
-        if t.kind == "committed" and time.monotonic() - self._last_progress > 2:
-            self._last_progress = time.monotonic()
-            self._log_progress()
 
 
 class _Jobs:

@@ -6,6 +6,8 @@
     trident describe FILE [FILE ...] [--format text|dot|svg|png] [-o OUT]
     trident package examples/global_count.py [-o DIR]    (a zip for spark-submit --py-files)
     trident status TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident] [--json]
+    trident list [--coordination zk://127.0.0.1:2181/trident] [--json]
+    trident deactivate|activate|kill TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident]
     trident --version
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
@@ -137,6 +139,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
                         help=f"a TOML file of TopologyConfig settings (default: ./{DEFAULT_FILE} if it exists)")
     parser.add_argument("--allow-memory-coordination", action="store_true",
                         help="no warning for durable --state with memory:// coordination")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve the status page (/) and Prometheus metrics (/metrics) on this port (0: a free one)")
+    parser.add_argument("--metrics-host", metavar="ADDRESS", help="the address they bind (default 127.0.0.1)")
     parser.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     _log_level_arg(parser)
@@ -151,7 +156,8 @@ def _log_level_arg(parser: argparse.ArgumentParser) -> None:
 _FLAGS = (("master", "spark_master", "--master"), ("coordination", "coordination", "--coordination"),
           ("coordination_auth", "coordination_auth", "--coordination-auth"), ("state", "state", "--state"),
           ("max_spout_pending", "max_spout_pending", "--max-spout-pending"),
-          ("message_timeout", "message_timeout_secs", "--message-timeout"))
+          ("message_timeout", "message_timeout_secs", "--message-timeout"),
+          ("metrics_port", "metrics_port", "--metrics-port"), ("metrics_host", "metrics_host", "--metrics-host"))
 
 
 def cli_layer(args: argparse.Namespace) -> Layer:
@@ -486,26 +492,69 @@ def _parser() -> argparse.ArgumentParser:
     p_pkg.add_argument("file", help="a topology file")
     p_pkg.add_argument("-o", "--out-dir", default=".", help="where to write trident-code-<hash>.zip (default .)")
     _log_level_arg(p_pkg)
-    p_status = sub.add_parser("status", help="a topology's coordinator state")
-    p_status.add_argument("topology_id", help="the topology id (TransactionalTopologyBuilder's first argument)")
-    p_status.add_argument("--coordination", metavar="URL", help="zk://host:port[,host:port]/<root> (default: from --config, "
-                          f"./{DEFAULT_FILE} or TRIDENT_COORDINATION)")
-    p_status.add_argument("--coordination-auth", metavar="USER:PASSWORD", help="ZooKeeper digest credentials")
-    p_status.add_argument("--config", metavar="FILE", help=f"a TOML settings file (default ./{DEFAULT_FILE})")
-    p_status.add_argument("--json", action="store_true", help="the status as one JSON object")
-    _log_level_arg(p_status)
+    p_status = sub.add_parser("status", help="a topology's coordinator state and its last run")
+    p_status.add_argument("topology_id", help="the topology id (the builder's first argument)")
+    _coordination_args(p_status)
+    p_list = sub.add_parser("list", help="every topology under the coordination root: last txid, driver, state")
+    _coordination_args(p_list)
+    for action, what in (("deactivate", "stop emitting new batches (those in flight commit); the driver waits"),
+                         ("activate", "emit again after deactivate"),
+                         ("kill", "stop the running driver after its commit under way; it releases the lock")):
+        p = sub.add_parser(action, help=what)
+        p.add_argument("topology_id", help="the topology id")
+        _coordination_args(p)
     return parser
+
+
+def _coordination_args(p: argparse.ArgumentParser) -> None:
+    """The flags of the commands that read or write a coordinator state."""
+    p.add_argument("--coordination", metavar="URL", help="zk://host:port[,host:port]/<root> (default: from --config, "
+                   f"./{DEFAULT_FILE} or TRIDENT_COORDINATION)")
+    p.add_argument("--coordination-auth", metavar="USER:PASSWORD", help="ZooKeeper digest credentials")
+    p.add_argument("--config", metavar="FILE", help=f"a TOML settings file (default ./{DEFAULT_FILE})")
+    p.add_argument("--json", action="store_true", help="the answer as one JSON object")
+    _log_level_arg(p)
+
+
+def _coordination_config(args: argparse.Namespace) -> TopologyConfig:
+    """The settings of a command that reaches a coordinator state, which must be named."""
+    setup_logging(args.log_level)
+    config = make_config(settings_layers(args, defaults_from=f"trident {args.command}"))
+    if args.coordination is None and "coordination" not in config.model_fields_set:
+        msg = (f"trident {args.command} needs the coordinator state's address: --coordination zk://host:port/root, "
+               f"coordination in {DEFAULT_FILE}, or TRIDENT_COORDINATION")
+        raise TridentError(msg)
+    return config
+
+
+def _manage(args: argparse.Namespace) -> int:
+    """``trident list`` and ``trident deactivate|activate|kill``."""
+    config = _coordination_config(args)
+    if args.command == "list":
+        from transactional.status import format_list, topology_list
+
+        rows = topology_list(config.coordination, auth=config.coordination_auth,
+                             connect_timeout=config.connect_timeout_secs)
+        print(json.dumps(rows) if args.json else format_list(rows, config.coordination))
+        return 0
+    from transactional.control import request
+
+    done = request(config.coordination, args.topology_id, args.command, auth=config.coordination_auth,
+                   connect_timeout=config.connect_timeout_secs)
+    if args.json:
+        print(json.dumps(done))
+    elif args.command == "kill":
+        print(f"{args.topology_id}: asked {done['lock_holder']} to stop after its commit under way")
+    else:
+        print(f"{args.topology_id}: {done['state']}" + (f" (driver {done['lock_holder']})" if done["lock_holder"]
+                                                       else " (no driver running: the next run starts so)"))
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     from transactional.status import format_status, topology_status
 
-    setup_logging(args.log_level)
-    config = make_config(settings_layers(args, defaults_from="trident status"))
-    if args.coordination is None and "coordination" not in config.model_fields_set:
-        msg = (f"trident status needs the coordinator state's address: --coordination zk://host:port/root, "
-               f"coordination in {DEFAULT_FILE}, or TRIDENT_COORDINATION")
-        raise TridentError(msg)
+    config = _coordination_config(args)
     st = topology_status(config.coordination, args.topology_id, auth=config.coordination_auth,
                          connect_timeout=config.connect_timeout_secs)
     print(json.dumps(st) if args.json else format_status(st))
@@ -513,8 +562,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``trident`` command: ``run``, ``describe``, ``package`` or ``status``; returns
-    the exit status."""
+    """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
+    ``deactivate``, ``activate`` or ``kill``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -536,6 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{SUBMIT_SCRIPT} run {Path(args.file).name} [options]", file=sys.stderr)
             return 0
         return _guard(package)
+    if args.command in ("list", "deactivate", "activate", "kill"):
+        return _guard(lambda: _manage(args))
     return _guard(lambda: _status(args))
 
 

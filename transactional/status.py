@@ -25,7 +25,7 @@ from typing import Any
 
 from state.base import JSON, TransactionalState, open_transactional_state
 
-__all__ = ["topology_status", "format_status", "StatusRecorder"]
+__all__ = ["topology_status", "format_status", "topology_list", "format_list", "StatusRecorder"]
 
 
 def topology_status(coordination_url: str, topology_id: str, *, auth: str | None = None,
@@ -87,7 +87,43 @@ def _read(state: TransactionalState, url: str, topology_id: str) -> dict[str, An
         "lock_holder": contenders[0] if contenders else None,
         "lock_waiting": contenders[1:],
         "run": state.get("status"),
+        "control": state.get("control"),
     }
+
+
+def topology_list(coordination_url: str, *, auth: str | None = None,
+                  connect_timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Every topology under the coordination root (``trident list``): its id, last
+    committed txid, lock holder (the driver running it, None when none does) and its
+    state (``active``/``inactive``, from ``trident deactivate|activate``)."""
+    if coordination_url.startswith("zk:"):
+        from state.zookeeper import topology_ids
+
+        ids = topology_ids(coordination_url, auth=auth, connect_timeout=connect_timeout)
+    else:
+        from state.base import MemoryTransactionalState
+
+        ids = MemoryTransactionalState.topology_ids()
+    out = []
+    for tid in ids:
+        st = topology_status(coordination_url, tid, auth=auth, connect_timeout=connect_timeout)
+        run = st.get("run") or {}
+        out.append({"topology_id": tid, "last_committed_txid": st["last_committed_txid"],
+                    "lock_holder": st["lock_holder"], "state": (st.get("control") or {}).get("state", "active"),
+                    "kind": run.get("kind"), "uncommitted": len(st["uncommitted"])})
+    return out
+
+
+def format_list(rows: list[dict[str, Any]], url: str) -> str:
+    """``topology_list``'s rows as a table."""
+    if not rows:
+        return f"no topology under {url}"
+    head = ("TOPOLOGY", "KIND", "LAST TXID", "STATE", "DRIVER")
+    table = [head] + [(r["topology_id"], r["kind"] or "?", "-" if r["last_committed_txid"] is None
+                       else str(r["last_committed_txid"]), r["state"], r["lock_holder"] or "(not running)")
+                      for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
 
 
 def _contenders(state: TransactionalState) -> list[str]:
@@ -119,6 +155,10 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"  partitions: {_short(status['partitions'])}")
     holder = status["lock_holder"]
     lines.append(f"  lock: {'held by ' + holder if holder else 'free (no driver running)'}")
+    control = status.get("control") or {}
+    if control.get("state") == "inactive":
+        lines.append(f"  deactivated{' by ' + control['by'] if control.get('by') else ''}: no new batches until "
+                     "`trident activate`")
     for waiting in status.get("lock_waiting", []):
         lines.append(f"        waiting: {waiting}")
     pending = status["uncommitted"]

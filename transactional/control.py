@@ -1,0 +1,126 @@
+"""Managing a running topology through its coordinator state, as ``storm deactivate``,
+``storm activate`` and ``storm kill`` do (docs/operations.md).
+
+The record ``control`` under the topology's root holds what the operator asked::
+
+    control   {"state": "active" | "inactive",
+               "kill": {"owner": "<the driver's lock owner>", "by": "<who>", "at": <unix time>} | null}
+
+``trident deactivate|activate|kill TOPOLOGY --coordination zk://...`` writes it
+(``request``); the driver that holds the topology's lock watches it (``RunControl``, a
+ZooKeeper watch) and tells its coordinator: ``inactive`` stops emitting new txids (those
+in flight go on to their commit, and the run waits -- whatever ``idle_timeout_secs``
+says -- until ``active`` again; a driver started while the record says ``inactive``
+starts deactivated, as Storm keeps a topology's status); ``kill`` names the driver it is
+meant for, which stops after the commit under way and releases the lock (the next run
+emits the cancelled txids again). A kill of a topology no driver runs is refused.
+
+>>> from state.base import MemoryTransactionalState
+>>> request("memory://", "control-doctest", "deactivate", by="ops")["state"]
+'inactive'
+>>> MemoryTransactionalState.reset("control-doctest")
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from state.base import TransactionalState, open_transactional_state
+from transactional.exceptions import TridentError
+
+__all__ = ["request", "RunControl", "ACTIONS", "CONTROL"]
+
+CONTROL = "control"
+ACTIONS = ("deactivate", "activate", "kill")
+log = logging.getLogger("trident")
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
+
+
+def request(coordination: str, topology_id: str, action: str, *, auth: str | None = None,
+            connect_timeout: float = 10.0, by: str | None = None) -> dict[str, Any]:
+    """Ask the driver of ``topology_id`` to ``deactivate``, ``activate`` or ``kill``;
+    returns ``{"topology_id", "action", "state", "lock_holder"}``. Raises ``TridentError``
+    for an unknown topology, and for a kill when no driver holds the lock."""
+    if action not in ACTIONS:
+        msg = f"unknown action {action!r}; use one of {', '.join(ACTIONS)}"
+        raise TridentError(msg)
+    options: dict[str, Any] = {}
+    if coordination.startswith("zk:"):
+        options = {"auth": auth, "connect_timeout": connect_timeout}
+    state = open_transactional_state(coordination, topology_id, **options)
+    try:
+        holder = state.lock_holder()
+        if holder is None and state.get("committed") is None and not state.children("meta") \
+                and state.get(CONTROL) is None:
+            msg = (f"no topology {topology_id!r} under {coordination}: it never ran there (check the id and "
+                   "the root in the URL; `trident list` shows the topologies)")
+            raise TridentError(msg)
+        rec = dict(state.get(CONTROL) or {"state": "active", "kill": None})
+        if action == "kill":
+            if holder is None:
+                msg = f"no driver runs topology {topology_id!r} now (its lock is free): nothing to kill"
+                raise TridentError(msg)
+            rec["kill"] = {"owner": holder, "by": by or _who(), "at": time.time()}
+        else:
+            rec["state"] = "inactive" if action == "deactivate" else "active"
+            rec["by"] = by or _who()
+        state.set(CONTROL, rec)
+        return {"topology_id": topology_id, "action": action, "state": rec["state"], "lock_holder": holder}
+    finally:
+        state.close()
+
+
+class RunControl:
+    """The driver's side: watches ``control`` and turns what changed into coordinator
+    calls (``actions``). A backend that cannot watch is read at most every ``poll_secs``."""
+
+    def __init__(self, state: TransactionalState, owner: str, poll_secs: float = 1.0,
+                 clock: Any = time.monotonic) -> None:
+        self.state, self.owner, self.poll_secs, self.clock = state, owner, poll_secs, clock
+        self._guard = threading.Lock()
+        self._value: Any = None
+        self._next_poll = 0.0
+        self.watching = state.watch(CONTROL, self._changed)
+
+    def _changed(self, value: Any) -> None:
+        with self._guard:
+            self._value = value
+
+    def value(self) -> dict[str, Any]:
+        """The ``control`` record as last seen."""
+        if not self.watching and self.clock() >= self._next_poll:
+            self._next_poll = self.clock() + self.poll_secs
+            self._changed(self.state.get(CONTROL))
+        with self._guard:
+            v = self._value
+        return v if isinstance(v, dict) else {}
+
+    def actions(self, coord: Any, now: float) -> list[Any]:
+        """The coordinator's answer to what the operator asked since the last call."""
+        rec = self.value()
+        by = str(rec.get("by") or "")
+        out: list[Any] = []
+        if rec.get("state") == "inactive" and not coord.paused:
+            log.info("%s deactivated%s: no new batches until `trident activate`", self.state.topology_id,
+                     f" by {by}" if by else "")
+            out += coord.deactivate(now, by)
+        elif rec.get("state", "active") == "active" and coord.paused:
+            log.info("%s activated%s", self.state.topology_id, f" by {by}" if by else "")
+            out += coord.activate(now, by)
+        kill = rec.get("kill")
+        if isinstance(kill, dict) and kill.get("owner") == self.owner and coord.stopped is None:
+            log.info("%s killed by %s: stopping after the commit under way", self.state.topology_id, kill.get("by"))
+            out += coord.kill(now, str(kill.get("by") or ""))
+        return out
