@@ -8,7 +8,8 @@ and the spout replays what was not acked.
     trident run examples/stateful_word_count.py --state redis://127.0.0.1:6379/0 \\
         --coordination zk://127.0.0.1:2181/trident                                 # durable: run it again
     SENTENCES_STREAM=redis://127.0.0.1:6379/0 trident run examples/stateful_word_count.py \\
-        --state redis://127.0.0.1:6379/0 --idle-timeout -1                        # a Redis Stream, forever
+        --state redis://127.0.0.1:6379/0 --coordination zk://127.0.0.1:2181/trident \\
+        --idle-timeout -1                                                           # a Redis Stream, forever
 
 sentences (spout) -> split (SplitSentence, 2) -> count (WordCountBolt, stateful, 3, fields grouping on word)
 """

@@ -18,6 +18,14 @@ Providers: ``memory://`` (one store per namespace in this process) and ``redis:/
 is one MULTI/EXEC). Keys are encoded as the maps encode them (``state/keys.py``), values
 as JSON.
 
+**Epoch fencing**, as the maps have it (docs/design.md §5): a state opened with
+``fence_scope`` and ``epoch`` (the engine gives the topology id and its driver's epoch)
+writes -- prepare, commit, rollback -- only while no newer epoch wrote in that scope, and
+raises the scope's fence to its epoch with each write (``raise_fence`` does it alone, at
+a driver's start); a write of an older driver is refused with ``LeadershipLostError``,
+atomically, whatever it carries. So a driver paused mid-checkpoint and resumed after
+another took over commits nothing.
+
 >>> s = open_key_value_state("memory://", "doc:words")
 >>> s.put("cat", 2); s.get("cat"), s.get("dog", 0)
 (2, 0)
@@ -34,7 +42,7 @@ import threading
 from typing import Any
 
 from state.keys import decode_key, encode_key, hashable_key
-from transactional.exceptions import StateCorruptError
+from transactional.exceptions import LeadershipLostError, StateCorruptError
 
 _DELETED = object()        # a pending or prepared delete
 _TOMBSTONE = b"\x00deleted"  # a prepared delete in Redis (not valid JSON: never a value)
@@ -47,8 +55,10 @@ class KeyValueState:
     ``delete(key)``, with ``prepare_commit(txid)``, ``commit(txid)`` and ``rollback()``
     for the framework. Subclasses store the committed and the prepared changes."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None) -> None:
         self.namespace = namespace
+        self.fence_scope = fence_scope
+        self.epoch = epoch
         self._pending: dict[str, Any] = {}
         # committed values read or written by this state: one writer per namespace (a task),
         # so they stay true until it commits again; ``_complete``: the cache holds them all
@@ -113,6 +123,17 @@ class KeyValueState:
         self._store_rollback()
         self._pending, self._prepared, self._prepared_txid = {}, {}, None
 
+    def raise_fence(self) -> None:
+        """Raise the scope's fence to this state's epoch now (a new driver's first act),
+        or raise ``LeadershipLostError`` if a newer epoch holds it."""
+        if self.epoch is not None:
+            self._store_fence()
+
+    def _refused(self, newer: int) -> LeadershipLostError:
+        msg = (f"state {self.namespace!r}: a driver with epoch {newer} has written state of {self.fence_scope!r} "
+               f"since this one (epoch {self.epoch}) took the lock; this driver lost its lock and writes nothing more")
+        return LeadershipLostError(msg)
+
     def prepared_txid(self) -> int | None:
         """The txid whose changes are prepared and not committed, if any."""
         return self._prepared_txid
@@ -151,6 +172,9 @@ class KeyValueState:
     def _store_rollback(self) -> None:
         raise NotImplementedError
 
+    def _store_fence(self) -> None:
+        raise NotImplementedError
+
 
 class _MemoryStore:
     def __init__(self) -> None:
@@ -160,17 +184,28 @@ class _MemoryStore:
 
 
 _STORES: dict[str, _MemoryStore] = {}
-_STORES_GUARD = threading.Lock()
+_FENCES: dict[str, int] = {}         # fence scope -> the newest epoch that wrote
+_STORES_GUARD = threading.RLock()
 
 
 class MemoryKeyValueState(KeyValueState):
     """``memory://``: one store per namespace in this process; a state opened again in
     the same process (a restarted run) finds what was committed and prepared."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None) -> None:
         with _STORES_GUARD:
             self._store = _STORES.setdefault(namespace, _MemoryStore())
-        super().__init__(namespace)
+        super().__init__(namespace, fence_scope=fence_scope, epoch=epoch)
+
+    def _store_fence(self) -> None:
+        """Check and raise the scope's fence (hold ``_STORES_GUARD``)."""
+        if self.epoch is None or self.fence_scope is None:
+            return
+        with _STORES_GUARD:
+            newer = _FENCES.get(self.fence_scope, 0)
+            if newer > self.epoch:
+                raise self._refused(newer)
+            _FENCES[self.fence_scope] = self.epoch
 
     def committed_txid(self) -> int | None:
         """The last committed txid (None before the first commit)."""
@@ -187,9 +222,16 @@ class MemoryKeyValueState(KeyValueState):
         return (p[0], dict(p[1])) if p else None
 
     def _store_prepared(self, txid: int, changes: dict[str, Any]) -> None:
-        self._store.prepared = (txid, dict(changes))
+        with _STORES_GUARD:
+            self._store_fence()
+            self._store.prepared = (txid, dict(changes))
 
     def _store_commit(self, txid: int, changes: dict[str, Any]) -> None:
+        with _STORES_GUARD:
+            self._store_fence()
+            self._apply(txid, changes)
+
+    def _apply(self, txid: int, changes: dict[str, Any]) -> None:
         st = self._store
         for e, v in changes.items():
             if v is _DELETED:
@@ -199,7 +241,9 @@ class MemoryKeyValueState(KeyValueState):
         st.txid, st.prepared = txid, None
 
     def _store_rollback(self) -> None:
-        self._store.prepared = None
+        with _STORES_GUARD:
+            self._store_fence()
+            self._store.prepared = None
 
 
 class RedisKeyValueState(KeyValueState):
@@ -211,19 +255,46 @@ class RedisKeyValueState(KeyValueState):
     at most ``FULL_READ_LIMIT`` keys is read whole at the first miss, a larger one key by
     key."""
 
-    def __init__(self, client: Any, namespace: str) -> None:
+    def __init__(self, client: Any, namespace: str, *, fence_scope: str | None = None,
+                 epoch: int | None = None) -> None:
         self.client = client
         self._tried_full = False
         self._prepare_key = f"{namespace}:~prepare"
         self._txid_key = f"{namespace}:~txid"
-        super().__init__(namespace)
+        self._fence_key = f"{fence_scope}:~kvfence"
+        super().__init__(namespace, fence_scope=fence_scope, epoch=epoch)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str, **client_options: Any) -> RedisKeyValueState:
+    def from_url(cls, url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
+                 **client_options: Any) -> RedisKeyValueState:
         """A state in the Redis at ``url`` (``redis://[user:password@]host:port/db``)."""
         from state.redis import client_from_url
 
-        return cls(client_from_url(url, **client_options), namespace)
+        return cls(client_from_url(url, **client_options), namespace, fence_scope=fence_scope, epoch=epoch)
+
+    def _write(self, ops: Any) -> None:
+        """``ops(pipe)`` in one MULTI/EXEC; fenced (module docstring): the fence key is
+        WATCHed, read, and raised in the same transaction, so a newer driver's write in
+        between makes it read again and refuse."""
+        if self.epoch is None or self.fence_scope is None:
+            pipe = self.client.pipeline(transaction=True)
+            ops(pipe)
+            pipe.execute()
+            return
+
+        def fenced(pipe: Any) -> None:
+            newer = int(pipe.get(self._fence_key) or 0)
+            if newer > (self.epoch or 0):
+                raise self._refused(newer)
+            pipe.multi()
+            if newer < (self.epoch or 0):
+                pipe.set(self._fence_key, str(self.epoch))
+            ops(pipe)
+
+        self.client.transaction(fenced, self._fence_key)
+
+    def _store_fence(self) -> None:
+        self._write(lambda pipe: None)
 
     def committed_txid(self) -> int | None:
         """The last committed txid (None before the first commit)."""
@@ -265,35 +336,39 @@ class RedisKeyValueState(KeyValueState):
     def _store_prepared(self, txid: int, changes: dict[str, Any]) -> None:
         fields: dict[str, Any] = {e: _TOMBSTONE if v is _DELETED else json.dumps(v) for e, v in changes.items()}
         fields[TXID_FIELD] = str(txid)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self._prepare_key)
-        pipe.hset(self._prepare_key, mapping=fields)
-        pipe.execute()
+
+        def ops(pipe: Any) -> None:
+            pipe.delete(self._prepare_key)
+            pipe.hset(self._prepare_key, mapping=fields)
+        self._write(ops)
 
     def _store_commit(self, txid: int, changes: dict[str, Any]) -> None:
         puts = {e: json.dumps(v) for e, v in changes.items() if v is not _DELETED}
         dels = [e for e, v in changes.items() if v is _DELETED]
-        pipe = self.client.pipeline(transaction=True)
-        if puts:
-            pipe.hset(self.namespace, mapping=puts)
-        if dels:
-            pipe.hdel(self.namespace, *dels)
-        pipe.delete(self._prepare_key)
-        pipe.set(self._txid_key, str(txid))
-        pipe.execute()
+
+        def ops(pipe: Any) -> None:
+            if puts:
+                pipe.hset(self.namespace, mapping=puts)
+            if dels:
+                pipe.hdel(self.namespace, *dels)
+            pipe.delete(self._prepare_key)
+            pipe.set(self._txid_key, str(txid))
+        self._write(ops)
 
     def _store_rollback(self) -> None:
-        self.client.delete(self._prepare_key)
+        self._write(lambda pipe: pipe.delete(self._prepare_key))
 
 
-def open_key_value_state(url: str, namespace: str, **options: Any) -> KeyValueState:
+def open_key_value_state(url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
+                         **options: Any) -> KeyValueState:
     """The ``KeyValueState`` of ``namespace`` (e.g. ``<topology>:<bolt>:<task>``) in the
-    store named by ``url``: ``memory://`` or ``redis://``/``rediss://``."""
+    store named by ``url``: ``memory://`` or ``redis://``/``rediss://``; its writes fenced
+    by ``epoch`` in ``fence_scope`` when both are given (module docstring)."""
     scheme = url.split("://", 1)[0]
     if scheme == "memory":
-        return MemoryKeyValueState(namespace)
+        return MemoryKeyValueState(namespace, fence_scope=fence_scope, epoch=epoch)
     if scheme in ("redis", "rediss"):
-        return RedisKeyValueState.from_url(url, namespace, **options)
+        return RedisKeyValueState.from_url(url, namespace, fence_scope=fence_scope, epoch=epoch, **options)
     msg = f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db"
     raise ValueError(msg)
 
@@ -303,3 +378,5 @@ def reset_memory_key_value_states(prefix: str = "") -> None:
     with _STORES_GUARD:
         for k in [k for k in _STORES if k.startswith(prefix)]:
             del _STORES[k]
+        for k in [k for k in _FENCES if k.startswith(prefix)]:
+            del _FENCES[k]

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from state.keyvalue import KeyValueState, RedisKeyValueState, open_key_value_state
-from transactional.exceptions import StateCorruptError
+from transactional.exceptions import LeadershipLostError, StateCorruptError
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -77,3 +77,29 @@ def test_out_of_order_commits_are_refused_naming_the_txids(reopen) -> None:
 def test_unknown_providers_are_named() -> None:
     with pytest.raises(ValueError, match=r"no KeyValueState provider for 'zk://h:2181/x'; use memory:// or redis://"):
         open_key_value_state("zk://h:2181/x", "ns")
+
+
+@pytest.fixture(params=["memory", "redis"])
+def url(request: pytest.FixtureRequest) -> str:
+    return "memory://" if request.param == "memory" else request.getfixturevalue("redis_url")
+
+
+def test_a_driver_fenced_out_by_a_newer_epoch_writes_nothing(url: str) -> None:
+    """A driver paused mid-checkpoint and resumed after another took over: its commit and
+    its rollback are refused, and the state stays as the newer driver left it."""
+    scope = f"kv-{uuid.uuid4().hex[:10]}"
+    old = open_key_value_state(url, f"{scope}:count:0", fence_scope=scope, epoch=1)
+    old.put("cat", 1), old.prepare_commit(1), old.commit(1)
+    old.put("cat", 99), old.prepare_commit(2)                   # then the pause
+    new = open_key_value_state(url, f"{scope}:count:0", fence_scope=scope, epoch=2)
+    new.raise_fence()                                           # the new driver's first act
+    new.rollback()                                              # its recovery: txid 2 was not recorded prepared
+    new.put("cat", 2), new.prepare_commit(3), new.commit(3)
+    with pytest.raises(LeadershipLostError, match=r"epoch 2 has written state of 'kv-.*' since this one \(epoch 1\)"):
+        old.commit(2)
+    with pytest.raises(LeadershipLostError):
+        old.rollback()
+    with pytest.raises(LeadershipLostError):
+        open_key_value_state(url, f"{scope}:count:1", fence_scope=scope, epoch=1).raise_fence()
+    again = open_key_value_state(url, f"{scope}:count:0")
+    assert (again.get("cat"), again.committed_txid(), again.prepared_txid()) == (2, 3, None)

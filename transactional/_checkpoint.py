@@ -23,9 +23,10 @@ to the last checkpoint (``pre_rollback``, then ``rollback``) and returns the hel
 which the caller fails so that their spouts replay them. A failure after step 4 stops the
 run: the next start finishes the commit.
 
-Recovery at start (``recover``), as Storm's: a checkpoint recorded "prepared" is
-committed in every state that still holds it prepared; any other prepared changes are
-rolled back. Checkpoint ids continue above both the recorded one and every state's last
+Recovery at start (``recover``), as Storm's: the driver's epoch first fences every state
+of the topology (an older driver's writes are refused from then on), then a checkpoint
+recorded "prepared" is committed in every state that still holds it prepared; any other
+prepared changes are rolled back. Checkpoint ids continue above both the recorded one and every state's last
 committed id, so they grow even when the coordinator state is not durable.
 """
 
@@ -76,8 +77,10 @@ class Checkpointer:
     engine passes it to the commit phase as the tasks' states (``for_task``)."""
 
     def __init__(self, topology: Topology, url: str, options: dict, store: TransactionalState,
-                 interval_ms: int, clock: Callable[[], float]) -> None:
+                 interval_ms: int, clock: Callable[[], float], epoch: int | None = None) -> None:
+        """``epoch``: this driver's, fencing every state write (``state.keyvalue``)."""
         self.topology = topology
+        self.epoch = epoch
         self.url = url
         self.options = options
         self.store = store
@@ -94,7 +97,8 @@ class Checkpointer:
         return f"{self.topology.topology_id}:{component}:{task}"
 
     def _open(self, namespace: str) -> KeyValueState:
-        return open_key_value_state(self.url, namespace, **self.options)
+        return open_key_value_state(self.url, namespace, fence_scope=self.topology.topology_id, epoch=self.epoch,
+                                    **self.options)
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> None:
@@ -104,8 +108,10 @@ class Checkpointer:
         names = set(rec.get("states") or [])
         names |= {self.namespace(c, t) for c in self.stateful for t in range(self.topology.component(c).parallelism)}
         top = int(rec.get("txid") or 0)
-        for ns in sorted(names):
+        for i, ns in enumerate(sorted(names)):
             kv = self._open(ns)
+            if i == 0:
+                kv.raise_fence()     # from now on, no older driver writes any state of this topology
             p = kv.prepared_txid()
             if p is not None:
                 if rec.get("phase") == "prepared" and rec.get("txid") == p:

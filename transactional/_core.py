@@ -47,7 +47,7 @@ from transactional._coordinator import Commit, CoreReplay
 from transactional._core_task import Outputs, SpoutCollector
 from transactional._spout import SpoutContext
 from transactional.config import TopologyConfig
-from transactional.exceptions import TopologyFailedError, TridentError
+from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
 
@@ -91,7 +91,8 @@ class CoreDriver:
     ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
 
     def __init__(self, topology: Topology, config: TopologyConfig, conf: dict, result: RunResult,
-                 store: TransactionalState, state_options: dict, clock: Callable[[], float] = time.monotonic) -> None:
+                 store: TransactionalState, state_options: dict, clock: Callable[[], float] = time.monotonic,
+                 epoch: int | None = None) -> None:
         self.topology = topology
         self.config = config
         self.result = result
@@ -106,7 +107,7 @@ class CoreDriver:
         stateful = any(c.core == "stateful" for c in topology.bolts)
         if stateful:
             self.checkpointer = Checkpointer(topology, config.state, state_options, store,
-                                             config.checkpoint_interval_ms, clock)
+                                             config.checkpoint_interval_ms, clock, epoch)
             self.checkpointer.recover()
         seed = random.Random().getrandbits(31)
         try:
@@ -259,7 +260,7 @@ class CoreDriver:
         try:
             released = cp.checkpoint()
         except Exception as e:
-            if isinstance(e, TopologyFailedError):
+            if isinstance(e, (TopologyFailedError, LeadershipLostError)):
                 raise
             log.warning("checkpoint failed before it was prepared (%r): rolled back to the last one; the "
                         "tuples it held are replayed", e)

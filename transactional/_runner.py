@@ -368,7 +368,7 @@ class Engine:
             epoch = store.take_epoch()
             planner: Any
             if self.topology.core:
-                planner = self._core_driver(state)
+                planner = self._core_driver(state, epoch)
             else:
                 self.states.raise_epoch(epoch)
                 if self.plan.commits_on_executors:
@@ -403,7 +403,7 @@ class Engine:
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 
-    def _core_driver(self, state: TransactionalState) -> CoreDriver:
+    def _core_driver(self, state: TransactionalState, epoch: int) -> CoreDriver:
         """The spouts, ackers and checkpoints of a core topology (``transactional._core``)."""
         stateful = any(c.core == "stateful" for c in self.topology.bolts)
         if stateful and self.config.checkpoint_interval_ms >= self.config.message_timeout_secs * 1000:
@@ -413,7 +413,7 @@ class Engine:
             raise ConfigError(msg)
         options = {} if self.config.state.startswith("memory:") else {
             "connect_timeout": self.config.connect_timeout_secs}
-        core = CoreDriver(self.topology, self.config, self.conf, self.result, state, options)
+        core = CoreDriver(self.topology, self.config, self.conf, self.result, state, options, epoch=epoch)
         if core.checkpointer is not None:
             self.result._states = core.checkpointer
         return core
