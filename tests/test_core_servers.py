@@ -16,9 +16,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+
+from transactional import BaseRichBolt, TopologyBuilder, TopologyConfig, run_topology
 
 pytestmark = pytest.mark.integration
 TESTS = Path(__file__).resolve().parent
@@ -164,3 +167,50 @@ def test_stateful_word_count_killed_at_each_checkpoint_step(tmp_path: Path, redi
         assert all(got[w] >= want[w] for w in want) and got != want   # at least once: the replay counted again
     assert r.xpending(stream, "wc")["pending"] == 0
     assert not r.keys("core-stateful-*~prepare")                       # no prepared state left behind
+
+
+SEEN: set[tuple[int, int]] = set()
+PROCESSED: list[tuple[int, int]] = []
+
+
+class FailFirstSightOfEveryThird(BaseRichBolt):
+    """Fails records with offset % 3 == 0 the first time they come (in-process executor:
+    the module's globals are the driver's)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple):
+        key = (tuple["partition"], tuple["offset"])
+        if key[1] % 3 == 0 and key not in SEEN:
+            SEEN.add(key)
+            self.collector.fail(tuple)
+            return
+        PROCESSED.append(key)
+        self.collector.ack(tuple)
+
+
+def test_kafka_spout_in_a_topology_replays_failed_records_and_commits_past_every_one(kafka_broker: Any) -> None:
+    from spouts import KafkaSpout
+
+    topic, group = f"t-{uuid.uuid4().hex[:10]}", f"g-{uuid.uuid4().hex[:6]}"
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.produce(topic, {0: [f"a{i}" for i in range(30)], 1: [f"b{i}" for i in range(20)]})
+    SEEN.clear(), PROCESSED.clear()
+    b = TopologyBuilder(f"kafka-core-{topic}")
+    b.set_spout("records", KafkaSpout(kafka_broker.bootstrap, topic, group, fields=("partition", "offset", "value"),
+                                      commit_interval_secs=0), 2)
+    b.set_bolt("picky", FailFirstSightOfEveryThird(), 2).shuffle_grouping("records")
+    r = run_topology(b, TopologyConfig(executor="in-process", progress=False, idle_timeout_secs=1.0,
+                                       poll_interval_secs=0.05))
+    want = {(0, i) for i in range(30)} | {(1, i) for i in range(20)}
+    assert sorted(PROCESSED) == sorted(want)                            # each once, the failed ones on their replay
+    assert r.failed == {"records": len(SEEN)} and len(SEEN) == 10 + 7 and r.acked == {"records": 50}
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+    finally:
+        c.close()
+    assert [tp.offset for tp in committed] == [30, 20]                   # past every record, none unacked

@@ -201,14 +201,23 @@ class CoreDriver:
             return
         now, k = self.clock(), len(self.ackers)
         decided: list[tuple[str, int, int]] = []
+        combined: dict[int, int] = {}         # the tasks' acks XORed per root: one report per root
         for (component, _), (acks, fails) in sorted(reports.items()):
             for root in fails:
                 decided += self.ackers[acker_for(root, k)].fail(root)
             if component in hold and self.checkpointer is not None:
                 self.checkpointer.hold(acks)
                 continue
+            if not combined:
+                combined = dict(acks)
+                continue
+            get = combined.get
             for root, v in acks.items():
-                decided += self.ackers[acker_for(root, k)].ack(root, v, now)
+                combined[root] = get(root, 0) ^ v
+        ackers = self.ackers
+        for root, v in combined.items():
+            if v:
+                decided += ackers[root % k].ack(root, v, now)
         self._deliver(decided)
 
     def fail_roots(self, roots: Any) -> None:

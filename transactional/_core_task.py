@@ -190,16 +190,30 @@ class CoreRouter:
         self.fails: set[int] = set()
         self._done: set[int] = set()          # input keys acked or failed
         self.errors: list[str] = []
+        # stream -> (field count, routes) of the streams emit() may take without more checks
+        self._fast = {st: (n, routes) for st, (n, direct, routes) in self.outputs.streams.items() if not direct}
 
     def emit(self, values: tuple, anchors: Any = None, stream: str = "default") -> list[int]:
         """See ``transactional.core.OutputCollector.emit``."""
-        values, routes = self.outputs.stream(stream, values, False)
-        pairs = self._anchors(anchors)
+        fast = self._fast.get(stream)
+        if fast is not None and type(values) is tuple and len(values) == fast[0]:   # the per-tuple hot path
+            routes = fast[1]
+        else:
+            values, routes = self.outputs.stream(stream, values, False)
+        pairs: Sequence[tuple[int, Mapping[int, int]]]
+        if type(anchors) is CoreTuple:
+            if anchors.key in self._done:
+                self._anchors(anchors)                  # raises, naming the mistake
+            msg = anchors.message_id
+            pairs = ((anchors.key, msg),) if msg else ()
+        else:
+            pairs = self._anchors(anchors) if anchors is not None else ()
+        anchored = self.ids.anchored
         tasks = []
         for r in routes:
             for t in r.choose(values):
                 r.values[t].append(values)
-                r.ids[t].append(self.ids.anchored(pairs) or None if pairs else None)
+                r.ids[t].append((anchored(pairs) or None) if pairs else None)
                 tasks.append(r.base + t)
         self.emitted += 1
         return tasks
@@ -213,7 +227,7 @@ class CoreRouter:
         r.ids[t].append(self.ids.anchored(pairs) or None if pairs else None)
         self.emitted += 1
 
-    def _anchors(self, anchors: Any) -> list[tuple[int, Mapping[int, int]]]:
+    def _anchors(self, anchors: Any) -> Sequence[tuple[int, Mapping[int, int]]]:
         pairs = _anchor_pairs(self.component, self.task, anchors)
         for key, _ in pairs:
             if key in self._done:
@@ -224,13 +238,16 @@ class CoreRouter:
 
     def ack(self, tuple: CoreTuple) -> None:
         """See ``transactional.core.OutputCollector.ack``; a second ack or fail of one input is ignored."""
-        if tuple.key in self._done:
+        key, done = tuple.key, self._done
+        if key in done:
             return
-        self._done.add(tuple.key)
-        if tuple.message_id:
+        done.add(key)
+        msg = tuple.message_id
+        if msg:
             acks = self.acks
-            for root, v in self.ids.report(tuple.key, tuple.message_id).items():
-                acks[root] = acks.get(root, 0) ^ v
+            get = acks.get
+            for root, v in self.ids.report(key, msg).items():
+                acks[root] = get(root, 0) ^ v
 
     def fail(self, tuple: CoreTuple) -> None:
         """See ``transactional.core.OutputCollector.fail``."""
