@@ -154,3 +154,35 @@ def test_cli_status_unreachable_is_an_error_message(capsys: pytest.CaptureFixtur
     assert trident(["status", "words", "--coordination", f"zk://127.0.0.1:{port}/r"]) == 1
     assert f"127.0.0.1:{port}" in capsys.readouterr().err
     assert time.monotonic() - t0 < 10.5
+
+
+def test_the_status_record_keeps_the_last_error_of_a_timed_out_job_and_a_failing_listener_stops_nothing() -> None:
+    """A timeout's failure (no task, no traceback) goes into the record as any other; and a
+    listener that raises is logged, never raised into the run."""
+    import uuid
+
+    from spouts import MemoryTransactionalSpout
+    from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
+    from transactional._coordinator import CoordinatorSettings, Transition, _Timeout
+    from transactional._runner import Engine
+    from transactional.status import StatusRecorder
+    from transactional.testing import ListSink
+
+    state = MemoryTransactionalState(f"rec-{uuid.uuid4().hex[:6]}")
+    rec = StatusRecorder(state, "transactional", "me")
+    rec(Transition("failed", 3, 2, 1.0, {"failure": _Timeout(3, 2, CoordinatorSettings(message_timeout_secs=4))}))
+    err = state.get("status")["errors"]["(spark job)"]
+    assert (err["txid"], err["attempt"], err["task"]) == (3, 2, -1)
+    assert err["error"] == "Timeout: not processed within message_timeout_secs=4; its job was cancelled"
+
+    tid = f"listener-{uuid.uuid4().hex[:6]}"
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: list(range(6))}, Fields("n"), 2))
+    b.set_bolt("sink", ListSink(tid)).shuffle_grouping("spout")
+    engine = Engine(b.build(), TopologyConfig(executor="in-process", progress=False))
+
+    def broken(t: Transition) -> None:
+        raise ValueError("observer bug")
+
+    engine.listeners.append(broken)
+    r = engine.run(None)
+    assert r.batches_committed == 3 and r.stopped_because == "spout has nothing more"

@@ -438,7 +438,7 @@ class Engine:
         coord = Coordinator(CoordinatorSettings.of(self.config, self.topology.core), planner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
-        coord.listeners += self.listeners
+        coord.listeners += [_heard_safely(listener) for listener in self.listeners]
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
                      rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
@@ -700,6 +700,22 @@ class _Attempts:
             self.jobs.cancel(group)
         self.groups.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transition], None]:
+    """``listener`` as the coordinator calls it: what it raises is logged (once per kind
+    of error), never raised into the run -- an observer must not stop a topology."""
+    seen: set[str] = set()
+
+    def hear(t: Transition) -> None:
+        try:
+            listener(t)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            what = f"{type(e).__name__}: {e}"
+            if what not in seen:
+                seen.add(what)
+                log.warning("a listener of the run (%r) failed on a %r transition: %s", listener, t.kind, what)
+    return hear
 
 
 def _add_report(rep: dict, executed: dict, emitted: dict) -> None:

@@ -220,9 +220,10 @@ class StatusRecorder:
         elif t.kind == "failed":
             f = t.info["failure"]
             r["failed_attempts"] += 1
-            r["errors"][f.component] = {"task": f.task, "txid": f.txid, "attempt": f.attempt_id,
-                                        "error": f"{f.error_type}: {f.message}"[:2000],
-                                        "traceback": f.traceback[-8000:], "at": time.time()}
+            kind = getattr(f, "error_type", None) or type(f).__name__.lstrip("_")
+            r["errors"][f.component] = {"task": f.task, "txid": t.txid, "attempt": t.attempt,
+                                        "error": f"{kind}: {f.message}"[:2000],
+                                        "traceback": (f.traceback or "")[-8000:], "at": time.time()}
             self.write()
         elif t.kind == "committed":
             r["batches"] += 1
