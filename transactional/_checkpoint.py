@@ -48,17 +48,20 @@ log = logging.getLogger("trident")
 
 @dataclass
 class _Task:
-    """One stateful task: its state, and the bolt instance of its latest micro-batch (it
-    hears the hooks)."""
+    """One commit-phase task's view: the task's state (opened when a stateful bolt asks
+    for it), and the bolt instance of its latest micro-batch (it hears the hooks)."""
 
     namespace: str
-    state: KeyValueState
+    opener: Callable[[str], KeyValueState]
+    state: KeyValueState | None = None
     owner: Any = None
 
     def key_value_state(self, owner: Any = None) -> KeyValueState:
         """The task's state; ``owner`` hears the checkpoint hooks from now on."""
         if owner is not None:
             self.owner = owner
+        if self.state is None:
+            self.state = self.opener(self.namespace)
         return self.state
 
     def hook(self, name: str, *args: Any) -> None:
@@ -131,9 +134,12 @@ class Checkpointer:
         """The state of a stateful task (opened on first use)."""
         t = self.tasks.get((component, task))
         if t is None:
-            ns = self.namespace(component, task)
-            t = self.tasks[(component, task)] = _Task(ns, self._open(ns))
+            t = self.tasks[(component, task)] = _Task(self.namespace(component, task), self._open)
         return t
+
+    def _states(self) -> list[_Task]:
+        """The tasks whose state is open, in a fixed order."""
+        return [self.tasks[k] for k in sorted(self.tasks) if self.tasks[k].state is not None]
 
     def hold(self, acks: dict[int, int]) -> None:
         """Keep a stateful task's acks until the next checkpoint."""
@@ -150,7 +156,8 @@ class Checkpointer:
         Raises on a failure before the prepare is recorded (after ``rollback``, the
         caller fails the held roots), ``TopologyFailedError`` after it."""
         c = self.next_id
-        tasks = [self.tasks[k] for k in sorted(self.tasks)]
+        tasks = self._states()
+        states = [t.key_value_state() for t in tasks]
         names = [t.namespace for t in tasks]
         self.next_id += 1
         # Step 1. the hooks
@@ -160,17 +167,17 @@ class Checkpointer:
         self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": names})
         crash_point("checkpoint.preparing", txid=c)
         # Step 3. every state writes its changes beside its committed values
-        for t in tasks:
-            t.state.prepare_commit(c)
+        for kv in states:
+            kv.prepare_commit(c)
         crash_point("checkpoint.before_prepared", txid=c)
         # Step 4. record that every state is prepared: the checkpoint will be committed
         self.store.set("checkpoint", {"txid": c, "phase": "prepared", "states": names})
         crash_point("checkpoint.prepared", txid=c)
         # Step 5. commit every state
         try:
-            for t in tasks:
+            for t, kv in zip(tasks, states, strict=True):
                 t.hook("pre_commit", c)
-                t.state.commit(c)
+                kv.commit(c)
                 crash_point("checkpoint.after_commit", txid=c, state=t.namespace)
             # Step 6. record it
             self.store.set("checkpoint", {"txid": c, "phase": "committed", "states": names})
@@ -188,9 +195,9 @@ class Checkpointer:
     def rollback(self) -> set[int]:
         """Back to the last checkpoint: every state drops its pending and prepared changes
         (after ``pre_rollback``); returns the roots whose held acks are void."""
-        for t in (self.tasks[k] for k in sorted(self.tasks)):
+        for t in self._states():
             t.hook("pre_rollback")
-            t.state.rollback()
+            t.key_value_state().rollback()
         roots = {r for acks in self.held for r in acks}
         self.held = []
         return roots
@@ -199,5 +206,5 @@ class Checkpointer:
         """Every key and value of ``component``'s states as its tasks left them."""
         out: dict[Any, Any] = {}
         for t in range(self.topology.component(component).parallelism):
-            out.update(self.for_task(component, t).state.items())
+            out.update(self.for_task(component, t).key_value_state().items())
         return out
