@@ -276,6 +276,39 @@ def test_every_sentence_is_acked_once_through_a_fan_out_to_several_tasks(executo
     assert r.emitted["sentences"] == n and r.tuples == n
 
 
+class AckOnTaskZeroOrReplay(BaseRichBolt):
+    """Task 0 acks everything; other tasks ack only replays (first deliveries hang)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.task = collector, context.task_index
+
+    def execute(self, tuple):
+        if self.task == 0 or tuple["delivery"] > 1:
+            self.collector.ack(tuple)
+
+
+def test_every_copy_of_a_tuple_is_tracked_on_its_own(executor: str) -> None:
+    """A spout tuple sent to two bolts, and a bolt's tuple sent to both tasks of an
+    all-grouped bolt: each copy has an id of its own, so the tree waits for every copy --
+    one copy failed fails the root, one copy never acked times it out."""
+    name = uid("copies")
+    b = TopologyBuilder(name)
+    b.set_spout("s", MemorySpout(items(4), Fields("item"), name=name, deliveries=True), 1)
+    b.set_bolt("ok", AckAll(), 1).shuffle_grouping("s")
+    b.set_bolt("picky", FailFirst(), 1).shuffle_grouping("s")      # the second copy of each spout tuple
+    r = run_topology(b, config())
+    assert sorted(events(name, "fail")) == [0, 1, 2, 3] and sorted(events(name, "ack")) == [0, 1, 2, 3]
+    assert r.executed == {"ok": 8, "picky": 8}
+
+    name = uid("copies-all")
+    b = TopologyBuilder(name)
+    b.set_spout("s", MemorySpout(items(3), Fields("item"), name=name, deliveries=True), 1)
+    b.set_bolt("pass", PassOn(), 1).shuffle_grouping("s")
+    b.set_bolt("both", AckOnTaskZeroOrReplay(), 2).all_grouping("pass")
+    r = run_topology(b, config(message_timeout_secs=1.5))
+    assert r.timed_out == {"s": 3} and sorted(events(name, "ack")) == [0, 1, 2]
+
+
 def test_a_tree_of_ten_thousand_tuples_per_spout_tuple_is_acked_once(executor: str) -> None:
     name = uid("tree")
     b = TopologyBuilder(name)
