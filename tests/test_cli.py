@@ -244,7 +244,8 @@ def test_ctrl_c_during_run_is_one_line_naming_the_last_committed_txid_and_exit_1
         assert proc.poll() is None, "".join(err)
         seen = max(int(m) for line in err for m in re.findall(r"committed txid (\d+)", line))
         os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)             # not communicate(): it would read stderr too, racing the reader
+        out = proc.stdout.read()          # type: ignore[union-attr]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
