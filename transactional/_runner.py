@@ -26,7 +26,6 @@ opaque spouts: planned again from where the previous batch ended).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import logging
 import os
 import re
@@ -35,12 +34,10 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
-from state.keys import check_state_name
-from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, map_class, open_map_backing
 from transactional._coordinator import (
     Action,
     Cancel,
@@ -58,7 +55,6 @@ from transactional._core import CoreDriver
 from transactional._faults import crash_point
 from transactional._gc import paused_gc
 from transactional._plan import (
-    ExecutorStates,
     InProcessExecutor,
     ProcessingResult,
     compile_plan,
@@ -67,8 +63,9 @@ from transactional._plan import (
 )
 from transactional._spark import SparkExecutor, get_or_create_context, ship
 from transactional._spout import SpoutsPlanner
+from transactional._states import StateRegistry
 from transactional._store import CoordinatorStore
-from transactional._task import TaskContext, TaskFailure
+from transactional._task import TaskFailure
 from transactional.config import TopologyConfig
 from transactional.control import RunControl
 from transactional.exceptions import ConfigError
@@ -82,208 +79,6 @@ from transactional.webui import RunObserver, attach, lag_source
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
 CONTROL_CHECK_SECS = 0.25
-
-
-class StateRegistry:
-    """The maps of a run, on the driver: one per state name, over the configured backing.
-
-    Every map's writes are fenced by this driver's ``epoch`` (taken durably with the lock,
-    ``CoordinatorStore.take_epoch``) under the topology's fence scope; ``raise_epoch``
-    raises that fence when the driver starts, so from then on every write of an older
-    driver is refused, whatever map it goes to. The names and kinds of the maps ever used
-    are kept durably (``record_map``), so that a commit that must repair what a failed
-    attempt of its txid left in an ``OpaqueMap`` finds that map even when this attempt
-    does not use it.
-    """
-
-    def __init__(self, config: TopologyConfig, topology_id: str,
-                 record_map: Callable[[str, str], None] | None = None) -> None:
-        """``record_map(name, kind)`` stores a map's name and kind durably (the engine
-        binds it to ``CoordinatorStore.record_map``)."""
-        self.config = config
-        self.topology_id = topology_id
-        self.maps: dict[str, MapState] = {}
-        self.known: dict[str, str] = {}          # name -> kind, of every map this topology used
-        self.epoch: int | None = None
-        self.scope: CommitScope | None = None
-        self.last_committed: int | None = None
-        self.record_map = record_map
-
-    def map_state(self, name: str, opaque: bool | str = False) -> MapState:
-        """The map called ``name`` (``OpaqueMap`` when ``opaque``; or a kind of
-        ``state.map.MAP_KINDS``), in the current commit."""
-        check_state_name(name)
-        kind = map_class(opaque)
-        m = self.maps.get(name)
-        if m is None:
-            if self.known.get(name, kind.kind) != kind.kind:
-                msg = (
-                    f"map state {name!r} was used as a {self.known[name]} map by "
-                    f"this topology before, and is now asked for as {kind.__name__}; "
-                    "one name, one kind (use a new state name)"
-                )
-                raise ConfigError(msg)
-            if name not in self.known:
-                self.known[name] = kind.kind
-                if self.record_map is not None:
-                    self.record_map(name, kind.kind)   # durable before the map's first write
-            m = self._open(name, kind)
-        elif type(m) is not kind:
-            msg = (
-                f"map state {name!r} is used both as {type(m).__name__} and as "
-                f"{kind.__name__}; one name, one kind"
-            )
-            raise ConfigError(msg)
-        return m
-
-    def _open(self, name: str, kind: type[MapState]) -> MapState:
-        backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}",
-                                   fence_scope=self.topology_id, **self.options())
-        m = self.maps[name] = kind(backing, name)
-        m.last_committed = self.last_committed
-        if self.scope is not None:
-            m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch)
-        return m
-
-    def options(self) -> dict:
-        opts = dict(self.config.state_options)
-        if not self.config.state.startswith("memory:"):
-            opts.setdefault("connect_timeout", self.config.connect_timeout_secs)
-        return opts
-
-    def raise_epoch(self, epoch: int) -> None:
-        """Take ``epoch`` for this driver's writes and raise the topology's fence to it
-        (reaching the configured state once: a clear error before any batch when it
-        cannot). Raises ``LeadershipLostError`` if a newer driver has raised it already."""
-        self.epoch = epoch
-        check = open_map_backing(self.config.state, f"{self.topology_id}:~epoch",
-                                 fence_scope=self.topology_id, **self.options())
-        check.multi_put([], [], Fence(epoch, None))
-
-    def existing(self, name: str, opaque: bool | str | None = None) -> MapState:
-        """The map ``name`` for reading after a run (opened if this run did not use it)."""
-        if name not in self.maps:
-            check_state_name(name)
-            self._open(name, map_class(self.known.get(name, TransactionalMap.kind) if opaque is None else opaque))
-        return self.maps[name]
-
-    def begin(self, txid: int, attempt: int, rollback: Sequence[str] = ()) -> None:
-        """Start the commit of ``txid``. ``rollback``: an earlier attempt of it began its
-        commit; every opaque map this topology ever used puts back what these writers
-        (the driver, committer tasks) wrote for a failed attempt of ``txid``."""
-        self.scope = CommitScope(txid, attempt, self.epoch)
-        for m in self.maps.values():
-            m.begin_commit(txid, attempt, epoch=self.epoch)
-        if rollback:
-            for name, kind in self.known.items():
-                if kind == OpaqueMap.kind:
-                    with _naming_map(name):
-                        n = self.map_state(name, opaque=True).rollback(rollback)
-                    if n:
-                        log.info("txid %d: put back %d value(s) of map %r that a failed attempt "
-                                 "wrote", txid, n, name)
-
-    def commit(self, txid: int) -> None:
-        """Write every map's changes of ``txid`` (one fenced atomic write per map)."""
-        for name, m in self.maps.items():
-            with _naming_map(name):
-                m.commit(txid)
-        self.scope = None
-
-    def for_task(self, component: str, task: int) -> _DriverTask:
-        """Commit tasks on the driver share the registry's maps: they write when the whole
-        commit phase succeeded (``commit``), not when a task ends, and a failed task leaves
-        the abort to the engine."""
-        return _DriverTask(self)
-
-    def declare(self, topology: Topology, conf: dict) -> None:
-        """Find the maps the committers open in ``prepare`` (run on the driver against a
-        recording context) and record them, before the first commit: committer tasks on
-        executors open only declared maps (see ``transactional._plan.TaskStates``)."""
-        for c in topology.components:
-            if c.id not in topology.commit_components:
-                continue
-            ctx = _DeclaringContext(topology, c)
-            try:
-                c.new_instance().prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
-            except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
-                log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
-            for name, opaque in ctx.asked:
-                check_state_name(name)
-                kind = map_class(opaque).kind
-                if self.known.get(name, kind) != kind:
-                    msg = (
-                        f"map state {name!r} is used both as a {self.known[name]} and as a "
-                        f"{kind} map; one name, one kind"
-                    )
-                    raise ConfigError(msg)
-                if name not in self.known:
-                    self.known[name] = kind
-                    if self.record_map is not None:
-                        self.record_map(name, kind)
-
-    def for_executors(self, txid: int, attempt: int) -> ExecutorStates:
-        """What committer tasks on executors need to open their maps for this attempt."""
-        return ExecutorStates(self.config.state, self.options(), self.topology_id, self.epoch, txid,
-                              attempt, dict(self.known))
-
-    def committed(self, txid: int) -> None:
-        """``txid`` is recorded as committed: reads after the run show values as of it."""
-        self.last_committed = txid
-        for m in self.maps.values():
-            m.last_committed = txid
-
-    def abort(self) -> None:
-        """End the current commit, writing nothing more."""
-        for m in self.maps.values():
-            m.abort()
-        self.scope = None
-
-
-@contextlib.contextmanager
-def _naming_map(name: str) -> Iterator[None]:
-    """Tag an exception raised while reading or writing map ``name`` with its name."""
-    try:
-        yield
-    except Exception as e:
-        e.trident_map = name  # type: ignore[attr-defined]
-        raise
-
-
-class _DriverTask:
-    """One commit task's view of the driver's maps (see ``StateRegistry.for_task``)."""
-
-    def __init__(self, registry: StateRegistry) -> None:
-        self.registry = registry
-
-    def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
-        """The registry's map ``name``."""
-        return self.registry.map_state(name, opaque)
-
-    def finish(self) -> None:
-        """The task ended: its updates stay buffered until the commit phase ends."""
-
-    def abort(self) -> None:
-        """The task failed: the engine aborts the whole commit."""
-
-
-class _DeclaringContext(TaskContext):
-    """The context of a committer's ``prepare`` run on the driver to see which maps it opens."""
-
-    def __init__(self, topology: Topology, component: Any) -> None:
-        super().__init__(topology, component, 0, "commit")
-        self.asked: list[tuple[str, bool | str]] = []
-
-    def map_state(self, name: str, opaque: bool | str = False) -> Any:
-        self.asked.append((name, opaque))
-        return None
-
-
-class _NoCollector:
-    def emit(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    emit_direct = report_error = emit
 
 
 class _Failure(Exception):
