@@ -179,3 +179,38 @@ def test_a_driver_killed_mid_run_against_the_cluster_resumes_exactly(cluster, re
     want = expected(60)
     assert stored(redis_url, tid, sorted(want)) == (want, want), log[-3000:]
     assert committed(zk_url, tid) == 15
+
+
+def test_a_core_topology_on_the_cluster_through_a_worker_kill_acks_every_sentence_once(
+        cluster, redis_server, redis_url, zk_url, tmp_path):
+    """A core topology (spouts on the driver, the split shipped to the executors, a stateful
+    count on Redis): kill -9 of a worker mid-run. Spark recomputes what it lost with the
+    same tuple ids, or the micro-batch fails and its sentences are replayed; either way
+    every sentence is acked once and, the state being written only at checkpoints, every
+    count is exact."""
+    cluster.wait_for_workers(2)
+    tid = f"core-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, CLUSTER_TOPOLOGY_ID=tid, CLUSTER_SENTENCES="1500", SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("PYTHONPATH", None)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    with open(tmp_path / f"{tid}.log", "w") as out:
+        p = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", str(PROJECT / "core_topology.py"),
+                              "--master", cluster.master_url, "--json", "--set", "spark_ui=false", "--state", redis_url,
+                              "--coordination", zk_url, "--set", "micro_batch_size=40", "--message-timeout", "20",
+                              "--set", "checkpoint_interval_ms=200"],
+                             cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wait_until(lambda: committed(zk_url, tid) >= 3 or p.poll() is not None, 180, 0.05, what="3 micro-batches")
+    assert p.poll() is None, "the run ended before the fault: give it more data"
+    cluster.kill_worker(next(i for i, w in enumerate(cluster.workers) if w.running))
+    cluster.add_worker()
+    log = finished(p, tmp_path, tid, cluster)
+    assert "acked 1500 failed " in log and "pending 0" in log, log[-3000:]
+    import core_topology
+
+    want = Counter(w.lower() for s in core_topology.sentences(1500) for w in s.split())
+    got: Counter = Counter()
+    for t in range(2):
+        for k, v in redis_server.client().hgetall(f"{tid}:count:{t}").items():
+            got[k.decode()] += int(v)
+    assert got == want

@@ -3,7 +3,15 @@
 import wordlib.norm
 
 import transactional
-from transactional import BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, Values
+from transactional import (
+    BaseBatchBolt,
+    BaseRichBolt,
+    BaseStatefulBolt,
+    BaseTransactionalBolt,
+    Committer,
+    Fields,
+    Values,
+)
 
 
 class Split(BaseBatchBolt):
@@ -40,3 +48,32 @@ class Count(BaseTransactionalBolt, Committer):
         self.o.multi_combine(words, [self.counts[w] for w in words], "sum")
         places = sorted(f"{self.task}|{w}" for w in self.seen)   # one key per committer task
         self.places.multi_combine(places, [1] * len(places), "sum")
+
+
+class CoreSplit(BaseRichBolt):
+    """A core topology's split, on the executors: each word anchored to its sentence."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple):
+        for w in tuple["sentence"].split():
+            self.collector.emit((wordlib.norm.normalize(w),), anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("word"))
+
+
+class CoreCount(BaseStatefulBolt):
+    """Counts into the task's KeyValueState (a Redis hash per task)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tuple):
+        self.counts.put(tuple["word"], self.counts.get(tuple["word"], 0) + 1)
+        self.collector.ack(tuple)
