@@ -165,6 +165,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.cancelled: set[tuple[int, int]] = set()
         self.done = False
         self.happy = False
+        self.paused = False                             # deactivated by the operator
         self._answer(self.coord.start(self.now), Expect(("start",)))
         self._run(data)
 
@@ -350,7 +351,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if self.stopped is None and self.limit is not None and self.last_committed >= self.limit:
             assert not self.flight and self.planning is None
             assert exp.source[0] != "committed", f"max_batches reached, no Stop in {actions}"
-        if self.stopped is None and self.planning is None:
+        if self.stopped is None and self.planning is None and not self.paused:
             # nothing held back that could go: a free slot is filled as soon as backoff and polling allow
             t = self.last_committed + len(self.flight) + 1
             n = self.nfail.get(t, 0)
@@ -411,8 +412,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert a.commit_started == tuple(started), (a, started)
             f.status, self.commit_out = "committing", t
             return
-        # Plan or Launch: the next txid, with a free slot, its backoff waited out
+        # Plan or Launch: the next txid, with a free slot, its backoff waited out, not deactivated
         t = a.txid
+        assert not self.paused, f"{exp.source}: {a} while deactivated"
         assert t == self.last_committed + len(self.flight) + 1, f"{a}: in flight {list(self.flight)}"
         assert len(self.flight) < self.s.max_spout_pending, f"{a}: {len(self.flight)} in flight"
         assert self.limit is None or t <= self.limit, f"{a}: beyond max_batches"
@@ -454,8 +456,40 @@ class CoordinatorMachine(RuleBasedStateMachine):
         preconditions aborts many runs that end up with no rule enabled.)"""
         self.busy = True
         events = ["time"] * 2 + ["job"] * 3 * bool(self.jobs and not self.done) + ["late"] * bool(self.cancelled)
+        events += ["operator"] * (not self.done)
         event = data.draw(st.sampled_from(events), label="event")
-        {"job": self.finish_job, "time": self.advance_time, "late": self.late_result}[event](data)
+        {"job": self.finish_job, "time": self.advance_time, "late": self.late_result,
+         "operator": self.operator}[event](data)
+
+    def operator(self, data):
+        """`trident deactivate`, `activate` or `kill`: no new txid while deactivated (those in
+        flight go on), emitting again at once on activate, and a kill stops the run with
+        every txid in flight cancelled but one committing."""
+        what = data.draw(st.sampled_from(["deactivate"] * 3 + ["activate"] * 3 + ["kill"]), label="operator")
+        if what == "deactivate":
+            before = state_of(self.coord)
+            assert self.coord.deactivate(self.now, "ops") == []
+            after = state_of(self.coord)
+            assert after.pop("paused") is True and {**before, "paused": None} == {**after, "paused": None}
+            self.paused = True
+        elif what == "activate":
+            if not self.paused:
+                self._ignored(lambda: self.coord.activate(self.now, "ops"))
+                return
+            self.paused = False
+            self._answer(self.coord.activate(self.now, "ops"), Expect(("activate",)))
+        else:
+            exp = Expect(("kill",))
+            exp.cancels = {(t, f.attempt) for t, f in self.flight.items() if f.status != "committing"}
+            for t, f in self.flight.items():
+                self.voided.add((t, f.attempt))
+            actions = self.coord.kill(self.now, "ops")
+            assert actions and isinstance(actions[-1], Stop) and actions[-1].reason == "killed by ops", actions
+            assert actions[-1].error is None
+            self._answer(actions[:-1], exp)
+            self.stopped = actions[-1]
+            self.queue.append(actions[-1])
+        self._run(data)
 
     def finish_job(self, data):
         """A processing job ends: processed (an opaque one may have emitted less), or failed."""
@@ -552,6 +586,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if self.coord is None or self.done or self.busy:
             return                      # (a step failed: its error is the one to report)
         self.happy = True
+        if self.paused:                 # the operator activates it again
+            self.paused = False
+            self._answer(self.coord.activate(self.now, "ops"), Expect(("activate",)))
+            self._run(None)
         goal = self.last_committed + 3
         for _ in range(300):
             if self.done or self.last_committed >= goal:

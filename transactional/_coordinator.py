@@ -593,10 +593,12 @@ class Coordinator:
         return [Cancel(b.txid, b.attempt) for b in self.inflight.values() if b.status is not Status.COMMITTING]
 
     def _stop_if_done(self, now: float) -> list[Action]:
-        if self.stopped is not None or self.inflight or self.planning is not None or self.paused:
+        if self.stopped is not None or self.inflight or self.planning is not None:
             return []
         if self.limit is not None and self.next_txid > self.limit:
             return [self._stop(Stop("max_batches"), now)]
+        if self.paused:
+            return []                                  # deactivated: waits for activate, not idle
         idle = self.settings.idle_timeout_secs
         if self.idle_since is not None and idle is not None and now - self.idle_since >= idle \
                 and self.next_txid not in self.replay and now >= self.not_before.get(self.next_txid, 0.0):
