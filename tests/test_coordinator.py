@@ -41,6 +41,7 @@ from transactional._coordinator import (
     Commit,
     Coordinator,
     CoordinatorSettings,
+    CoreReplay,
     Launch,
     OpaqueReplay,
     Plan,
@@ -84,7 +85,8 @@ def state_of(c: Coordinator) -> dict:
             if k not in ("listeners", "stopped", "settings", "policy")}
 
 
-KINDS = ("transactional", "plain", "opaque")      # partitioned transactional, plain transactional, opaque
+KINDS = ("transactional", "plain", "opaque", "core")   # partitioned/plain transactional, opaque, core micro-batches
+REPLANNED = ("opaque", "core")                           # a failed txid is planned again, not replayed
 PARTS = ("0", "1", "2")
 OUTCOMES = ["ok"] * 40 + ["failed", "error"] * 5 + ["fatal"]   # of a processing job, of a commit
 
@@ -137,7 +139,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                                      retry_backoff_max_secs=backoff_max, idle_timeout_secs=None,
                                      poll_interval_secs=poll)
         policy = {"transactional": TransactionalReplay(True), "plain": TransactionalReplay(False),
-                  "opaque": OpaqueReplay()}[kind]
+                  "opaque": OpaqueReplay(), "core": CoreReplay()}[kind]
         rec = self._recovered(data) if data.draw(st.booleans(), label="resume") else Recovered()
         self.coord = Coordinator(self.s, policy, rec, max_batches)
         self.now = data.draw(st.sampled_from([0.0, 1000.0]), label="clock")
@@ -149,7 +151,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.flight: dict[int, Flight] = {}
         self.attempt_hi = {t: r["attempts"] for t, r in rec.pending.items()}
         self.commit_started = {t: list(r["commit_started"]) for t, r in rec.pending.items()}
-        self.first_meta = {t: copy.deepcopy(r["meta"]) for t, r in rec.pending.items()} if kind != "opaque" else {}
+        self.first_meta = {t: copy.deepcopy(r["meta"]) for t, r in rec.pending.items()} if kind not in REPLANNED else {}
         self.nfail: dict[int, int] = {}
         self.fail_at: dict[int, float] = {}
         self.planning: int | None = None
@@ -173,7 +175,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         """A restart: committed txids, and uncommitted ones found with their metadata."""
         last = data.draw(st.integers(0, 3), label="last_committed")
         n = data.draw(st.integers(0, 5), label="pending")
-        if self.kind == "plain":
+        if self.kind in ("plain", "core"):
             meta = [last - 1, last] if last else None
             rec = Recovered(last, meta, None)
             metas = [[last + i, last + i + 1] for i in range(n)]
@@ -190,7 +192,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     # -- the fake spout and the engine ---------------------------------------------------------------
     def _plan(self, a: Plan, draw) -> tuple[Any, dict | None]:
         """The spout's answer to ``a``: (meta, partition state after it), meta None: nothing now."""
-        if self.kind == "plain":
+        if self.kind in ("plain", "core"):
             if not self.happy and draw(st.integers(0, 4), label="nothing now") == 0:
                 return None, None
             start = a.prev_meta[1] if a.prev_meta else 0
@@ -355,7 +357,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             # nothing held back that could go: a free slot is filled as soon as backoff and polling allow
             t = self.last_committed + len(self.flight) + 1
             n = self.nfail.get(t, 0)
-            replay = self.kind != "opaque" and t in self.first_meta
+            replay = self.kind not in REPLANNED and t in self.first_meta
             assert not (len(self.flight) < self.s.max_spout_pending and (self.limit is None or t <= self.limit)
                         and (not n or self.now >= self.fail_at[t] + delay(self.s, n))
                         and (replay or self.now >= self.next_poll)), (
@@ -434,14 +436,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert a.commit_started == tuple(self.commit_started.get(t, ())), a
         src = exp.source
         planned_now = src[0] == "planned" and src[1] == t and not exp.launched
-        if self.kind != "opaque" and t in self.first_meta:
+        if self.kind not in REPLANNED and t in self.first_meta:
             assert a.meta == self.first_meta[t], f"{a}: first launched with {self.first_meta[t]}"
         else:
             assert planned_now and a.meta == src[2], f"{a} without a Plan answered with its metadata ({src})"
             exp.launched = True
-            if self.kind != "opaque":
+            if self.kind not in REPLANNED:
                 self.first_meta[t] = copy.deepcopy(a.meta)
-        if self.kind == "plain":
+        if self.kind in ("plain", "core"):
             assert a.partitions is None, a
         else:
             assert a.partitions == advance(prev_parts, a.meta), (a, prev_parts)
