@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from transactional import BaseRichBolt, TopologyBuilder, TopologyConfig, run_topology
+from transactional import BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilder, TopologyConfig, run_topology
 
 pytestmark = pytest.mark.integration
 TESTS = Path(__file__).resolve().parent
@@ -46,7 +46,7 @@ class Driver:
     """``trident run tests/core_stream_topology.py`` in its own process group."""
 
     def __init__(self, tmp: Path, name: str, redis_url: str, stream: str, kind: str, *, coordination: str,
-                 crash_at: str | None = None, executor: str = "in-process") -> None:
+                 crash_at: str | None = None, executor: str = "in-process", placement: str = "driver") -> None:
         env = {**os.environ, "TRIDENT_TEST_REDIS": redis_url, "TRIDENT_TEST_STREAM": stream,
                "TRIDENT_TEST_KIND": kind, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         env.pop("TRIDENT_CRASH_AT", None)
@@ -57,6 +57,7 @@ class Driver:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "transactional.cli", "run", str(TOPOLOGY), "--master", "local[2]",
                  "--set", f"executor={executor}", "--set", "micro_batch_size=30", "--set", "checkpoint_interval_ms=100",
+                 "--set", f"commit_placement={placement}",
                  "--coordination", coordination, "--state", redis_url, "--idle-timeout", "1.5",
                  "--message-timeout", "10", "--lock-wait", "30", "-q"],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
@@ -138,15 +139,17 @@ def truth(rows: list[str]) -> dict[str, int]:
     return dict(collections.Counter(w for s in rows for w in s.split()))
 
 
-@pytest.mark.parametrize("crash_at, exact", [
-    (None, True),
-    ("checkpoint.preparing", True),          # nothing prepared: rolled back, all replayed
-    ("checkpoint.before_prepared", True),    # all prepared, not recorded: rolled back, replayed
-    ("checkpoint.prepared", False),          # recorded prepared: the restart commits it; its tuples come again
-    ("checkpoint.after_commit", False),      # one state committed: the restart commits the other
+@pytest.mark.parametrize("crash_at, exact, placement", [
+    (None, True, "driver"),
+    ("checkpoint.preparing", True, "driver"),          # nothing prepared: rolled back, all replayed
+    ("checkpoint.before_prepared", True, "driver"),    # all prepared, not recorded: rolled back, replayed
+    ("checkpoint.prepared", False, "driver"),          # recorded prepared: the restart commits it; its tuples again
+    ("checkpoint.after_commit", False, "driver"),      # one state committed: the restart commits the other
+    ("checkpoint.preparing", True, "executors"),       # the tasks have not run: nothing to undo
+    ("checkpoint.prepared", False, "executors"),       # the tasks prepared it on the executors: committed on restart
 ])
 def test_stateful_word_count_killed_at_each_checkpoint_step(tmp_path: Path, redis_url: str, zk_url: str,
-                                                           crash_at: str | None, exact: bool) -> None:
+                                                           crash_at: str | None, exact: bool, placement: str) -> None:
     r = redis.Redis.from_url(redis_url)
     stream = f"s-{uuid.uuid4().hex[:8]}"
     rows = sentences(240, seed=len(crash_at or ""))
@@ -154,10 +157,10 @@ def test_stateful_word_count_killed_at_each_checkpoint_step(tmp_path: Path, redi
     coordination = zk_url + "?session_timeout=1"
     if crash_at is not None:
         d = Driver(tmp_path, "crash", redis_url, stream, "stateful", coordination=coordination,
-                   crash_at=f"{crash_at}:txid=2")
+                   crash_at=f"{crash_at}:txid=2", placement=placement)
         assert d.wait() == -signal.SIGKILL, d.tail()
         assert f"crash point {crash_at}" in d.tail()
-    d = Driver(tmp_path, "resume", redis_url, stream, "stateful", coordination=coordination)
+    d = Driver(tmp_path, "resume", redis_url, stream, "stateful", coordination=coordination, placement=placement)
     assert d.wait() == 0, d.tail()
     got, want = stored_counts(r, stream), truth(rows)
     assert set(got) == set(want)
@@ -214,3 +217,58 @@ def test_kafka_spout_in_a_topology_replays_failed_records_and_commits_past_every
     finally:
         c.close()
     assert [tp.offset for tp in committed] == [30, 20]                   # past every record, none unacked
+
+
+class CountOnExecutors(BaseStatefulBolt):
+    """A stateful count whose first delivery of "apple" raises (a bug, not a FailedException)."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tuple):
+        if tuple["word"] == "apple" and tuple["delivery"] == 1:
+            raise RuntimeError("database is down")
+        self.counts.put(tuple["word"], self.counts.get(tuple["word"], 0) + 1)
+        self.collector.ack(tuple)
+
+
+class SplitKeepingDelivery(BaseRichBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple):
+        for w in tuple["sentence"].split():
+            self.collector.emit((w, tuple["delivery"]), anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("word", "delivery"))
+
+
+@pytest.mark.spark_only
+def test_stateful_bolts_on_the_executors_checkpoint_every_micro_batch_and_roll_back_a_failed_one(
+        spark_context: Any, redis_url: str) -> None:
+    """commit_placement="executors": the stateful tasks run in the commit job, each opening its
+    Redis state there and preparing the micro-batch's checkpoint; the driver commits them all.
+    A bolt raising in one micro-batch rolls what its tasks prepared back; the replay counts."""
+    from spouts import MemorySpout
+
+    tid = f"exec-state-{uuid.uuid4().hex[:8]}"
+    rows = sentences(60, seed=9) + ["an apple a day"]
+    b = TopologyBuilder(tid)
+    b.set_spout("sentences", MemorySpout(rows, Fields("sentence"), name=tid, deliveries=True, per_call=10), 1)
+    b.set_bolt("split", SplitKeepingDelivery(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", CountOnExecutors(), 2).fields_grouping("split", Fields("word"))
+    r = run_topology(b, TopologyConfig(state=redis_url, commit_placement="executors", progress=False,
+                                       micro_batch_size=15, retry_backoff_secs=0.05, poll_interval_secs=0.05))
+    client = redis.Redis.from_url(redis_url)
+    got: collections.Counter = collections.Counter()
+    for t in range(2):
+        for k, v in client.hgetall(f"{tid}:count:{t}").items():
+            got[k.decode()] += int(v)
+    assert dict(got) == truth(rows)
+    assert r.checkpoints == r.batches_committed and any("database is down" in f for f in r.failures)
+    assert r.acked == {"sentences": len(rows)} and not client.keys(f"{tid}:*~prepare")

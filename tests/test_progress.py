@@ -152,3 +152,21 @@ def test_the_transitions_of_a_real_run_make_the_lines():
     assert lines[-1].startswith(f"{tid}: committed txids 1..3 (3 batches), 0 failed attempts, 18 tuples in ")
     assert lines[-1].endswith("; stopped: spout has nothing more")
     assert len(lines) == 2
+
+
+def test_the_first_commit_is_logged_at_once_even_right_after_a_line_before_it():
+    """Slow first jobs: a "no batch committed yet" line comes first; the first commit, a
+    moment later, is still logged (a run that then goes idle would never show one)."""
+    clock = Clock()
+    p, lines = progress(clock)
+    for txid in (1, 2, 3):
+        p(launched(txid))
+    clock.now += 2.5
+    p(Transition("processed", 1, 1, 0.0))
+    assert lines == ["words: no batch committed yet, 3 txids in flight, 0 failed attempts, 0 tuples, 0 tuples/s"]
+    clock.now += 0.1
+    p(committed(1, sentences=9))
+    assert lines[-1].startswith("words: committed txid 1 (1 batch), 2 txids in flight")
+    clock.now += 0.1
+    p(committed(2, sentences=9))
+    assert len(lines) == 2                       # then the interval holds again

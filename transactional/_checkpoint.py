@@ -18,6 +18,12 @@ are held, and at the end of a run), a three-phase commit across all stateful bol
   6. record ``phase: "committed"``;
   7. release the held acks (the caller gives them to the ackers).
 
+With ``commit_placement="executors"`` the stateful bolts run in the commit job on the
+executors instead, each task opening its state there, and every micro-batch is a
+checkpoint: the tasks prepare it when they end (``on_executors``), then the driver records
+"prepared" and commits every state (``commit_prepared``) before it gives their acks to the
+ackers.
+
 A failure before step 4 (or of a stateful bolt in any micro-batch) rolls every state back
 to the last checkpoint (``pre_rollback``, then ``rollback``) and returns the held roots,
 which the caller fails so that their spouts replay them. A failure after step 4 stops the
@@ -202,9 +208,94 @@ class Checkpointer:
         self.held = []
         return roots
 
+    # -- stateful bolts on executors (commit_placement="executors") ---------------------------
+    def _names(self) -> list[str]:
+        return sorted(self.namespace(c, t) for c in self.stateful for t in range(self.topology.component(c).parallelism))
+
+    def on_executors(self) -> ExecutorKeyValueStates:
+        """Checkpoint ``c`` for one micro-batch whose stateful tasks run on executors: each
+        opens its state there (fenced by this driver's epoch), runs, and prepares ``c`` when
+        it ends; ``commit_prepared`` then commits them all, ``rollback_prepared`` undoes
+        them. Recorded "preparing" first, as a checkpoint on the driver is."""
+        c = self.next_id
+        self.next_id += 1
+        self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": self._names()})
+        crash_point("checkpoint.preparing", txid=c)
+        return ExecutorKeyValueStates(self.url, self.options, self.topology.topology_id, self.epoch, c)
+
+    def commit_prepared(self, states: ExecutorKeyValueStates) -> None:
+        """Every stateful task prepared ``states.txid`` (the commit job succeeded): steps 4-6
+        of a checkpoint, each state opened here finding its prepared changes."""
+        c, names = states.txid, self._names()
+        self.store.set("checkpoint", {"txid": c, "phase": "prepared", "states": names})
+        crash_point("checkpoint.prepared", txid=c)
+        try:
+            for ns in names:
+                self._open(ns).commit(c)
+                crash_point("checkpoint.after_commit", txid=c, state=ns)
+            self.store.set("checkpoint", {"txid": c, "phase": "committed", "states": names})
+        except Exception as e:
+            msg = (f"checkpoint {c} of {self.topology.topology_id!r} was prepared on the executors, but committing "
+                   f"it failed: {type(e).__name__}: {e}. Run the topology again: the restart commits it first")
+            raise TopologyFailedError(msg, txid=c, component="(checkpoint)", task=-1, cause=str(e)) from e
+        self.last = self.clock()
+        self.checkpoints += 1
+
+    def rollback_prepared(self, states: ExecutorKeyValueStates) -> None:
+        """The commit job failed: what its tasks prepared is dropped."""
+        for ns in self._names():
+            self._open(ns).rollback()
+        self.store.set("checkpoint", {"txid": states.txid, "phase": "rolled back", "states": self._names()})
+
     def items(self, component: str) -> dict[Any, Any]:
         """Every key and value of ``component``'s states as its tasks left them."""
         out: dict[Any, Any] = {}
         for t in range(self.topology.component(component).parallelism):
             out.update(self.for_task(component, t).key_value_state().items())
         return out
+
+
+@dataclass(frozen=True)
+class ExecutorKeyValueStates:
+    """What stateful tasks on executors need, shipped with the commit job: the state URL
+    and options, the topology (fence scope), the driver's epoch, and the checkpoint id this
+    micro-batch's tasks prepare. ``for_task`` gives a task its view."""
+
+    url: str
+    options: dict
+    topology_id: str
+    epoch: int | None
+    txid: int
+
+    def for_task(self, component: str, task: int) -> _ExecutorTask:
+        return _ExecutorTask(self, f"{self.topology_id}:{component}:{task}")
+
+
+class _ExecutorTask:
+    """One commit-phase task on an executor: its state opened on first use; when the
+    task ends well, ``pre_prepare`` and ``prepare_commit`` of the micro-batch's checkpoint.
+    (``pre_commit`` and ``pre_rollback`` are not called here: the commit and a rollback
+    happen on the driver, where the task's bolt instance is not.)"""
+
+    def __init__(self, spec: ExecutorKeyValueStates, namespace: str) -> None:
+        self.spec, self.namespace = spec, namespace
+        self.state: KeyValueState | None = None
+        self.owner: Any = None
+
+    def key_value_state(self, owner: Any = None) -> KeyValueState:
+        if owner is not None:
+            self.owner = owner
+        if self.state is None:
+            s = self.spec
+            self.state = open_key_value_state(s.url, self.namespace, fence_scope=s.topology_id, epoch=s.epoch,
+                                              **s.options)
+        return self.state
+
+    def finish(self) -> None:
+        if self.state is not None:
+            if self.owner is not None:
+                self.owner.pre_prepare(self.spec.txid)
+            self.state.prepare_commit(self.spec.txid)
+
+    def abort(self) -> None:
+        """The task failed: the driver rolls every state of the micro-batch back."""

@@ -241,15 +241,23 @@ class CoreDriver:
         """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
         runs the commit-phase stages and returns their report; it raises on a failure,
         after which the states are rolled back and the held roots failed."""
-        hold = self.checkpointer.stateful if self.checkpointer is not None else frozenset()
+        cp = self.checkpointer
+        on_executors = cp is not None and self.config.commit_placement == "executors"
+        hold = cp.stateful if cp is not None and not on_executors else frozenset()
         reports = dict(reports)
         info: dict = {}
         if run_stages is not None:
+            states = cp.on_executors() if cp is not None and on_executors else cp
             try:
-                rep = run_stages(self.checkpointer)
+                rep = run_stages(states)
             except BaseException:
-                self.rollback()
+                if cp is not None and on_executors:
+                    cp.rollback_prepared(states)     # type: ignore[arg-type]
+                else:
+                    self.rollback()
                 raise
+            if cp is not None and on_executors:
+                cp.commit_prepared(states)           # type: ignore[arg-type]  # then the acks count
             reports.update(rep.get("acks", {}))
             info = rep
         self.settle(reports, hold)

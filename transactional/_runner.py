@@ -122,8 +122,7 @@ class Engine:
         if topology.core:   # seeds the tasks' tuple ids (transactional._core_task.task_seed)
             self.conf["topology.run.salt"] = int.from_bytes(os.urandom(4), "big")
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
-        # core topologies run their stateful bolts on the driver, whatever commit_placement says
-        self.plan = compile_plan(topology, "driver" if topology.core else config.commit_placement)
+        self.plan = compile_plan(topology, config.commit_placement)
         self._driver = InProcessExecutor()                 # commit stages run in this process
         self._driver_shared = self._driver.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
@@ -133,6 +132,8 @@ class Engine:
         self.observer: RunObserver | None = None          # the status page and metrics, when served
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
+        if log.isEnabledFor(logging.DEBUG):
+            self.listeners.append(_log_transition)
         if self.progress_lines is not None:
             self.listeners.append(self.progress_lines)
         if on_commit is not None:
@@ -269,7 +270,7 @@ class Engine:
         """The commit of one attempt; returns what the ``committed`` transition reports.
         Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
         if self.topology.core:
-            return self._commit_core(a, r, store, planner, state)
+            return self._commit_core(a, r, store, planner, state, jobs)
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
         # Step 1. txid-1 is committed: the coordinator commits strictly in order.
@@ -317,7 +318,7 @@ class Engine:
         return info
 
     def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
-                     state: TransactionalState) -> dict:
+                     state: TransactionalState, jobs: _Jobs) -> dict:
         """The commit of a core topology's micro-batch (``transactional._core``): the
         stateful bolts and what follows them, the acks, a checkpoint when due. Raises
         ``_Failure`` when it fails (the micro-batch's pending trees fail; its spout tuples
@@ -332,8 +333,11 @@ class Engine:
         run_stages = None
         if self.plan.commit:
             def run_stages(states: Any) -> dict:
-                rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
-                                 states)
+                if self.plan.commits_on_executors:   # a Spark job over the processing output kept there
+                    rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept, states)
+                else:
+                    rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
+                                     states)
                 _add_report(rep, executed, emitted)
                 return rep
         # Steps 3-4. the stateful bolts, the acks, a checkpoint when due
@@ -481,8 +485,11 @@ class _Attempts:
         for fut in sorted(done, key=lambda f: self.running[f]):
             txid, attempt = self.running.pop(fut)
             if (txid, attempt) not in self.groups:
+                log.debug("txid %d attempt %d: the job of a cancelled attempt ended", txid, attempt)
                 continue                          # cancelled: its result is void
             r: ProcessingResult = fut.result()
+            log.debug("txid %d attempt %d: processing job ended in %.3f s (%d failure(s))", txid, attempt,
+                      r.seconds, len(r.failures))
             if r.failures:
                 actions += coord.failed(txid, attempt, _first(r.failures), time.monotonic())
             else:
@@ -495,6 +502,12 @@ class _Attempts:
             self.jobs.cancel(group)
         self.groups.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _log_transition(t: Transition) -> None:
+    """Every transition of the coordinator, at DEBUG (``--log-level DEBUG``)."""
+    failure = t.info.get("failure")
+    log.debug("%s txid %d attempt %d%s", t.kind, t.txid, t.attempt, f": {failure.describe()}" if failure else "")
 
 
 def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transition], None]:

@@ -135,7 +135,9 @@ class BaseStatefulBolt(BaseRichBolt):
                 self.collector.emit((tuple["word"], n), anchors=tuple)
                 self.collector.ack(tuple)
 
-    Stateful bolts run in the commit phase, in micro-batch order, on the driver.
+    Stateful bolts run in the commit phase, in micro-batch order, on the driver -- or, with
+    ``commit_placement="executors"``, on the executors, every micro-batch a checkpoint
+    (``pre_commit``/``pre_rollback`` are then not called: docs/core.md).
     """
 
     def init_state(self, state: KeyValueState) -> None:

@@ -72,7 +72,7 @@ class Progress:
         self.started: float | None = None       # when the first batch was launched
         self.stopped_because = ""
         self._last_line: float | None = None    # when the last line was logged (or the first event)
-        self._logged = False
+        self._commit_logged = False
 
     @classmethod
     def for_topology(cls, topology: Any, **kwargs: Any) -> Progress:
@@ -101,12 +101,15 @@ class Progress:
         elif t.kind == "stopped":
             self.in_flight.clear()
             self.stopped_because = (t.info or {}).get("reason", "")
-        first_commit = t.kind == "committed" and not self._logged
+        # the first commit is logged at once, also when a line came shortly before it (a
+        # "no batch committed yet" line while the first jobs ran): a run that goes idle
+        # after its first batches would otherwise never show a commit
+        first_commit = t.kind == "committed" and not self._commit_logged
         if self._last_line is None:
             self._last_line = now
         if t.kind != "stopped" and (first_commit or now - self._last_line >= self.interval_secs):
             self._last_line = now
-            self._logged = True
+            self._commit_logged = self._commit_logged or t.kind == "committed"
             self.log(self.line())
 
     def rate(self) -> float:
