@@ -494,6 +494,20 @@ def test_a_stateful_bolt_error_rolls_back_and_replays_and_the_counts_come_out_ex
         assert open_key_value_state("memory://", f"{name}:count:{t}").prepared_txid() is None
 
 
+def test_with_ackers_0_stateful_bolts_still_checkpoint(executor: str) -> None:
+    """No tuple is tracked, so no ack is held, yet the states' changes are checkpointed
+    (on the interval and at the end of the run): a new reader finds them committed."""
+    name = uid("noack-state")
+    r = run_topology(stateful_topology(name, WordCount(), SENTENCES), config(ackers=0, checkpoint_interval_ms=0))
+    assert r.checkpoints >= 1 and r.acked == {"sentences": len(SENTENCES)}
+    merged: dict = {}
+    for t in range(3):
+        kv = open_key_value_state("memory://", f"{name}:count:{t}")
+        assert kv.prepared_txid() is None and kv.committed_txid() is not None
+        merged.update(kv.items())
+    assert merged == word_truth(SENTENCES)
+
+
 def test_recovery_commits_a_prepared_checkpoint_and_discards_an_unprepared_one() -> None:
     tid = uid("recover")
     b = stateful_topology(tid, WordCount(), SENTENCES).build()

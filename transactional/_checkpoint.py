@@ -98,6 +98,7 @@ class Checkpointer:
         self.stateful = frozenset(c.id for c in topology.bolts if c.core == "stateful")
         self.tasks: dict[tuple[str, int], _Task] = {}
         self.held: list[dict[int, int]] = []        # stateful tasks' acks since the last checkpoint
+        self.touched = False                        # stateful tasks ran since the last checkpoint
         self.next_id = 1
         self.last = clock()
         self.checkpoints = 0
@@ -152,9 +153,13 @@ class Checkpointer:
         if acks:
             self.held.append(acks)
 
+    def dirty(self) -> bool:
+        """Stateful tasks ran, or their acks wait, since the last checkpoint."""
+        return self.touched or bool(self.held)
+
     def due(self, now: float) -> bool:
-        """Acks are held and the interval passed since the last checkpoint."""
-        return bool(self.held) and now - self.last >= self.interval
+        """Something waits for a checkpoint and the interval passed since the last one."""
+        return self.dirty() and now - self.last >= self.interval
 
     # -- checkpoint and rollback -------------------------------------------------------------
     def checkpoint(self) -> list[dict[int, int]]:
@@ -195,6 +200,7 @@ class Checkpointer:
         # Step 7. release the acks held for it
         self.last = self.clock()
         self.checkpoints += 1
+        self.touched = False
         released, self.held = self.held, []
         return released
 
@@ -205,7 +211,7 @@ class Checkpointer:
             t.hook("pre_rollback")
             t.key_value_state().rollback()
         roots = {r for acks in self.held for r in acks}
-        self.held = []
+        self.held, self.touched = [], False
         return roots
 
     # -- stateful bolts on executors (commit_placement="executors") ---------------------------

@@ -258,6 +258,8 @@ class CoreDriver:
                 raise
             if cp is not None and on_executors:
                 cp.commit_prepared(states)           # type: ignore[arg-type]  # then the acks count
+            elif cp is not None:
+                cp.touched = True                    # a checkpoint is due, acks held or not (ackers=0)
             reports.update(rep.get("acks", {}))
             info = rep
         self.settle(reports, hold)
@@ -272,7 +274,7 @@ class CoreDriver:
 
     def _checkpoint_if_due(self, now: float, force: bool = False) -> None:
         cp = self.checkpointer
-        if cp is None or not (cp.due(now) or (force and cp.held)):
+        if cp is None or not (cp.due(now) or (force and cp.dirty())):
             return
         try:
             released = cp.checkpoint()
@@ -303,7 +305,7 @@ class CoreDriver:
         """When ``tick`` next has something to do."""
         times = [d for d in (a.next_deadline() for a in self.ackers) if d is not None]
         cp = self.checkpointer
-        if cp is not None and cp.held:
+        if cp is not None and cp.dirty():
             times.append(cp.last + cp.interval)
         return min(times) if times else None
 
@@ -333,3 +335,5 @@ class CoreDriver:
                 except Exception as e:  # noqa: BLE001 - one spout's close must not keep the others open
                     log.warning("closing spout %r task %d: %r", t.spout_id, t.index, e)
             self.result.pending = self.pending()
+            if self.checkpointer is not None:
+                self.result.checkpoints = self.checkpointer.checkpoints
