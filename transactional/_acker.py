@@ -24,6 +24,7 @@ owes each root when it acks an input.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from array import array
@@ -68,7 +69,8 @@ class Acker:
     [('ack', 7, 1)]
     """
 
-    __slots__ = ("timeout", "_slot", "_val", "_task", "_deadline", "_free", "acked", "failed", "timed_out")
+    __slots__ = ("timeout", "_slot", "_val", "_task", "_deadline", "_free", "_earliest", "acked", "failed",
+                 "timed_out")
 
     def __init__(self, timeout_secs: float) -> None:
         if timeout_secs <= 0:
@@ -80,6 +82,9 @@ class Acker:
         self._task = array("i")             # the spout task (-1: no init seen yet)
         self._deadline = array("d")         # when the root times out
         self._free: list[int] = []
+        # no pending root's deadline is before this (a lower bound: roots decided since the
+        # last scan may have held it): expire scans only once it has passed
+        self._earliest = math.inf
         self.acked = self.failed = self.timed_out = 0
 
     def pending(self) -> int:
@@ -89,15 +94,18 @@ class Acker:
     def _entry(self, root: int, now: float) -> int:
         s = self._slot.get(root)
         if s is None:
+            d = now + self.timeout
             if self._free:
                 s = self._free.pop()
-                self._val[s], self._task[s], self._deadline[s] = 0, -1, now + self.timeout
+                self._val[s], self._task[s], self._deadline[s] = 0, -1, d
             else:
                 s = len(self._val)
                 self._val.append(0)
                 self._task.append(-1)
-                self._deadline.append(now + self.timeout)
+                self._deadline.append(d)
             self._slot[root] = s
+            if d < self._earliest:
+                self._earliest = d
         return s
 
     def _drop(self, root: int) -> int:
@@ -111,7 +119,9 @@ class Acker:
         id is the root."""
         s = self._entry(root, now)
         self._task[s] = task
-        self._deadline[s] = now + self.timeout
+        d = self._deadline[s] = now + self.timeout
+        if d < self._earliest:
+            self._earliest = d
         self._val[s] ^= root if val is None else val
         return self._settle(root, s)
 
@@ -135,24 +145,30 @@ class Acker:
         return [("fail", root, task)]
 
     def expire(self, now: float) -> list[tuple[str, int, int]]:
-        """Fail every root whose tree did not complete within the timeout."""
+        """Fail every root whose tree did not complete within the timeout. Costs nothing
+        until the earliest deadline passed; then one scan of the pending roots."""
+        if now < self._earliest:
+            return []
         out = []
         deadline, task = self._deadline, self._task
+        earliest = math.inf
         for root, s in list(self._slot.items()):
-            if deadline[s] <= now:
+            d = deadline[s]
+            if d <= now:
                 t = task[s]
                 self._drop(root)
                 if t >= 0:
                     self.timed_out += 1
                     out.append(("fail", root, t))
+            elif d < earliest:
+                earliest = d
+        self._earliest = earliest
         return out
 
     def next_deadline(self) -> float | None:
-        """When ``expire`` next has something to do (None: nothing pending)."""
-        if not self._slot:
-            return None
-        d = self._deadline
-        return min(d[s] for s in self._slot.values())
+        """When ``expire`` may next have something to do (None: nothing pending); never
+        later than the earliest pending deadline."""
+        return self._earliest if self._slot else None
 
     def _settle(self, root: int, s: int) -> list[tuple[str, int, int]]:
         if self._val[s] != 0 or self._task[s] < 0:
