@@ -242,6 +242,7 @@ class Engine:
         clock = time.monotonic
         control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
+        pushed = 0.0                                 # when the status page last heard the spouts' figures
         try:
             while True:
                 while pending:
@@ -259,6 +260,10 @@ class Engine:
                 pending += runner.wait(coord, min(timeout, CONTROL_CHECK_SECS))
                 planner.tick(clock())             # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
+                if self.observer is not None and self.topology.core and clock() >= pushed + 0.5:
+                    pushed = clock()               # what acks and timeouts changed between commits
+                    r = self.result
+                    self.observer.spout_counts(r.acked, r.failed, planner.pending())
         finally:
             runner.close()
             if self.progress_lines is not None:

@@ -198,6 +198,10 @@ class SpoutsPlanner:
         """No work outside the coordinator's txids."""
         return False
 
+    def pending(self) -> dict[str, int]:
+        """No spout tuples are tracked (that is for core topologies)."""
+        return {}
+
     def committed(self, txid: int, meta: dict | None) -> None:
         """Tell each spout's coordinator that its part of ``txid`` is committed."""
         for sid, p in self.planners.items():

@@ -168,6 +168,15 @@ class RunObserver:
             self.phase = "running"
         self.inflight[t.txid] = {"txid": t.txid, "attempt": t.attempt, "status": status, "since": t.at}
 
+    def spout_counts(self, acked: dict[str, int], failed: dict[str, int], pending: dict[str, int]) -> None:
+        """Core topologies: the spout tuples acked and failed by the run so far and pending
+        now, pushed by the engine between commits too (acks that a checkpoint released,
+        trees that timed out)."""
+        with self._lock:
+            for now, counts in ((self.acked, acked), (self.failed_tuples, failed), (self.pending, pending)):
+                for k, v in counts.items():
+                    now[k] = int(v)
+
     def _committed(self, t: Transition) -> None:
         info = t.info
         self.inflight.pop(t.txid, None)
