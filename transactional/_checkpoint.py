@@ -39,7 +39,7 @@ committed id, so they grow even when the coordinator state is not durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +115,7 @@ class Checkpointer:
         """Finish or undo what a crashed driver left (module docstring), then number the
         next checkpoint."""
         rec = self.store.get("checkpoint") or {}
-        names = set(rec.get("states") or [])
-        names |= {self.namespace(c, t) for c in self.stateful for t in range(self.topology.component(c).parallelism)}
+        names = set(rec.get("states") or []) | set(self._names())
         top = int(rec.get("txid") or 0)
         for i, ns in enumerate(sorted(names)):
             kv = self._open(ns)
@@ -181,28 +180,33 @@ class Checkpointer:
         for kv in states:
             kv.prepare_commit(c)
         crash_point("checkpoint.before_prepared", txid=c)
-        # Step 4. record that every state is prepared: the checkpoint will be committed
+        # Steps 4-6. record "prepared", commit every state, record "committed"
+        self._commit_recorded(c, names, ((t, kv) for t, kv in zip(tasks, states, strict=True)))
+        # Step 7. release the acks held for it
+        released, self.held = self.held, []
+        return released
+
+    def _commit_recorded(self, c: int, names: list[str], states: Iterable[tuple[Any, KeyValueState]]) -> None:
+        """Steps 4-6 of checkpoint ``c``: record that every state in ``names`` is prepared
+        (from then on the checkpoint will be committed, also by a restart), commit each of
+        ``states`` (``(task, state)``; a task hears ``pre_commit``), record "committed"."""
         self.store.set("checkpoint", {"txid": c, "phase": "prepared", "states": names})
         crash_point("checkpoint.prepared", txid=c)
-        # Step 5. commit every state
         try:
-            for t, kv in zip(tasks, states, strict=True):
-                t.hook("pre_commit", c)
+            for task, kv in states:
+                if task is not None:
+                    task.hook("pre_commit", c)
                 kv.commit(c)
-                crash_point("checkpoint.after_commit", txid=c, state=t.namespace)
-            # Step 6. record it
+                crash_point("checkpoint.after_commit", txid=c, state=kv.namespace)
             self.store.set("checkpoint", {"txid": c, "phase": "committed", "states": names})
         except Exception as e:
             msg = (f"checkpoint {c} of {self.topology.topology_id!r} was prepared, but committing it failed: "
                    f"{type(e).__name__}: {e}. Run the topology again: the restart commits the prepared "
                    "checkpoint before anything else")
             raise TopologyFailedError(msg, txid=c, component="(checkpoint)", task=-1, cause=str(e)) from e
-        # Step 7. release the acks held for it
         self.last = self.clock()
         self.checkpoints += 1
         self.touched = False
-        released, self.held = self.held, []
-        return released
 
     def rollback(self) -> set[int]:
         """Back to the last checkpoint: every state drops its pending and prepared changes
@@ -232,20 +236,8 @@ class Checkpointer:
     def commit_prepared(self, states: ExecutorKeyValueStates) -> None:
         """Every stateful task prepared ``states.txid`` (the commit job succeeded): steps 4-6
         of a checkpoint, each state opened here finding its prepared changes."""
-        c, names = states.txid, self._names()
-        self.store.set("checkpoint", {"txid": c, "phase": "prepared", "states": names})
-        crash_point("checkpoint.prepared", txid=c)
-        try:
-            for ns in names:
-                self._open(ns).commit(c)
-                crash_point("checkpoint.after_commit", txid=c, state=ns)
-            self.store.set("checkpoint", {"txid": c, "phase": "committed", "states": names})
-        except Exception as e:
-            msg = (f"checkpoint {c} of {self.topology.topology_id!r} was prepared on the executors, but committing "
-                   f"it failed: {type(e).__name__}: {e}. Run the topology again: the restart commits it first")
-            raise TopologyFailedError(msg, txid=c, component="(checkpoint)", task=-1, cause=str(e)) from e
-        self.last = self.clock()
-        self.checkpoints += 1
+        names = self._names()
+        self._commit_recorded(states.txid, names, ((None, self._open(ns)) for ns in names))
 
     def rollback_prepared(self, states: ExecutorKeyValueStates) -> None:
         """The commit job failed: what its tasks prepared is dropped."""

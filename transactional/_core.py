@@ -199,26 +199,32 @@ class CoreDriver:
         for the checkpoint)."""
         if not self.tracking:
             return
-        now, k = self.clock(), len(self.ackers)
+        k = len(self.ackers)
         decided: list[tuple[str, int, int]] = []
-        combined: dict[int, int] = {}         # the tasks' acks XORed per root: one report per root
+        acks_now: list[dict[int, int]] = []
         for (component, _), (acks, fails) in sorted(reports.items()):
             for root in fails:
                 decided += self.ackers[acker_for(root, k)].fail(root)
             if component in hold and self.checkpointer is not None:
                 self.checkpointer.hold(acks)
-                continue
-            if not combined:
-                combined = dict(acks)
-                continue
+            else:
+                acks_now.append(acks)
+        self._deliver(decided + self._ack(acks_now))
+
+    def _ack(self, reports: list[dict[int, int]]) -> list[tuple[str, int, int]]:
+        """Give tasks' acks to the ackers, XORed per root first (one report per root: XOR
+        is associative and commutative); returns what the ackers decided."""
+        combined: dict[int, int] = dict(reports[0]) if reports else {}
+        for acks in reports[1:]:
             get = combined.get
             for root, v in acks.items():
                 combined[root] = get(root, 0) ^ v
-        ackers = self.ackers
+        now, k, ackers = self.clock(), len(self.ackers), self.ackers
+        decided: list[tuple[str, int, int]] = []
         for root, v in combined.items():
             if v:
                 decided += ackers[root % k].ack(root, v, now)
-        self._deliver(decided)
+        return decided
 
     def fail_roots(self, roots: Any) -> None:
         """Fail each of ``roots`` still pending: its spout replays it."""
@@ -226,14 +232,6 @@ class CoreDriver:
         decided: list[tuple[str, int, int]] = []
         for root in roots:
             decided += self.ackers[acker_for(root, k)].fail(root)
-        self._deliver(decided)
-
-    def _release(self, released: list[dict[int, int]]) -> None:
-        now, k = self.clock(), len(self.ackers)
-        decided: list[tuple[str, int, int]] = []
-        for acks in released:
-            for root, v in acks.items():
-                decided += self.ackers[acker_for(root, k)].ack(root, v, now)
         self._deliver(decided)
 
     # -- the engine's hooks ------------------------------------------------------------------------
@@ -285,7 +283,7 @@ class CoreDriver:
                         "tuples it held are replayed", e)
             self.rollback()
             return
-        self._release(released)
+        self._deliver(self._ack(released))
 
     def discard(self, txid: int) -> None:
         """Micro-batch ``txid`` failed or was cancelled: its pending roots fail."""
