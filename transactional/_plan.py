@@ -293,6 +293,10 @@ class Executor(Protocol):
 
     def cancel(self, group: str) -> None: ...
 
+    def explain(self, error: str) -> str | None:
+        """A message for a failed job's ``error`` that fails the same way on every attempt
+        (the workers cannot run this project at all), naming the cause and the fix; else None."""
+
 
 class _Value:
     def __init__(self, value: Any) -> None:
@@ -396,6 +400,9 @@ class InProcessExecutor:
 
     def cancel(self, group: str) -> None:
         self._cancelled.add(group)
+
+    def explain(self, error: str) -> str | None:
+        return None
 
 
 # -- the interpreter -----------------------------------------------------------------------------------

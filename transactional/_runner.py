@@ -476,9 +476,10 @@ class _Attempts:
             return self.jobs.run(attempt, meta, cleanup_before, group, fed)
         except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
             cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
+            fatal = None if cancelled else self.jobs.executor.explain(str(e))
             return ProcessingResult(attempt, failures=[TaskFailure(
-                "(spark job)", -1, attempt.txid, attempt.attempt_id, "error", type(e).__name__,
-                "cancelled" if cancelled else _spark_error(e), "")])
+                "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
+                type(e).__name__, "cancelled" if cancelled else fatal or _spark_error(e), "")])
 
     def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
         """Wait up to ``timeout`` for a processing job to end; report the ended ones."""

@@ -15,7 +15,9 @@ import dataclasses
 import glob
 import logging
 import os
+import re
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -102,8 +104,14 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         conf.set("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
         if not config.spark_master.startswith("local"):
             conf.set("spark.executor.extraJavaOptions", LOCAL_JAVA_OPTIONS)
-    if config.spark_master.startswith("local"):   # workers run this Python: import once, fork
-        conf.set("spark.python.daemon.module", "transactional._daemon")
+    if config.spark_master.startswith("local"):
+        # workers run this very interpreter (a virtualenv's python need not be the python3 on
+        # PATH, which Spark would start: cron, systemd and IDEs run .venv/bin/trident without
+        # activating it), unless PYSPARK_PYTHON or spark.pyspark.python says otherwise
+        # (pyspark reads only the environment variable for its workers' interpreter)
+        chosen = config.spark_conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+        os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
+        conf.set("spark.python.daemon.module", "transactional._daemon")   # import once, fork
     if config.archives:
         conf.set("spark.archives", ",".join(config.archives))
     for k, v in config.spark_conf.items():
@@ -114,6 +122,28 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         log.info("Spark UI of %s (master %s): %s", sc.appName, sc.master, sc.uiWebUrl)
     ship(sc, config, archives=False)
     return sc
+
+
+def worker_python(sc: SparkContext) -> str:
+    """The interpreter Spark starts its Python workers with, as Spark chooses it."""
+    chosen = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON")
+    return chosen if chosen and chosen != "python3" else "python3 (the first on the workers' PATH)"
+
+
+_NO_PROJECT = re.compile(r"No module named '(transactional|trident|spouts|state)'|"
+                         r"finding module specification for '(transactional|trident)\.")
+
+
+def worker_import_error(sc: SparkContext, text: str) -> str | None:
+    """If ``text`` (a failed job's error) says Spark's Python workers could not import this
+    project, a message naming the interpreter they ran and the fix; else None."""
+    if not _NO_PROJECT.search(text):
+        return None
+    return (f"Spark's Python workers cannot import spark-trident: they run {worker_python(sc)}, which "
+            f"does not have it installed (this driver runs {sys.executable}). Install spark-trident "
+            "into that interpreter, or point the workers at one that has it: PYSPARK_PYTHON=... or "
+            "TopologyConfig(spark_conf={'spark.pyspark.python': ...}); on a cluster, ship an environment "
+            "with --archives (docs/cluster.md)")
 
 
 _SHIPPED: set[tuple[int, str]] = set()
@@ -207,3 +237,6 @@ class SparkExecutor:
 
     def cancel(self, group: str) -> None:
         self.sc.cancelJobGroup(group)
+
+    def explain(self, error: str) -> str | None:
+        return worker_import_error(self.sc, error)
