@@ -71,7 +71,7 @@ def test_log_level_debug_lets_spark_speak_and_warning_hides_progress():
                 "--log-level", "debug")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "jdk.incubator.vector" in p.stderr or "log4j" in p.stderr, "DEBUG shows the JVM's own lines"
-    assert "committed 1 batches (txid 1)" in p.stdout
+    assert "committed 1 batch (txid 1), 1 attempt, 0 failed" in p.stdout
     p = trident("run", "examples/global_count.py", "--set", "executor=in-process", "--log-level", "WARNING")
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stderr == "", "nothing at WARNING on a clean run"

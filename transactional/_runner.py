@@ -61,7 +61,7 @@ from transactional._plan import (
     run_commit,
     run_processing,
 )
-from transactional._spark import SparkExecutor, get_or_create_context, ship
+from transactional._spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional._spout import SpoutsPlanner
 from transactional._states import StateRegistry
 from transactional._store import CoordinatorStore
@@ -383,7 +383,7 @@ class _Jobs:
             self.executor: Any = InProcessExecutor()
         else:
             if engine.sc is None:
-                engine.sc = get_or_create_context(engine.config, f"trident-{engine.topology.topology_id}")
+                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
             else:
                 ship(engine.sc, engine.config)      # py_files / archives of this run
             self.executor = SparkExecutor(engine.sc)

@@ -72,6 +72,16 @@ def check_master_reachable(master: str, timeout: float = 3.0) -> None:
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
 
 
+def spark_app_name(topology_id: str) -> str:
+    """The Spark application name of a topology's run: ``trident-<id>``, or the id itself
+    when it already says trident (``trident-q``, not ``trident-trident-q``).
+
+    >>> spark_app_name("words"), spark_app_name("trident-q")
+    ('trident-words', 'trident-q')
+    """
+    return topology_id if topology_id.startswith("trident") else f"trident-{topology_id}"
+
+
 def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> SparkContext:
     """The active SparkContext, or a new one for ``config.spark_master``: bound to loopback
     when the master is local or on loopback; the Spark UI on unless ``config.spark_ui`` is

@@ -44,6 +44,7 @@ from typing import IO, Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.progress import plural
 from transactional.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -395,7 +396,7 @@ def summary_line(s: dict[str, Any]) -> str:
     >>> summary_line({"topology_id": "w", "batches_committed": 0, "first_txid": None, "last_txid": 0,
     ...               "attempts": 1, "failed_attempts": 1, "spout_tuples": 0, "wall_secs": 0.5,
     ...               "stopped_because": "max_batches"})
-    'w: committed 0 batches (no batch committed by this run), 1 attempts, 1 failed; 0 tuples in 0.5 s; stopped: max_batches'
+    'w: committed 0 batches (no batch committed by this run), 1 attempt, 1 failed; 0 tuples in 0.5 s; stopped: max_batches'
     """
     n = s["batches_committed"]
     if not n:
@@ -404,8 +405,8 @@ def summary_line(s: dict[str, Any]) -> str:
         txids = f" (txid {s['last_txid']})"
     else:
         txids = f" (txids {s['first_txid']}..{s['last_txid']})"
-    return (f"{s['topology_id']}: committed {n} batches{txids}, {s['attempts']} attempts, "
-            f"{s['failed_attempts']} failed; {s['spout_tuples']} tuples in {s['wall_secs']} s; "
+    return (f"{s['topology_id']}: committed {plural(n, 'batch')}{txids}, {plural(s['attempts'], 'attempt')}, "
+            f"{s['failed_attempts']} failed; {plural(s['spout_tuples'], 'tuple')} in {s['wall_secs']} s; "
             f"stopped: {s['stopped_because']}")
 
 

@@ -39,7 +39,7 @@ __all__ = ["Progress"]
 _log = logging.getLogger("trident")
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     """``n`` and ``word``, in the plural unless ``n`` is 1: "1 batch", "2 batches"."""
     return f"{n:,} {word if n == 1 else word + ('es' if word.endswith('ch') else 's')}"
 
@@ -121,11 +121,11 @@ class Progress:
 
     def line(self) -> str:
         """The progress line as of now."""
-        done = (f"committed txid {self.last_txid} ({_plural(self.batches, 'batch')})"
+        done = (f"committed txid {self.last_txid} ({plural(self.batches, 'batch')})"
                 if self.last_txid is not None else "no batch committed yet")
         flight = len(self.in_flight)
         return (f"{self.topology_id}: {done}, {flight} txid{'' if flight == 1 else 's'} in flight, "
-                f"{_plural(self.failed, 'failed attempt')}, {_plural(self.tuples, 'tuple')}, "
+                f"{plural(self.failed, 'failed attempt')}, {plural(self.tuples, 'tuple')}, "
                 f"{self.rate():,.0f} tuples/s")
 
     def final_line(self) -> str:
@@ -135,10 +135,10 @@ class Progress:
         elif self.first_txid == self.last_txid:
             done = f"committed txid {self.last_txid} (1 batch)"
         else:
-            done = f"committed txids {self.first_txid}..{self.last_txid} ({_plural(self.batches, 'batch')})"
+            done = f"committed txids {self.first_txid}..{self.last_txid} ({plural(self.batches, 'batch')})"
         secs = self.clock() - self.started if self.started is not None else 0.0
-        text = (f"{self.topology_id}: {done}, {_plural(self.failed, 'failed attempt')}, "
-                f"{_plural(self.tuples, 'tuple')} in {secs:.1f} s, {self.rate():,.0f} tuples/s")
+        text = (f"{self.topology_id}: {done}, {plural(self.failed, 'failed attempt')}, "
+                f"{plural(self.tuples, 'tuple')} in {secs:.1f} s, {self.rate():,.0f} tuples/s")
         return text + (f"; stopped: {self.stopped_because}" if self.stopped_because else "")
 
     def final(self) -> None:

@@ -181,7 +181,7 @@ def _format_run(run: dict[str, Any] | None) -> list[str]:
         return []
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("updated_at", 0)))
     lines = [f"  last run: {'running' if run.get('running') else 'ended'} (as of {when}), "
-             f"{run.get('batches', 0)} batches committed, {run.get('attempts', 0)} attempts, "
+             f"{plural(run.get('batches', 0), 'batch')} committed, {plural(run.get('attempts', 0), 'attempt')}, "
              f"{run.get('failed_attempts', 0)} failed"]
     if run.get("stopped_because"):
         lines.append(f"    stopped: {run['stopped_because']}")
