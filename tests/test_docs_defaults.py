@@ -38,7 +38,7 @@ def readme_table() -> dict[str, str]:
         defaults = [d.strip() for d in re.findall(r"`[^`]*`|[^,`]+", cells[1]) if d.strip()]
         defaults = defaults * len(names) if len(defaults) == 1 else defaults   # `a`, `b` | `[]`
         assert len(defaults) == len(names), line
-        rows.update(zip(names, defaults))
+        rows.update(zip(names, defaults, strict=True))
     return rows
 
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from state.base import JSON, TransactionalState, open_transactional_state
+from transactional.progress import plural
 
 __all__ = ["topology_status", "format_status", "topology_list", "format_list", "StatusRecorder"]
 
