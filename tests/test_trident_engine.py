@@ -161,7 +161,7 @@ def test_partial_aggregation_sends_one_tuple_per_task_and_word_not_one_per_word(
         r = run_topology(t.build(), config())
         assert dict(zip(WORDS, r.map_state("counts").multi_get(list(WORDS)), strict=True)) == {
             w: n * 4 // 6 for w, n in WORDS.items()}
-        runs[type(agg).__name__] = r.emitted["b-0-split"]
+        runs[type(agg).__name__] = r.emitted["split"]
     words = 4 * sum(len(s.split()) for s in batch)
     distinct = 4 * len({w for s in batch for w in s.split()})
     assert runs["ReducerCount"] == words == 144

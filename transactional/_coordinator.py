@@ -415,7 +415,7 @@ class Coordinator:
         b = self.inflight.get(txid)
         if self.stopped is not None or b is None or b.attempt != attempt:
             return []
-        self._publish("failed", txid, attempt, now, failure=failure)
+        self._publish("failed", txid, attempt, now, failure=failure, then=self._then(txid, failure))
         if self.committing == txid:
             self.committing = None
         return self._fail_from(txid, failure, now) + self._fill(now)
@@ -573,6 +573,17 @@ class Coordinator:
         kept = self.policy.keep(meta)
         if kept is not None:
             self.keep[txid] = kept
+
+    def _then(self, txid: int, failure: Failure) -> str:
+        """What follows this failure of ``txid`` (as ``_count_failure`` will decide it)."""
+        n = self.failures_of.get(txid, 0) + 1
+        limit = self.settings.max_attempts
+        if failure.kind == "fatal":
+            return "stopping the run (this error fails the same way on every attempt)"
+        if n >= limit:
+            return f"stopping the run (max_attempts={limit} reached)"
+        backoff = min(self.settings.retry_backoff_max_secs, self.settings.retry_backoff_secs * 2 ** (n - 1))
+        return f"replaying txid {txid} (attempt {n + 1} of max_attempts={limit}) in {backoff:g} s"
 
     def _count_failure(self, txid: int, failure: Failure, now: float) -> Stop | None:
         if failure.kind == "fatal":

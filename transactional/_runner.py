@@ -132,6 +132,7 @@ class Engine:
         self.observer: RunObserver | None = None          # the status page and metrics, when served
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
+        self.listeners.append(_log_failure(topology.topology_id))
         if log.isEnabledFor(logging.DEBUG):
             self.listeners.append(_log_transition)
         if self.progress_lines is not None:
@@ -508,6 +509,20 @@ class _Attempts:
             self.jobs.cancel(group)
         self.groups.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _log_failure(topology_id: str) -> Callable[[Transition], None]:
+    """Every failed attempt at INFO, in one line: txid, attempt, where (the component and
+    task, by the user's names), the exception, and what follows (a replay, or the stop)."""
+    def hear(t: Transition) -> None:
+        if t.kind != "failed":
+            return
+        f = t.info["failure"]
+        where = "the Spark job" if f.task < 0 else f"{f.component} task {f.task}"
+        error = getattr(f, "error_type", "Timeout")
+        log.info("%s: txid %d attempt %d failed: %s: %s: %s; %s", topology_id, t.txid, t.attempt, where, error,
+                 f.message.splitlines()[0] if f.message else "", t.info.get("then", ""))
+    return hear
 
 
 def _log_transition(t: Transition) -> None:

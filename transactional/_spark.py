@@ -156,6 +156,20 @@ def worker_import_error(sc: SparkContext, text: str) -> str | None:
             "with --archives (docs/cluster.md)")
 
 
+_UNPICKLABLE = re.compile(r"PicklingError: (?:Could not serialize object: )?(.*)")
+
+
+def unpicklable_output(text: str) -> str | None:
+    """If ``text`` (a failed job's error) says Spark could not pickle what a task emitted
+    (the same on every attempt), a message naming the value's error and the fix; else None."""
+    m = _UNPICKLABLE.search(text)
+    if m is None:
+        return None
+    return (f"a value emitted between stages cannot be pickled ({m.group(1).strip()}): tuples cross Spark "
+            "stages as pickles, so emit plain values (str, int, float, bytes, lists, dicts, dataclasses) and keep "
+            "locks, connections and clients in the component, made in prepare()")
+
+
 _SHIPPED: set[tuple[int, str]] = set()
 
 
@@ -249,4 +263,4 @@ class SparkExecutor:
         self.sc.cancelJobGroup(group)
 
     def explain(self, error: str) -> str | None:
-        return worker_import_error(self.sc, error)
+        return worker_import_error(self.sc, error) or unpicklable_output(error)

@@ -174,7 +174,9 @@ class Router:
             values.append(cb)
         self.emitted += batch.num_rows
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple, stream: str = "default", *, rows: int = 1) -> None:
+        """Emit ``values`` to task ``task`` of each consumer of the direct ``stream``.
+        ``rows``: how many tuples this counts as in ``emitted`` (an Arrow buffer holds many)."""
         targets = self._direct.get(stream)
         if targets is None:
             msg = (
@@ -191,7 +193,7 @@ class Router:
                 )
                 raise InvalidTupleError(msg)
             lists[task].append(values)
-        self.emitted += 1
+        self.emitted += rows
 
     def report_error(self, error: BaseException) -> None:
         import logging

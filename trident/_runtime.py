@@ -19,6 +19,7 @@ from typing import Any
 
 from transactional.bolt import BaseBatchBolt, Committer
 from transactional.columns import ColumnBatch, batch_of, rows_of
+from transactional.exceptions import InvalidTupleError
 from transactional.tuples import Fields
 from trident.operation import (
     Aggregator,
@@ -102,6 +103,36 @@ class Op:
     columnar: bool = False            # its output is a record batch when its input is
 
 
+_VERB = {"persist": "persistent_aggregate", "query": "state_query", "partial": "aggregate", "final": "aggregate"}
+
+
+def _fn_name(fn: Any) -> str:
+    """A user's operation as its class (``Split``), or a plain function's name."""
+    if isinstance(fn, (list, tuple)):
+        return ""
+    if isinstance(fn, _Chained):                  # chained aggregators: Sum+Count
+        return "+".join(_fn_name(a) for a, _, _ in fn.parts)
+    if isinstance(fn, _CombinerAsAggregator):     # adapters of the user's aggregators
+        fn = fn.c
+    elif isinstance(fn, _ReducerAsAggregator):
+        fn = fn.r
+    name = getattr(fn, "__name__", None) if not isinstance(fn, type) else fn.__name__
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def op_label(op: Op) -> str:
+    """An operation as the user wrote it: ``each(Split)``, ``persistent_aggregate(word-counts)``,
+    ``state_query(word-counts)``, ``project(word, count)`` (errors, metrics, the status page)."""
+    verb = _VERB.get(op.kind, op.kind)
+    if op.state is not None:
+        what = str(getattr(op.state, "name", op.state))
+    elif op.kind == "project":
+        what = ", ".join(op.out_fields)
+    else:
+        what = _fn_name(op.fn) if op.fn is not None else ""
+    return f"{verb}({what})"
+
+
 # -- processors ------------------------------------------------------------------------------
 
 class Proc:
@@ -146,7 +177,7 @@ class _Collect(TridentCollector):
 
     __slots__ = ("current", "push", "width", "what")
 
-    def __init__(self, push: Callable[[tuple], None], width: int, what: str = "a function") -> None:
+    def __init__(self, push: Callable[[tuple], None], width: int, what: str) -> None:
         self.current: tuple = ()
         self.push = push
         self.width = width
@@ -156,8 +187,9 @@ class _Collect(TridentCollector):
         if type(values) is not tuple:
             values = tuple(values)
         if len(values) != self.width:
-            msg = f"{self.what} emitted {len(values)} values {values!r}; its output fields are {self.width}"
-            raise ValueError(msg)
+            msg = (f"{self.what} emitted {len(values)} values {values!r}, but it declares {self.width} output "
+                   f"field{'' if self.width == 1 else 's'}: emit exactly that many, or declare the fields it emits")
+            raise InvalidTupleError(msg)
         self.push(self.current + values)
 
 
@@ -167,7 +199,7 @@ class EachProc(Proc):
         op = self.op
         assert op is not None and self.nxt is not None
         self.tt = TridentTuple.of(op.in_fields)
-        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields))
+        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields), op_label(op))
         self.execute = op.fn.execute
         self.pick = _picker(op.in_idx)
         c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
@@ -297,7 +329,7 @@ class AggregateProc(Proc):
         self.agg = as_aggregator(op.fn)
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
-        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.group_idx), "an aggregator")
+        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.group_idx), op_label(op))
         self.states: dict[Any, Any] = {}
         if not op.group_idx:
             self.states[()] = self.agg.init(self.attempt, self.collector)
@@ -652,7 +684,7 @@ class PartitionPersistProc(Proc):
         op = self.op
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
-        c = _Collect(push, len(op.out_fields), "a state updater")
+        c = _Collect(push, len(op.out_fields), op_label(op))
         if self.tuples:
             op.fn.update_state(self.map, self.tuples, c)
         Proc.finish(self)
@@ -695,7 +727,7 @@ class QueryProc(Proc):
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)
-            c = _Collect(nxt.row, len(op.out_fields) - len(op.fields))
+            c = _Collect(nxt.row, len(op.out_fields) - len(op.fields), op_label(op))
             for r, t, res in zip(self.buffered, tts, results, strict=True):
                 c.current = r
                 op.fn.execute(t, res, c)
@@ -802,32 +834,39 @@ class EmitProc(Proc):
                     for r in self.buffered:
                         emit(att + r)
             b = _concat(self.batches)
-            for out in self.arrow_outs:
-                self._send(b, out)
+            for i, out in enumerate(self.arrow_outs):
+                # a row counts as one emitted tuple, once, whatever its consumers (as emit
+                # counts); rows also emitted as tuples were counted there
+                self._send(b, out, counted=self.rows_out or i > 0)
 
-    def _send(self, b: Any, out: ArrowOut) -> None:
+    def _send(self, b: Any, out: ArrowOut, counted: bool) -> None:
         if b.num_rows == 0:
             return
-        emit, att, task = self.bolt.collector.emit_direct, self.attempt, self.bolt.task
+        direct, att, task = self.bolt.collector.emit_direct, self.attempt, self.bolt.task
+
+        def emit(t: int, part: Any, buf: bytes | None = None) -> None:
+            direct(t, (att, to_ipc(part) if buf is None else buf), out.stream, rows=0 if counted else part.num_rows)
+
         if out.grouping == "global" or out.tasks == 1:
-            emit(0, (att, to_ipc(b)), out.stream)
+            emit(0, b)
         elif out.grouping == "all":
             buf = to_ipc(b)
             for t in range(out.tasks):
-                emit(t, (att, buf), out.stream)
+                emit(t, b, buf)
+                counted = True
         elif out.grouping == "local" and self.bolt.num_tasks == out.tasks:
-            emit(task, (att, to_ipc(b)), out.stream)
+            emit(task, b)
         elif out.grouping == "fields":
             for t, part in enumerate(partition_by_keys(b, list(out.keys), out.tasks)):
                 if part.num_rows:
-                    emit(t, (att, to_ipc(part)), out.stream)
+                    emit(t, part)
         else:                        # shuffle: contiguous slices, starting at this task's turn
             n = out.tasks
             step = -(-b.num_rows // n)
             for i in range(n):
                 part = b.slice(i * step, step)
                 if part.num_rows:
-                    emit((task + i) % n, (att, to_ipc(part)), out.stream)
+                    emit((task + i) % n, part)
 
 
 def partition_by_keys(b: Any, keys: list[str], n: int) -> list[Any]:
@@ -866,7 +905,8 @@ class TridentBolt(BaseBatchBolt):
     accepts_columns = True    # a spout in the same tasks may hand over ColumnBatch values
 
     def __init__(self, ops: list[Op], out_fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut],
-                 sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str) -> None:
+                 sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str,
+                 named: bool = False) -> None:
         self.ops = ops
         self.out_fields = out_fields
         self.rows_out = rows_out
@@ -874,6 +914,7 @@ class TridentBolt(BaseBatchBolt):
         self.sides = sides
         self.arrow_in = arrow_in
         self.description = description
+        self.named = named
 
     def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
         """Build the processor chain for this task and batch."""
@@ -916,14 +957,17 @@ class TridentBolt(BaseBatchBolt):
                     self.execute_values([v], source, stream)
             return n
         if src in self.arrow_in:
+            rows = 0                               # tuples, not buffers: a buffer holds many
             for v in values_list:
                 for b in from_ipc(v[1]).to_batches():
+                    rows += b.num_rows
                     if self.join is not None:      # a join takes rows, by side
                         side = self.sides[src]
                         for r in rows_of(b):
                             self.join.side_row(side, r)
                     else:
                         self.head.batch(b)
+            return rows
         elif self.join is not None:
             side, side_row = self.sides[src], self.join.side_row
             for v in values_list:
@@ -944,8 +988,9 @@ class TridentBolt(BaseBatchBolt):
 
     @property
     def describe_as(self) -> str:
-        """What ``Topology.describe`` shows: the stage's operations."""
-        return f"{type(self).__name__}: {self.description}"
+        """What ``Topology.describe`` shows as the class: the stage's operations where its
+        component id does not already say them (a stage the user named)."""
+        return f"{type(self).__name__}: {self.description}" if self.named else type(self).__name__
 
     def __repr__(self) -> str:
         return f"TridentBolt({self.description})"

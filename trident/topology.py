@@ -18,7 +18,6 @@ into a ``transactional.Topology`` of spouts and ``TridentBolt`` stages, which
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology, TransactionalTopologyBuilder, _Declarer
 from transactional.tuples import Fields
-from trident._runtime import ArrowOut, Op, TridentBolt, TridentCommitterBolt
+from trident._runtime import ArrowOut, Op, TridentBolt, TridentCommitterBolt, op_label
 from trident.operation import (
     Aggregator,
     BatchFunction,
@@ -718,13 +717,19 @@ class _Compiler:
         for s in spouts[1:]:
             assert s.spout is not None and s.spout.spout_id is not None
             b.set_spout(s.spout.spout_id, s.spout.spout, s.parallelism)
-        counter = itertools.count()
+        # a stage's component id is what the user wrote: its name(), else its operations
+        # ("each(Split) -> aggregate(Count)"), so errors, metrics and the page speak of them
+        used = {s.spout.spout_id for s in spouts}
         for s in segs:
             if s.spout is not None and not s.ops:
                 s.cid = s.spout.spout_id or ""
                 continue
             label = next((n.name for n in s.nodes if n.name), None)
-            s.cid = f"b-{next(counter)}" + (f"-{_safe(label)}" if label else "")
+            base = _safe(label or " -> ".join(dict.fromkeys(op_label(op) for op in s.ops)) or "pass")
+            s.cid, k = base, 2
+            while s.cid in used:
+                s.cid, k = f"{base} #{k}", k + 1
+            used.add(s.cid)
         for s in segs:
             if not s.cid or (s.spout is not None and not s.ops):
                 continue
@@ -745,10 +750,11 @@ class _Compiler:
                       for c, i in s.consumers if s.columnar_out]
         rows_out = any(not s.columnar_out for _ in s.consumers)
         bolt_cls = TridentCommitterBolt if s.committer else TridentBolt
-        desc = " -> ".join(op.kind for op in s.ops) or "pass"
+        desc = " -> ".join(dict.fromkeys(op_label(op) for op in s.ops)) or "pass"   # partial, final: once
         bolt = bolt_cls(list(s.ops), s.fields, rows_out, arrow_outs,
                         {(c, st): side for c, st, _, _, side, _ in inputs},
-                        {(c, st) for c, st, _, _, _, arrow in inputs if arrow}, desc)
+                        {(c, st) for c, st, _, _, _, arrow in inputs if arrow}, desc,
+                        named=any(n.name for n in s.nodes))
         d = (b.set_committer_bolt if s.committer else b.set_bolt)(s.cid, bolt, s.parallelism)
         for cid, stream, grouping, keys, _, _ in inputs:
             if grouping == "direct":
@@ -766,4 +772,5 @@ class _Compiler:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "x"
+    """A component id from a stage's name: no '/' or ':' (the builder's rule)."""
+    return re.sub(r"[/:]+", "_", name).strip() or "x"
