@@ -16,6 +16,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
 
 PRELOAD = ("pyspark.worker", "pyspark.cloudpickle", "pyarrow", "pyarrow.compute", "pyarrow.ipc",
            "transactional._plan", "transactional._task", "transactional._spout", "transactional._accumulator",
@@ -48,10 +51,29 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
     return failed
 
 
+def quiet_broken_pipes(worker: Callable[[Any, bool], int]) -> Callable[[Any, bool], int]:
+    """PySpark's forked ``worker(sock, authenticated)``, ending quietly when its executor
+    hung up. A cancelled job (a timed-out or superseded attempt) closes its tasks' sockets;
+    the worker's last flush then raises ``BrokenPipeError``, and PySpark's daemon prints the
+    traceback to the terminal, where it reads as a crash. The process still ends as before
+    (exit status 1); the traceback is written only with ``TRIDENT_WORKER_DEBUG=1`` (set for
+    ``--log-level DEBUG``)."""
+    def run(sock: Any, authenticated: bool) -> int:
+        try:
+            return worker(sock, authenticated)
+        except (BrokenPipeError, ConnectionResetError):
+            if os.environ.get("TRIDENT_WORKER_DEBUG") == "1":
+                traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+    return run
+
+
 if __name__ == "__main__":
     if "pyspark" not in sys.modules:
         prefer_installed_pyspark()
     preload()
     from pyspark import daemon
 
+    daemon.worker = quiet_broken_pipes(daemon.worker)   # manager() calls the module's worker
     daemon.manager()

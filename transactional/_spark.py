@@ -122,6 +122,8 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         chosen = config.spark_conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
         conf.set("spark.python.daemon.module", "transactional._daemon")   # import once, fork
+        if log.isEnabledFor(logging.DEBUG):        # the workers' broken pipes, when jobs are cancelled
+            os.environ["TRIDENT_WORKER_DEBUG"] = "1"
     if config.archives:
         conf.set("spark.archives", ",".join(config.archives))
     for k, v in config.spark_conf.items():
