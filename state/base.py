@@ -38,6 +38,8 @@ class TransactionalState(abc.ABC):
     """
 
     topology_id: str
+    #: ``acquire_lock(wait=True)`` waits for the holder to let go (False: it raises at once)
+    waits_for_lock: bool = False
 
     @abc.abstractmethod
     def get(self, path: str) -> JSON | None:

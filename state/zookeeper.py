@@ -171,6 +171,8 @@ class ZooKeeperTransactionalState(TransactionalState):
     report connection state changes).
     """
 
+    waits_for_lock = True
+
     def __init__(self, client: KazooClient, *, hosts: str, root: str, topology_id: str,
                  secure: bool, session_timeout: float, retry_deadline: float,
                  read_only: bool = False,

@@ -148,3 +148,23 @@ def test_an_unpicklable_value_stops_at_once_naming_it(spark_context: Any, caplog
     assert "cannot be pickled" in str(e.value) and "_thread.lock" in str(e.value), str(e.value)
     failed = [r.getMessage() for r in caplog.records if "attempt" in r.getMessage() and "failed:" in r.getMessage()]
     assert len(failed) == 1 and "stopping the run" in failed[0], failed
+
+
+@pytest.mark.integration
+def test_waiting_for_the_lock_is_said_and_bounded(zk_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from state.zookeeper import ZooKeeperTransactionalState
+    from transactional.exceptions import LockHeldError
+
+    t = word_count(columnar=False)
+    holder = ZooKeeperTransactionalState.from_url(zk_url, t.topology_id)
+    holder.acquire_lock("host-x:1:dead", wait=False, timeout=None)
+    try:
+        with caplog.at_level(logging.INFO, logger="trident"), pytest.raises(LockHeldError) as e:
+            run_topology(t.build(), config("in-process", coordination=zk_url, lock_wait_secs=6))
+    finally:
+        holder.close()
+    waits = [r.getMessage().split(": ", 1)[1] for r in caplog.records if "waiting for the topology's lock" in r.getMessage()]
+    assert [w.replace("1 s so far", "0 s so far").replace("6 s so far", "5 s so far") for w in waits] == [
+        f"waiting for the topology's lock, held by host-x:1:dead: {n} s so far, at most 6 s (lock_wait_secs); a "
+        "driver killed with -9 lets go when its ZooKeeper session expires" for n in (0, 5)], waits
+    assert f"topology '{t.topology_id}' is still locked by host-x:1:dead after waiting 6 s (lock_wait_secs)" in str(e.value)

@@ -75,5 +75,5 @@ if __name__ == "__main__":
     preload()
     from pyspark import daemon
 
-    daemon.worker = quiet_broken_pipes(daemon.worker)   # manager() calls the module's worker
+    daemon.worker = quiet_broken_pipes(daemon.worker)  # type: ignore[assignment]  # manager() calls it
     daemon.manager()

@@ -68,7 +68,7 @@ from transactional._store import CoordinatorStore
 from transactional._task import TaskFailure
 from transactional.config import TopologyConfig
 from transactional.control import RunControl
-from transactional.exceptions import ConfigError
+from transactional.exceptions import ConfigError, LockHeldError
 from transactional.progress import Progress
 from transactional.result import RunResult
 from transactional.status import StatusRecorder
@@ -152,13 +152,43 @@ class Engine:
                 self.listeners.remove(self.observer)
                 self.observer.stop()
 
+    def _take_lock(self, state: TransactionalState, owner: str, every: float = 5.0) -> None:
+        """Take the topology's lock, waiting up to ``lock_wait_secs`` (None: forever) for
+        another driver to let go, and saying so: a line naming the holder, the wait so far and
+        its bound at once, then every ``every`` seconds (a driver killed with -9 holds it
+        until its ZooKeeper session expires)."""
+        wait = self.config.lock_wait_secs
+        try:
+            state.acquire_lock(owner, wait=False, timeout=None)
+            return
+        except LockHeldError:
+            if wait == 0 or not state.waits_for_lock:
+                raise
+        start = time.monotonic()
+        bound = "no bound (lock_wait_secs=None)" if wait is None else f"at most {wait:g} s (lock_wait_secs)"
+        while True:
+            waited = time.monotonic() - start
+            left = None if wait is None else wait - waited
+            log.info("%s: waiting for the topology's lock, held by %s: %.0f s so far, %s; a driver killed with -9 "
+                     "lets go when its ZooKeeper session expires", self.topology.topology_id,
+                     state.lock_holder() or "another driver", waited, bound)
+            try:
+                state.acquire_lock(owner, wait=True, timeout=every if left is None else max(0.0, min(every, left)))
+                return
+            except LockHeldError:
+                if left is not None and left <= every:
+                    msg = (f"topology {self.topology.topology_id!r} is still locked by "
+                           f"{state.lock_holder() or 'another driver'} after waiting {wait:g} s (lock_wait_secs): "
+                           "only one driver may run it. Stop that driver, or wait longer (--lock-wait SECS; -1: "
+                           "forever); a driver killed with -9 holds the lock until its ZooKeeper session expires")
+                    raise LockHeldError(msg) from None
+
     def _run(self, t0: float, max_batches: int | None) -> RunResult:
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         state = open_transactional_state(self.config.coordination, self.topology.topology_id,
                                          **self._coordination_options())
         try:
-            wait = self.config.lock_wait_secs
-            state.acquire_lock(owner, wait=wait != 0, timeout=wait)
+            self._take_lock(state, owner)
             store = CoordinatorStore(state)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it

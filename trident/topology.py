@@ -719,7 +719,7 @@ class _Compiler:
             b.set_spout(s.spout.spout_id, s.spout.spout, s.parallelism)
         # a stage's component id is what the user wrote: its name(), else its operations
         # ("each(Split) -> aggregate(Count)"), so errors, metrics and the page speak of them
-        used = {s.spout.spout_id for s in spouts}
+        used = {s.spout.spout_id for s in spouts if s.spout is not None}
         for s in segs:
             if s.spout is not None and not s.ops:
                 s.cid = s.spout.spout_id or ""
