@@ -175,8 +175,12 @@ def test_bad_settings_and_files_get_one_clear_line(tmp_path):
     (tmp_path / "trident.toml").write_text("max_spout_pending = 2\nstate_url = 'redis://x'\n")
     p = trident("run", str(REPO / "examples/global_count.py"), cwd=tmp_path)
     assert p.returncode == 1
-    assert "trident: error: trident.toml: unknown setting(s) 'state_url' (did you mean 'state'?); known " \
-           "settings: spark_master," in p.stderr
+    assert "trident: error: trident.toml: 'state_url': unknown setting (did you mean 'state'?) (your own " \
+           "settings for prepare(conf, ...) go in a [conf] table)" in p.stderr
+    assert "spark_master" not in p.stderr          # no list of every setting after a typo
+    p = trident("run", "examples/global_count.py", "--set", "idle_timeout=3")
+    assert p.returncode == 1
+    assert "idle_timeout: unknown setting (did you mean 'idle_timeout_secs'?) (idle_timeout from --set " in p.stderr
     p = trident("run", "examples/global_count.py", "--config", str(tmp_path / "missing.toml"))
     assert p.returncode == 1 and f"no such settings file: {tmp_path / 'missing.toml'}" in p.stderr
 

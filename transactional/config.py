@@ -14,7 +14,9 @@ acker, at least once). ``max_spout_pending`` keeps Storm's meaning for each kind
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -197,12 +199,30 @@ def _checked_url(role: str, v: str) -> str:
         raise ValueError(str(e)) from None
 
 
+#: where a user finds every setting, named instead of listing 29 names after each typo
+SETTINGS_DOC = "the settings are TopologyConfig's fields: README's configuration table, or `trident run --help`"
+
+
+def unknown_setting(key: str, known: Iterable[str] | None = None, cutoff: float = 0.6) -> str:
+    """What to tell a user who wrote setting ``key``, which is not one: the closest known
+    name, or where the names are listed.
+
+    >>> unknown_setting("idle_timeout")
+    "unknown setting (did you mean 'idle_timeout_secs'?)"
+    """
+    names = list(TopologyConfig.model_fields) if known is None else list(known)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=cutoff)
+    if not close:   # a prefix or a suffix of a field: idle_timeout -> idle_timeout_secs
+        close = [n for n in names if len(key) >= 4 and (n.startswith(key) or n.endswith(key))][:1]
+    return f"unknown setting (did you mean {close[0]!r}?)" if close else f"unknown setting; {SETTINGS_DOC}"
+
+
 def _explain(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown setting; known settings: {', '.join(TopologyConfig.model_fields)}"
+            msg = unknown_setting(loc)
         parts.append(f"{loc}: {msg}")
     return "invalid TopologyConfig: " + "; ".join(parts)

@@ -48,7 +48,7 @@ from pydantic import create_model
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 from pydantic_settings.exceptions import SettingsError
 
-from transactional.config import TopologyConfig
+from transactional.config import SETTINGS_DOC, TopologyConfig, unknown_setting
 from transactional.exceptions import ConfigError
 
 __all__ = ["Layer", "ENV_PREFIX", "DEFAULT_FILE", "known_settings", "file_layer", "env_layer", "merge",
@@ -137,9 +137,6 @@ def _unknown(keys: Iterable[str]) -> list[str]:
     return sorted(k for k in keys if k not in known)
 
 
-def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, known_settings(), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def file_layer(path: str | Path, *, required: bool = True) -> Layer | None:
@@ -159,8 +156,8 @@ def file_layer(path: str | Path, *, required: bool = True) -> Layer | None:
         raise ConfigError(msg) from None
     bad = _unknown(values)
     if bad:
-        msg = (f"{p}: unknown setting(s) {', '.join(repr(k) + _suggest(k) for k in bad)}; known settings: "
-               f"{', '.join(known_settings())} (user settings go in a [conf] table)")
+        msg = (f"{p}: {'; '.join(f'{k!r}: {unknown_setting(k, known_settings())}' for k in bad)} (your own "
+               "settings for prepare(conf, ...) go in a [conf] table)")
         raise ConfigError(msg)
     return Layer(str(p), _normalize(values))
 
@@ -175,7 +172,7 @@ def env_layer() -> Layer:
         close = difflib.get_close_matches(upper[len(ENV_PREFIX):].lower(), known_settings(), n=1, cutoff=0.75)
         if upper not in known and close:
             msg = (f"environment variable {var} is not a setting (did you mean {ENV_PREFIX}{close[0].upper()}?); "
-                   f"settings are {ENV_PREFIX}<FIELD> for the fields {', '.join(known_settings())}")
+                   f"settings are {ENV_PREFIX}<FIELD>, and {SETTINGS_DOC}")
             raise ConfigError(msg)
     try:
         values = dict(EnvSettingsSource(_settings_model())())
