@@ -75,8 +75,9 @@ class UpdateCounts(BaseTransactionalBolt, Committer):
             self.counts.multi_combine(list(self.batch), list(self.batch.values()), "sum")
 
 
-def _prepare_topic():
-    """Start a local broker if none is given; create the topic; produce the corpus."""
+def setup():
+    """Start a local broker if none is given; create the topic; produce the corpus
+    (``trident run`` calls this before ``build_topology()``; ``trident describe`` does not)."""
     from transactional.testing.kafka import ManagedKafka, create_topic, produce
 
     s = SETTINGS
@@ -101,10 +102,10 @@ def _prepare_topic():
 def build_topology(topology_id="kafka-word-count"):
     from spouts import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
 
-    _prepare_topic()
     s = SETTINGS
     cls = OpaqueKafkaTransactionalSpout if s["opaque"] else KafkaTransactionalSpout
-    spout = cls(s["bootstrap"], s["topic"], max_records_per_partition=2_500, field_names=("sentence",),
+    bootstrap = s["bootstrap"] or "127.0.0.1:9092"   # setup() sets it to the broker it starts
+    spout = cls(bootstrap, s["topic"], max_records_per_partition=2_500, field_names=("sentence",),
                 group_id=s["group"] or None)
     b = TransactionalTopologyBuilder(topology_id, "spout", spout, 2)
     b.set_bolt("split", SplitCount(), 2).local_or_shuffle_grouping("spout")
@@ -136,4 +137,4 @@ if __name__ == "__main__":
     ap.add_argument("--group")
     mine, rest = ap.parse_known_args(sys.argv[1:])
     SETTINGS.update({k: v for k, v in vars(mine).items() if v is not None})
-    run_example(build_topology, report, argv=rest)
+    run_example(build_topology, report, argv=rest, setup=setup)

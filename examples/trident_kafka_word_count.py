@@ -16,7 +16,7 @@ into "counts" (partial counts before the shuffle; 2 committer tasks).
 from transactional import Fields
 from trident import BaseFunction, Count, TridentTopology, state
 
-from kafka_word_count import PRODUCED, SETTINGS, VOCAB, _prepare_topic
+from kafka_word_count import PRODUCED, SETTINGS, VOCAB, setup  # noqa: F401 - setup(): trident run calls it
 
 
 class Split(BaseFunction):
@@ -30,11 +30,11 @@ class Split(BaseFunction):
 def build_topology():
     from spouts import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
 
-    _prepare_topic()
     s = SETTINGS
     opaque = s["opaque"]
     cls = OpaqueKafkaTransactionalSpout if opaque else KafkaTransactionalSpout
-    spout = cls(s["bootstrap"], s["topic"], max_records_per_partition=2_500, field_names=("sentence",),
+    bootstrap = s["bootstrap"] or "127.0.0.1:9092"   # setup() sets it to the broker it starts
+    spout = cls(bootstrap, s["topic"], max_records_per_partition=2_500, field_names=("sentence",),
                 group_id=s["group"] or None)
     t = TridentTopology("trident-kafka-word-count")
     (t.new_stream("sentences", spout).parallelism_hint(2)

@@ -261,3 +261,47 @@ def test_ctrl_c_during_run_is_one_line_naming_the_last_committed_txid_and_exit_1
     assert sum("interrupted" in line for line in err) == 1
     assert "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
     assert out == ""
+
+
+def test_describe_has_no_side_effects_and_run_calls_setup_first(tmp_path):
+    (tmp_path / "impure.py").write_text(
+        "import socket\n"
+        "from transactional import TransactionalTopologyBuilder\n"
+        "from spouts import MemoryTransactionalSpout\n"
+        "def build_topology():\n"
+        "    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "    return TransactionalTopologyBuilder('impure', 'spout', MemoryTransactionalSpout({0: []}, ('w',), 1))\n")
+    p = trident("describe", "impure.py", cwd=tmp_path)
+    assert p.returncode == 1
+    assert ("trident: error: impure.py: build_topology() opened a network connection, but it must be pure: "
+            "`trident describe` only reads the topology. Move setup work") in p.stderr, p.stderr
+    (tmp_path / "pure.py").write_text(
+        "import subprocess, sys\n"
+        "from transactional import Fields, TopologyConfig\n"
+        "from trident import Count, FixedBatchSpout, TridentTopology, state\n"
+        "CONFIG = {'executor': 'in-process'}\n"
+        "ORDER = []\n"
+        "def setup():\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], check=True)   # a side effect, allowed here\n"
+        "    ORDER.append('setup')\n"
+        "def build_topology():\n"
+        "    ORDER.append('build')\n"
+        "    t = TridentTopology('pure')\n"
+        "    t.new_stream('s', FixedBatchSpout(Fields('w'), 2, ('a',), ('b',))).group_by(Fields('w'))"
+        ".persistent_aggregate(state.transactional('c'), Count(), Fields('n'))\n"
+        "    return t\n"
+        "def report(result):\n"
+        "    print('order', ORDER)\n")
+    p = trident("describe", "pure.py", cwd=tmp_path)
+    assert p.returncode == 0 and "persistent_aggregate(c)" in p.stdout, p.stderr
+    p = trident("run", "pure.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "order ['setup', 'build']" in p.stdout
+
+
+def test_describe_of_the_kafka_examples_starts_no_broker():
+    for example in ("examples/kafka_word_count.py", "examples/trident_kafka_word_count.py"):
+        p = trident("describe", example)
+        assert p.returncode == 0, p.stderr
+        assert "started a local Kafka-protocol broker" not in p.stdout + p.stderr
+        assert "produced" not in p.stdout + p.stderr

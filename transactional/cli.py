@@ -12,8 +12,11 @@
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
 a ``TopologyBuilder``, a ``trident.TridentTopology`` or a built ``Topology`` (called once
-per file), and optionally ``report(result)`` to print its results and ``CONFIG``, a dict
-of ``TopologyConfig`` settings. Settings come, lowest first, from ``TopologyConfig``'s
+per file; it must be pure: ``trident describe`` calls it with network connections and
+child processes refused), and optionally ``setup()`` for the work before a run (start a
+broker, create a topic, produce: ``trident run`` calls it before ``build_topology()``,
+``describe`` never), ``report(result)`` to print its results and ``CONFIG``, a dict of
+``TopologyConfig`` settings. Settings come, lowest first, from ``TopologyConfig``'s
 defaults, ``CONFIG``, ``trident.toml`` (or ``--config FILE``), ``TRIDENT_<FIELD>``
 environment variables and the command line (``transactional.settings``).
 
@@ -89,6 +92,35 @@ def load_topology_file(path: str) -> ModuleType:
         msg = f"trident: {path} defines no build_topology(); it must return {_MUST_RETURN}"
         raise SystemExit(msg)
     return module
+
+
+class SideEffectError(TridentError):
+    """``build_topology()`` reached the network or started a process where it must be pure."""
+
+
+@contextlib.contextmanager
+def no_side_effects(where: str) -> Iterator[None]:
+    """Refuse network connections and child processes while building ``where``'s topology
+    (``trident describe``): ``build_topology()`` must be pure, setup goes in ``setup()``."""
+    import socket
+    import subprocess
+
+    def refuse(what: str) -> Any:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            msg = (f"{where}: build_topology() {what}, but it must be pure: `trident describe` only reads the "
+                   "topology. Move setup work (starting a broker, creating topics, producing, connecting) into "
+                   "setup(), which `trident run` calls before build_topology() (docs/cli.md)")
+            raise SideEffectError(msg)
+        return refused
+
+    saved = (socket.socket.connect, socket.socket.connect_ex, subprocess.Popen.__init__)
+    socket.socket.connect = refuse("opened a network connection")            # type: ignore[method-assign]
+    socket.socket.connect_ex = refuse("opened a network connection")         # type: ignore[method-assign]
+    subprocess.Popen.__init__ = refuse("started a process")                  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        socket.socket.connect, socket.socket.connect_ex, subprocess.Popen.__init__ = saved  # type: ignore[method-assign]
 
 
 def built_topology(obj: Any, where: str) -> Any:
@@ -351,12 +383,15 @@ def _copy_stderr(read_end: int, terminal: int) -> None:
 # -- commands -------------------------------------------------------------------------------------------
 
 def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None, args: argparse.Namespace,
-         defaults: dict | None) -> int:
-    """``trident run``: settings, the topology (``build`` called once), the run, its summary
-    and ``report(result)``. Ctrl-C: one line naming the last txid this run committed."""
+         defaults: dict | None, setup: Callable[[], Any] | None = None) -> int:
+    """``trident run``: settings, the file's ``setup()``, the topology (``build`` called
+    once), the run, its summary and ``report(result)``. Ctrl-C: one line naming the last
+    txid this run committed."""
     setup_logging(args.log_level)
     last: list[int] = []
     try:
+        if setup is not None:
+            setup()
         return _run_until_done(build, where, report, args, defaults, last)
     except KeyboardInterrupt:
         done = f"after txid {last[0]} committed" if last else "before this run committed a txid"
@@ -424,7 +459,8 @@ def _describe(args: argparse.Namespace) -> int:
     topologies = []
     for path in args.files:
         module = load_topology_file(path)
-        topologies.append((path, built_topology(module.build_topology(), path)))
+        with no_side_effects(path):
+            topologies.append((path, built_topology(module.build_topology(), path)))
     to_dir = out is not None and (len(topologies) > 1 or out.is_dir() or args.out.endswith(os.sep))
     outputs: list[tuple[Path | None, bytes]] = []
     seen: dict[Path, str] = {}
@@ -456,14 +492,16 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def run_example(build: Callable[[], Any], report: Callable[[Any], None] | None = None,
-                argv: Sequence[str] | None = None, defaults: dict | None = None) -> None:
-    """``python examples/x.py [options]``: the same options as ``trident run``."""
+                argv: Sequence[str] | None = None, defaults: dict | None = None,
+                setup: Callable[[], Any] | None = None) -> None:
+    """``python examples/x.py [options]``: the same options as ``trident run`` (``setup``
+    runs first, as a topology file's ``setup()`` does under ``trident run``)."""
     main_module = sys.modules["__main__"]
     parser = argparse.ArgumentParser(description=(main_module.__doc__ or "").strip().split("\n")[0])
     _config_args(parser)
     args = parser.parse_args(argv)
     where = getattr(main_module, "__file__", None) or "the example"
-    sys.exit(_guard(lambda: _run(build, where, report, args, defaults)))
+    sys.exit(_guard(lambda: _run(build, where, report, args, defaults, setup)))
 
 
 def _guard(fn: Callable[[], int]) -> int:
@@ -479,7 +517,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trident (spark-trident) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a topology file")
-    p_run.add_argument("file", help="a topology file: defines build_topology(), optionally report(result) and CONFIG")
+    p_run.add_argument("file", help="a topology file: defines build_topology(), optionally setup(), report(result) "
+                                    "and CONFIG")
     _config_args(p_run)
     p_desc = sub.add_parser("describe", help="a picture of topologies: components, groupings, phases")
     p_desc.add_argument("files", nargs="+", metavar="FILE", help="topology files (each one's build_topology() is called once)")
@@ -569,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         module = load_topology_file(args.file)
         return _guard(lambda: _run(module.build_topology, args.file, getattr(module, "report", None), args,
-                                   getattr(module, "CONFIG", None)))
+                                   getattr(module, "CONFIG", None), getattr(module, "setup", None)))
     if args.command == "describe":
         return _guard(lambda: _describe(args))
     if args.command == "package":
