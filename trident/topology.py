@@ -334,9 +334,10 @@ def _aggregate(stream: Stream, group: Fields, in_fields: Any, agg: Any, out_fiel
         p = Op("partial", stream.fields, partial_fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx,
                columnar=True)
         pnode = topo._add(Node("op", [stream.node], partial_fields, op=p)).node
-        final = Op("final", partial_fields, fields, fn=agg, group_idx=tuple(range(len(group))), columnar=True)
+        final = Op("final", partial_fields, fields, fn=agg, group_idx=tuple(range(len(group))), columnar=True,
+                   single=not group)
         return topo._add(Node("boundary", [pnode], fields, op=final, grouping=grouping, keys=group))
-    op = Op("aggregate", stream.fields, fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx)
+    op = Op("aggregate", stream.fields, fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx, single=not group)
     return topo._add(Node("boundary", [stream.node], fields, op=op, grouping=grouping, keys=group))
 
 
