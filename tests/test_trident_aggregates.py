@@ -40,9 +40,9 @@ def uid(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def config(executor: str = "in-process") -> TopologyConfig:
+def config(executor: str = "in-process", **kw: Any) -> TopologyConfig:
     return TopologyConfig(executor=executor, progress=False, message_timeout_secs=60,
-                          retry_backoff_secs=0.02, max_spout_pending=3)
+                          retry_backoff_secs=0.02, max_spout_pending=3, **kw)
 
 
 @pytest.fixture(params=["in-process", "spark"])
@@ -227,20 +227,28 @@ def test_a_sum_beyond_int64_stops_the_run_naming_stage_and_field(executor: str, 
 
 @pytest.mark.parametrize("columnar", [False, True])
 def test_partials_that_fit_but_add_up_beyond_int64(columnar: bool) -> None:
-    """Two spout tasks' partials fit in int64, their total does not: a map stores the exact
-    total (it adds Python ints); a global aggregate, whose result travels as int64, stops
-    naming its final stage."""
+    """Two spout tasks' partials fit in int64, their total does not: a transactional or
+    opaque map stores the exact total (the commit phase adds Python ints); a counters map
+    (64-bit integers, as Redis's) and a global aggregate (its result travels as int64)
+    stop, naming their stage."""
     half = BIG + BIG // 2                        # 1.5 * 2**62: two make 3 * 2**62
     parts = {0: [(half, "a")], 1: [(half, "a")]}
     t = TridentTopology(uid("partials"))
     s = source(t, parts, Fields("v", "k"), 1, columnar)
     s.group_by(Fields("k")).persistent_aggregate(state.transactional("tx"), Fields("v"), Sum(), Fields("sum"))
-    s.group_by(Fields("k")).persistent_aggregate(state.counters("counters"), Fields("v"), Sum(), Fields("sum"))
     s.persistent_aggregate(state.opaque("global"), Fields("v"), Sum(), Fields("sum"))
     r = run_topology(t.build(), config())
     assert r.batches_committed == 1 and not r.failures
-    assert r.map_state("tx").get("a") == r.map_state("counters").get("a") == 2 * half == 3 * BIG
+    assert r.map_state("tx").get("a") == 2 * half == 3 * BIG
     assert r.map_state("global").get("$GLOBAL") == 3 * BIG
+
+    t = TridentTopology(uid("partials"))
+    s = source(t, parts, Fields("v", "k"), 1, columnar)
+    s.group_by(Fields("k")).persistent_aggregate(state.counters("counters"), Fields("v"), Sum(), Fields("sum"))
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(t.build(), config())
+    assert e.value.component == "b-1"
+    assert COUNTERS_OVERFLOW.format(stage="b-1", value=3 * BIG) in str(e.value)
 
     t = TridentTopology(uid("partials"))
     s = source(t, parts, Fields("v", "k"), 1, columnar)
@@ -249,6 +257,13 @@ def test_partials_that_fit_but_add_up_beyond_int64(columnar: bool) -> None:
         run_topology(t.build(), config())
     assert e.value.component == "b-1-total"
     assert overflow_message("Sum", "sum", "b-1-total", "the sum of its partials", 3 * BIG) in str(e.value)
+
+
+COUNTERS_OVERFLOW = (
+    "AggregateOverflowError: Sum() of field 'sum' in stage '{stage}' (txid 1): its total for group 'a' is "
+    "{value}, beyond int64, what counters map 'counters' holds; the batch stops rather than commit a wrapped "
+    "number. Store it in a transactional or opaque map (trident.state.transactional('counters')), which holds "
+    "Python ints without bound, or sum smaller numbers")
 
 
 @pytest.mark.parametrize("columnar", [False, True])
@@ -314,3 +329,68 @@ def test_a_decimal_sum_beyond_its_precision_stops() -> None:
     s = t.new_stream("src", MemoryTransactionalSpout(data, Fields("v"), 3))
     s.persistent_aggregate(state.transactional("sum"), Fields("v"), Sum(), Fields("sum"))
     assert run_topology(t.build(), config()).map_state("sum").get("$GLOBAL") == big
+
+
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_the_fold_into_maps_in_redis_is_exact_or_stops(redis_url: str, columnar: bool) -> None:
+    """In Redis: a transactional map stores totals beyond int64 exactly; a counters map
+    (INCRBY) stops a batch whose total it cannot add, naming the stage and field, and a
+    stored number the addition would overflow, naming the key -- nothing is written."""
+    half = BIG + BIG // 2
+    parts = {0: [(half, "a")] * 2, 1: [(half, "a")] * 2}          # two batches of 3 * 2**62 for "a"
+    t = TridentTopology(uid("redis"))
+    s = source(t, parts, Fields("v", "k"), 1, columnar)
+    s.group_by(Fields("k")).persistent_aggregate(state.transactional("tx"), Fields("v"), Sum(), Fields("sum"))
+    r = run_topology(t.build(), config(state=redis_url))
+    assert r.batches_committed == 2 and r.map_state("tx").get("a") == 6 * BIG
+
+    t = TridentTopology(uid("redis"))
+    s = source(t, parts, Fields("v", "k"), 1, columnar)
+    s.group_by(Fields("k")).persistent_aggregate(state.counters("counters"), Fields("v"), Sum(), Fields("sum"))
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(t.build(), config(state=redis_url))
+    assert COUNTERS_OVERFLOW.format(stage="b-1", value=3 * BIG) in str(e.value)
+
+    tid = uid("redis")                          # each batch fits; the stored total would not
+    for run in range(2):
+        t = TridentTopology(tid)
+        s = source(t, {0: [(half, "a")] * (run + 1)}, Fields("v", "k"), 1, columnar)
+        s.group_by(Fields("k")).persistent_aggregate(state.counters("counters"), Fields("v"), Sum(),
+                                                     Fields("sum"))
+        if run == 0:
+            assert run_topology(t.build(), config(state=redis_url)).map_state("counters").get("a") == half
+            continue
+        with pytest.raises(TopologyFailedError) as e:
+            run_topology(t.build(), config(state=redis_url))
+        assert (f"StateCorruptError: Redis key '{tid}:counters:a' at {redis_url} holds a number that the "
+                "addition would overflow") in str(e.value)
+
+
+def test_arrow_sums_are_checked_for_every_integer_type() -> None:
+    """The kernel under Count/Sum: exact in range whatever Arrow wraps on the way, and
+    ``SumOverflow`` (key, exact value, type) beyond, for signed, unsigned, small and
+    decimal integers; booleans and floats pass."""
+    from trident._runtime import SumOverflow, arrow_group_agg
+
+    def agg(values: Any, type: Any, keys: list | None = None) -> list:
+        cols = {"v": pa.array(values, type)}
+        if keys is not None:
+            cols = {"k": pa.array(keys), "j": pa.array([1] * len(keys)), **cols}
+        b = pa.RecordBatch.from_pydict(cols)
+        return arrow_group_agg(b, ["k", "j"] if keys is not None else [], "v", "sum", "s").to_pylist()
+
+    assert agg([2 ** 31 - 1] * 4, pa.int32()) == [{"s": 4 * (2 ** 31 - 1)}]
+    with pytest.raises(SumOverflow) as e:
+        agg([2 ** 63, 2 ** 63], pa.uint64())
+    assert (e.value.key, e.value.value, e.value.type) == ((), 2 ** 64, "uint64")
+    assert agg([2 ** 63, 2 ** 63 - 1], pa.uint64()) == [{"s": 2 ** 64 - 1}]
+    assert agg([-(2 ** 63), -1, 1], pa.int64()) == [{"s": -(2 ** 63)}]
+    with pytest.raises(SumOverflow) as e:
+        agg([BIG, BIG, 5, BIG], pa.int64(), ["x", "y", "x", "x"])
+    assert (e.value.key, e.value.value, e.value.type) == (("x", 1), 2 * BIG + 5, "int64")
+    assert agg([BIG, BIG, -BIG, BIG], pa.int64(), ["x", "y", "x", "x"]) == [
+        {"k": "x", "j": 1, "s": BIG}, {"k": "y", "j": 1, "s": BIG}]
+    assert agg([True] * 3, pa.bool_()) == [{"s": 3}]
+    assert agg([1e308, 1e308], pa.float64()) == [{"s": float("inf")}]

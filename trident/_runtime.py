@@ -106,6 +106,10 @@ class Op:
 
 # -- processors ------------------------------------------------------------------------------
 
+OVERFLOW_HOLDER = "the type Count and Sum add in on the columnar and the per-tuple path alike"
+OVERFLOW_FIX = ("Sum smaller numbers, cast the field to float64 or a decimal first (e.g. with each_batch), "
+                "or use a CombinerAggregator of your own, which adds Python ints without bound")
+
 class Proc:
     """A processor of rows and batches (see the module docstring)."""
 
@@ -135,16 +139,15 @@ class Proc:
         for r in rows_of(b):
             row(r)
 
-    def overflow(self, e: SumOverflow, field: str, what: str) -> AggregateOverflowError:
+    def overflow(self, e: SumOverflow, field: str, what: str, holder: str = OVERFLOW_HOLDER,
+                 fix: str = OVERFLOW_FIX) -> AggregateOverflowError:
         """The error for a sum of this operation that does not fit its type: names the
         aggregator, the field, the stage, the txid, the group, and the fix."""
         agg = type(self.op.fn).__name__ if self.op is not None else "a sum"
         group = f" for group {e.key!r}" if e.key != () else ""
         msg = (f"{agg}() of field {field!r} in stage {self.stage!r} (txid {self.txid}): {what}{group} is "
-               f"{e.value}, beyond {e.type}, the type Count and Sum add in on the columnar and the "
-               "per-tuple path alike; the batch stops rather than commit a wrapped number. Sum smaller "
-               "numbers, cast the field to float64 or a decimal first (e.g. with each_batch), or use a "
-               "CombinerAggregator of your own, which adds Python ints without bound")
+               f"{e.value}, beyond {e.type}, {holder}; the batch stops rather than commit a wrapped "
+               f"number. {fix}")
         return AggregateOverflowError(msg)
 
     def finish(self) -> None:
@@ -529,10 +532,11 @@ def _sum_range(t: Any) -> tuple[Any, Any] | None:
 
 def _check_sums(t: Any, group: list[str], column: str, type: Any) -> None:
     """Raise ``SumOverflow`` if Arrow's sums of ``column`` per ``group`` (or in all), of
-    Arrow type ``type``, wrapped. Arrow adds integers modulo 2**64:
-    a sum whose true value is in range is exact. A float64 sum of the magnitudes shows
-    most batches to be far from the bounds at once; the others are added exactly in
-    Python."""
+    Arrow type ``type``, wrapped. Arrow adds integers modulo 2**64, so a sum whose true
+    value is in range is exact; whether it is, in three steps from cheap to exact: rows
+    times the largest magnitude (one ``min_max``: clears almost every batch), a float64
+    sum of the magnitudes (per group), then, for a batch near the bounds, Python's exact
+    sums."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -540,8 +544,14 @@ def _check_sums(t: Any, group: list[str], column: str, type: Any) -> None:
     if rng is None:
         return
     low, high = rng
-    limit = float(min(-low, high) if low else high) / 2      # float64 error: far below the margin
-    mags = pc.abs(pc.cast(t.column(column), pa.float64(), safe=False))
+    bound = min(-low, high) if low else high
+    col = t.column(column)
+    mm = pc.min_max(col)
+    least, most = mm["min"].as_py(), mm["max"].as_py()
+    if least is None or t.num_rows * max(abs(least), abs(most)) < bound:
+        return
+    limit = float(bound) / 2                    # float64's error stays far below this margin
+    mags = pc.abs(pc.cast(col, pa.float64(), safe=False))
     if group:
         est = pa.table([*(t.column(g) for g in group), mags], names=[*group, "m"]) \
             .group_by(group, use_threads=False).aggregate([("m", "sum")]).column("m_sum")
@@ -717,6 +727,16 @@ class PersistProc(Proc):
             else:
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
+        if keys and op.state.state_type.value == "counter":
+            # a counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
+            # partials beyond them stops here, named, before anything is written
+            for k, v in self.acc.items():
+                if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+                    raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
+                                        f"what counters map {op.state.name!r} holds",
+                                        f"Store it in a transactional or opaque map (trident.state."
+                                        f"transactional({op.state.name!r})), which holds Python ints "
+                                        "without bound, or sum smaller numbers") from None
         if keys:
             if self.reducer:
                 def reduce_into(ts: list) -> Callable[[Any], Any]:

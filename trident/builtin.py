@@ -2,7 +2,10 @@
 ``MapGet``, ``Debug``.
 
 ``Count`` and ``Sum`` are combiner aggregators that the columnar path also runs as Arrow
-hash aggregations (``arrow_agg``) when their input is a record batch.
+hash aggregations (``arrow_agg``) when their input is a record batch; their partials
+cross the shuffle as Arrow integers on both paths. Every sum Arrow makes is checked: one
+that does not fit its 64-bit type stops the batch with ``AggregateOverflowError``
+(docs/trident.md, "Numbers in Count and Sum").
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class Count(CombinerAggregator):
 
 
 class Sum(CombinerAggregator):
-    """The sum of the first input field (Storm's ``Sum``)."""
+    """The sum of the first input field (Storm's ``Sum``): exact, or the batch stops with
+    ``AggregateOverflowError`` when a sum that travels as a 64-bit integer does not fit."""
 
     arrow_agg = "sum"
 
