@@ -110,6 +110,7 @@ OVERFLOW_HOLDER = "the type Count and Sum add in on the columnar and the per-tup
 OVERFLOW_FIX = ("Sum smaller numbers, cast the field to float64 or a decimal first (e.g. with each_batch), "
                 "or use a CombinerAggregator of your own, which adds Python ints without bound")
 
+
 class Proc:
     """A processor of rows and batches (see the module docstring)."""
 
@@ -495,8 +496,10 @@ def _acc_batch(acc: dict[Any, Any], group: list[str], out: str) -> Any:
     try:
         values = pa.array(list(acc.values()))
     except OverflowError:
-        key, v = next((k, v) for k, v in acc.items() if type(v) is int and not -2**63 <= v < 2**63)
-        raise SumOverflow(key, v, "int64") from None
+        big = [(k, v) for k, v in acc.items() if isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63]
+        if not big:
+            raise
+        raise SumOverflow(*big[0], "int64") from None
     if len(group) == 1:
         cols = [pa.array(list(acc)), values]
     else:

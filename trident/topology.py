@@ -202,7 +202,9 @@ class Stream:
 
     def aggregate(self, in_fields: Any, aggregator: Any = None, out_fields: Any = None) -> Stream:
         """Aggregate the whole batch into one place (global aggregation); a combiner is
-        pre-aggregated per task first. ``aggregate(Count(), Fields("n"))`` reads no fields."""
+        pre-aggregated per task first. One tuple per batch whatever the stage's
+        ``parallelism_hint`` (for an empty batch: the aggregator's value of no tuples).
+        ``aggregate(Count(), Fields("n"))`` reads no fields."""
         if out_fields is None:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="global")
