@@ -18,6 +18,7 @@ from typing import Any
 
 from transactional.columns import ColumnBatch, rows_of
 from transactional.exceptions import (
+    AggregateOverflowError,
     ConfigError,
     ConflictingWriteError,
     FailedException,
@@ -36,7 +37,7 @@ Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
-         ConfigError, LeadershipLostError, ConflictingWriteError)
+         ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError)
 
 
 _GOLDEN = 0x9E3779B1

@@ -78,3 +78,10 @@ class LeadershipLostError(StateError):
 class SpoutError(TridentError):
     """A spout cannot deliver what the coordinator planned (e.g. an offset range deleted by
     retention). The run stops; the message names topic, partition, offsets and txid."""
+
+
+class AggregateOverflowError(TridentError, ArithmeticError):
+    """A ``Count``/``Sum`` of a batch does not fit the 64-bit integers (Arrow's ``int64``,
+    ``uint64``, or a decimal's precision) it is computed in. The batch stops rather than
+    give a wrapped number; the message names the stage, the field, the txid and the fix.
+    The run stops: a replay adds the same numbers."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from transactional.bolt import BaseBatchBolt, Committer
 from transactional.columns import ColumnBatch, batch_of, rows_of
-from transactional.exceptions import InvalidTupleError
+from transactional.exceptions import AggregateOverflowError, InvalidTupleError
 from transactional.tuples import Fields
 from trident.operation import (
     Aggregator,
@@ -101,6 +101,7 @@ class Op:
     state: Any = None                 # MapStateFactory of persist / query ops
     emit_values: bool = True          # persist: its new values have a consumer
     columnar: bool = False            # its output is a record batch when its input is
+    single: bool = False              # a global aggregation: one result per batch, from task 0
 
 
 _VERB = {"persist": "persistent_aggregate", "query": "state_query", "partial": "aggregate", "final": "aggregate"}
@@ -135,6 +136,11 @@ def op_label(op: Op) -> str:
 
 # -- processors ------------------------------------------------------------------------------
 
+OVERFLOW_HOLDER = "the type Count and Sum add in on the columnar and the per-tuple path alike"
+OVERFLOW_FIX = ("Sum smaller numbers, cast the field to float64 or a decimal first (e.g. with each_batch), "
+                "or use a CombinerAggregator of your own, which adds Python ints without bound")
+
+
 class Proc:
     """A processor of rows and batches (see the module docstring)."""
 
@@ -144,6 +150,7 @@ class Proc:
 
     def open(self, bolt: TridentBolt) -> None:
         """Per task and batch, before any input."""
+        self.stage, self.txid, self.task = bolt.context.component_id, bolt.attempt.txid, bolt.task
         if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "prepare"):
             self.op.fn.prepare(bolt.conf, bolt.op_context)
 
@@ -162,6 +169,17 @@ class Proc:
         row = self.row
         for r in rows_of(b):
             row(r)
+
+    def overflow(self, e: SumOverflow, field: str, what: str, holder: str = OVERFLOW_HOLDER,
+                 fix: str = OVERFLOW_FIX) -> AggregateOverflowError:
+        """The error for a sum of this operation that does not fit its type: names the
+        aggregator, the field, the stage, the txid, the group, and the fix."""
+        agg = type(self.op.fn).__name__ if self.op is not None else "a sum"
+        group = f" for group {e.key!r}" if e.key != () else ""
+        msg = (f"{agg}() of field {field!r} in stage {self.stage!r} (txid {self.txid}): {what}{group} is "
+               f"{e.value}, beyond {e.type}, {holder}; the batch stops rather than commit a wrapped "
+               f"number. {fix}")
+        return AggregateOverflowError(msg)
 
     def finish(self) -> None:
         """The end of the task's input."""
@@ -331,7 +349,9 @@ class AggregateProc(Proc):
         self.attempt = bolt.attempt
         self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.group_idx), op_label(op))
         self.states: dict[Any, Any] = {}
-        if not op.group_idx:
+        if not op.group_idx and (not op.single or self.task == 0):
+            # ungrouped: a result even for no tuples -- in every task of a partition
+            # aggregation, in the one task a global aggregation's tuples go to
             self.states[()] = self.agg.init(self.attempt, self.collector)
 
     def row(self, r: tuple) -> None:
@@ -468,7 +488,7 @@ class PartialProc(Proc):
     def batch(self, b: Any) -> None:
         if getattr(self.c, "arrow_agg", None) is None:
             super().batch(b)
-        else:
+        elif b.num_rows:           # no rows, no partial (as on the per-tuple path)
             self.batches.append(b)
 
     def finish(self) -> None:
@@ -476,12 +496,20 @@ class PartialProc(Proc):
         assert op is not None and nxt is not None
         group = [op.fields[i] for i in op.group_idx]
         if self.batches:
-            nxt.batch(arrow_group_agg(_concat(self.batches), group,
-                                      None if self.count else op.in_fields[0], self.c.arrow_agg,
-                                      op.out_fields[-1]))
+            column = None if self.count else op.in_fields[0]
+            try:
+                b = arrow_group_agg(_concat(self.batches), group, column, self.c.arrow_agg, op.out_fields[-1])
+            except SumOverflow as e:
+                raise self.overflow(e, column or op.out_fields[-1], "its partial sum") from None
+            nxt.batch(b)
         if self.acc:
             if getattr(self.c, "arrow_agg", None) is not None:
-                nxt.batch(_acc_batch(self.acc, group, op.out_fields[-1]))   # numbers: one Arrow batch
+                try:
+                    b = _acc_batch(self.acc, group, op.out_fields[-1])   # numbers: one Arrow batch
+                except SumOverflow as e:
+                    raise self.overflow(e, op.in_fields[0] if op.in_fields else op.out_fields[-1],
+                                        "its partial sum") from None
+                nxt.batch(b)
             elif len(op.group_idx) == 1:
                 for k, v in self.acc.items():
                     nxt.row((k, v))
@@ -493,33 +521,117 @@ class PartialProc(Proc):
 
 def _acc_batch(acc: dict[Any, Any], group: list[str], out: str) -> Any:
     """A dict of partials (key: one group value, a tuple of several, or ``()``) as a record
-    batch ``(*group, out)``."""
+    batch ``(*group, out)``. Raises ``SumOverflow`` for a partial beyond Arrow's integers."""
     import pyarrow as pa
 
+    try:
+        values = pa.array(list(acc.values()))
+    except OverflowError:
+        big = [(k, v) for k, v in acc.items() if isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63]
+        if not big:
+            raise
+        raise SumOverflow(*big[0], "int64") from None
     if len(group) == 1:
-        cols = [pa.array(list(acc)), pa.array(list(acc.values()))]
+        cols = [pa.array(list(acc)), values]
     else:
         keys = list(zip(*acc, strict=True)) if group else []
-        cols = [pa.array(list(c)) for c in keys] + [pa.array(list(acc.values()))]
+        cols = [pa.array(list(c)) for c in keys] + [values]
     return pa.RecordBatch.from_arrays(cols, names=[*group, out])
+
+
+class SumOverflow(ArithmeticError):
+    """A sum of ``key``'s group (``()`` for no group) is ``value``, beyond ``type``."""
+
+    def __init__(self, key: Any, value: Any, type: str) -> None:
+        super().__init__(key, value, type)
+        self.key, self.value, self.type = key, value, type
+
+
+def _sum_range(t: Any) -> tuple[Any, Any] | None:
+    """The values a sum of Arrow type ``t`` holds, ``[low, high)``; None when it cannot
+    wrap (floating point: it overflows to infinity, as Python's floats do)."""
+    import pyarrow as pa
+
+    if pa.types.is_signed_integer(t):
+        return -2 ** 63, 2 ** 63
+    if pa.types.is_unsigned_integer(t):
+        return 0, 2 ** 64
+    if pa.types.is_decimal(t):
+        import decimal
+
+        bound = decimal.Decimal(10) ** (t.precision - t.scale)
+        return -bound, bound
+    return None
+
+
+def _check_sums(t: Any, group: list[str], column: str, type: Any) -> None:
+    """Raise ``SumOverflow`` if Arrow's sums of ``column`` per ``group`` (or in all), of
+    Arrow type ``type``, wrapped. Arrow adds integers modulo 2**64, so a sum whose true
+    value is in range is exact; whether it is, in three steps from cheap to exact: rows
+    times the largest magnitude (one ``min_max``: clears almost every batch), a float64
+    sum of the magnitudes (per group), then, for a batch near the bounds, Python's exact
+    sums."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = _sum_range(type)
+    if rng is None:
+        return
+    low, high = rng
+    bound = min(-low, high) if low else high
+    col = t.column(column)
+    mm = pc.min_max(col)
+    least, most = mm["min"].as_py(), mm["max"].as_py()
+    if least is None or t.num_rows * max(abs(least), abs(most)) < bound:
+        return
+    limit = float(bound) / 2                    # float64's error stays far below this margin
+    mags = pc.abs(pc.cast(col, pa.float64(), safe=False))
+    if group:
+        est = pa.table([*(t.column(g) for g in group), mags], names=[*group, "m"]) \
+            .group_by(group, use_threads=False).aggregate([("m", "sum")]).column("m_sum")
+        if not pc.any(pc.greater_equal(est, limit)).as_py():
+            return
+    elif (pc.sum(mags).as_py() or 0) < limit:
+        return
+    import decimal
+
+    exact: dict[Any, Any] = {}
+    keys = (zip(*(t.column(g).to_pylist() for g in group), strict=True) if group
+            else iter(lambda: (), None))
+    with decimal.localcontext() as ctx:
+        ctx.prec = 400                     # Decimal sums exact, as integers are
+        for k, v in zip(keys, t.column(column).to_pylist(), strict=False):
+            if v is not None:
+                exact[k] = exact.get(k, 0) + v
+    for k, v in exact.items():
+        if not low <= v < high:
+            raise SumOverflow(k[0] if len(k) == 1 else k, v, str(type))
 
 
 def arrow_group_agg(b: Any, group: list[str], column: str | None, how: str, out: str) -> Any:
     """``group`` columns and ``how`` ("count" of rows, "sum" of ``column``) per group, as
-    one record batch ``(*group, out)``; no group: one row."""
+    one record batch ``(*group, out)``; no group: one row. A sum that does not fit its type
+    (Arrow would wrap it) raises ``SumOverflow``: the result is exact or there is none."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not group:
-        v = b.num_rows if how == "count" else pc.sum(b.column(column)).as_py()
-        return pa.RecordBatch.from_arrays([pa.array([v])], names=[out])
     t = pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
+    assert how == "count" or column is not None
+    if not group:
+        if how == "count":
+            v = pa.array([b.num_rows])
+        else:
+            total = pc.sum(t.column(column), min_count=0)
+            _check_sums(t, group, str(column), total.type)
+            v = pa.array([total.as_py()], type=total.type)
+        return pa.RecordBatch.from_arrays([v], names=[out])
     if how == "count":
         r = t.group_by(group, use_threads=False).aggregate([([], "count_all")])
         agg_col = "count_all"
     else:
         r = t.group_by(group, use_threads=False).aggregate([(column, "sum")])
         agg_col = f"{column}_sum"
+        _check_sums(t, group, str(column), r.column(agg_col).type)
     cols = [r.column(g) for g in group] + [r.column(agg_col)]
     return pa.Table.from_arrays(cols, names=[*group, out]).combine_chunks().to_batches()[0] \
         if r.num_rows else pa.RecordBatch.from_arrays([pa.array([], type=c.type) for c in cols], names=[*group, out])
@@ -562,14 +674,17 @@ class FinalProc(Proc):
         out = op.fields[-1]
         if self.batches:
             # partials of counts and sums both add up
-            b = arrow_group_agg(_concat(self.batches), group, out, "sum", out)
+            try:
+                b = arrow_group_agg(_concat(self.batches), group, out, "sum", out)
+            except SumOverflow as e:
+                raise self.overflow(e, out, "the sum of its partials") from None
             if self.acc:
                 for r in rows_of(b):
                     self.row(r)
             else:
                 nxt.batch(b)
-        if not group and not self.acc and not self.batches:
-            self.acc[()] = op.fn.zero()
+        if not group and not self.acc and not self.batches and (not op.single or self.task == 0):
+            self.acc[()] = op.fn.zero()      # the batch's one result, from the task that gets its tuples
         for k, v in self.acc.items():
             nxt.row((*k, v))
         Proc.finish(self)
@@ -613,11 +728,22 @@ class PersistProc(Proc):
         op, nxt = self.op, self.nxt
         assert op is not None
         fn = op.fn
-        if self.batches:
+        if self.batches and len(self.batches) > 1:
             b = _concat(self.batches)
             group = list(b.schema.names[:-1])
-            if len(self.batches) > 1:
-                b = arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])
+            try:
+                self.batches = [arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])]
+            except SumOverflow:
+                # the partials' sum is beyond Arrow's integers, not the map's: add them in
+                # Python (exact), as the fold into the map does
+                acc = self.acc
+                for part in self.batches:
+                    for k, v in zip(*_keys_values(part), strict=True):
+                        old = acc.get(k, _MISSING)
+                        acc[k] = v if old is _MISSING else fn.combine(old, v)
+                self.batches = []
+        if self.batches:
+            b = self.batches[0]
             acc = self.acc
             if not acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
                 if b.num_columns == 2:
@@ -635,6 +761,16 @@ class PersistProc(Proc):
             else:
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
+        if keys and op.state.state_type.value == "counter":
+            # a counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
+            # partials beyond them stops here, named, before anything is written
+            for k, v in self.acc.items():
+                if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+                    raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
+                                        f"what counters map {op.state.name!r} holds",
+                                        f"Store it in a transactional or opaque map (trident.state."
+                                        f"transactional({op.state.name!r})), which holds Python ints "
+                                        "without bound, or sum smaller numbers") from None
         if keys:
             if self.reducer:
                 def reduce_into(ts: list) -> Callable[[Any], Any]:

@@ -2,7 +2,10 @@
 ``MapGet``, ``Debug``.
 
 ``Count`` and ``Sum`` are combiner aggregators that the columnar path also runs as Arrow
-hash aggregations (``arrow_agg``) when their input is a record batch.
+hash aggregations (``arrow_agg``) when their input is a record batch; their partials
+cross the shuffle as Arrow integers on both paths. Every sum Arrow makes is checked: one
+that does not fit its 64-bit type stops the batch with ``AggregateOverflowError``
+(docs/trident.md, "Numbers in Count and Sum").
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class Count(CombinerAggregator):
 
 
 class Sum(CombinerAggregator):
-    """The sum of the first input field (Storm's ``Sum``)."""
+    """The sum of the first input field (Storm's ``Sum``): exact, or the batch stops with
+    ``AggregateOverflowError`` when a sum that travels as a 64-bit integer does not fit."""
 
     arrow_agg = "sum"
 
@@ -73,11 +77,31 @@ class Min(Max):
         return val2 if val1 is None else val1 if val2 is None else min(val1, val2)
 
 
+class _Desc:
+    """A value that orders the other way round (``_Desc(2) < _Desc(1)``): any comparable
+    value, not only numbers."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __lt__(self, other: _Desc) -> bool:
+        return bool(other.v < self.v)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and bool(self.v == other.v)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class FirstN(Aggregator):
     """The first ``n`` tuples of a batch (or group), or with ``sort_field`` the ``n`` with the
-    largest values of that field (the smallest with ``reverse=True``). Emits whole input
-    tuples: declare the output fields as the input fields. ``stream.apply_assembly(FirstN(...))``
-    runs it per partition, then once over the partitions' survivors (Storm's assembly).
+    least values of that field, least first (the greatest, greatest first, with
+    ``reverse=True``) -- Storm's ``FirstN`` / ``FirstNSortedAgg``. Of equal values the
+    earlier tuple is kept. Emits whole input tuples: declare the output fields as the input
+    fields. ``stream.apply_assembly(FirstN(...))`` runs it per partition, then once over the
+    partitions' survivors (Storm's assembly).
     """
 
     def __init__(self, n: int, sort_field: str | None = None, reverse: bool = False) -> None:
@@ -87,7 +111,8 @@ class FirstN(Aggregator):
         self.n, self.sort_field, self.reverse = n, sort_field, reverse
 
     def init(self, batch_id: Any, collector: TridentCollector) -> list:
-        """An empty selection: ``[kept, seen]``."""
+        """An empty selection: ``[kept, seen]``; sorted, ``kept`` is a heap whose root is
+        the worst tuple kept."""
         return [[], 0]
 
     def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
@@ -99,20 +124,21 @@ class FirstN(Aggregator):
                 kept.append(tuple)
             return
         v = tuple[self.sort_field]
-        item = (-v if self.reverse else v, -seen, tuple)     # ties: the earlier tuple wins
+        rank = (_Desc(v) if self.reverse else v, seen)     # smaller ranks first; ties: the earlier
+        item = (_Desc(rank), tuple)                         # the heap's root: the largest rank kept
         if len(kept) < self.n:
             heapq.heappush(kept, item)
-        elif item[:2] > kept[0][:2]:
+        elif rank < kept[0][0].v:
             heapq.heapreplace(kept, item)
 
     def complete(self, state: list, collector: TridentCollector) -> None:
-        """Emit the kept tuples (largest first when sorted)."""
+        """Emit the kept tuples (sorted: the first in order first)."""
         kept = state[0]
         if self.sort_field is None:
             for t in kept:
                 collector.emit(t)
             return
-        for _, _, t in sorted(kept, key=lambda it: it[:2], reverse=True):
+        for _, t in sorted(kept, key=lambda it: it[0].v):
             collector.emit(t)
 
     def apply(self, stream: Any) -> Any:

@@ -201,7 +201,9 @@ class Stream:
 
     def aggregate(self, in_fields: Any, aggregator: Any = None, out_fields: Any = None) -> Stream:
         """Aggregate the whole batch into one place (global aggregation); a combiner is
-        pre-aggregated per task first. ``aggregate(Count(), Fields("n"))`` reads no fields."""
+        pre-aggregated per task first. One tuple per batch whatever the stage's
+        ``parallelism_hint`` (for an empty batch: the aggregator's value of no tuples).
+        ``aggregate(Count(), Fields("n"))`` reads no fields."""
         if out_fields is None:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self, Fields(), in_fields, aggregator, out_fields, scope="global")
@@ -333,9 +335,10 @@ def _aggregate(stream: Stream, group: Fields, in_fields: Any, agg: Any, out_fiel
         p = Op("partial", stream.fields, partial_fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx,
                columnar=True)
         pnode = topo._add(Node("op", [stream.node], partial_fields, op=p)).node
-        final = Op("final", partial_fields, fields, fn=agg, group_idx=tuple(range(len(group))), columnar=True)
+        final = Op("final", partial_fields, fields, fn=agg, group_idx=tuple(range(len(group))), columnar=True,
+                   single=not group)
         return topo._add(Node("boundary", [pnode], fields, op=final, grouping=grouping, keys=group))
-    op = Op("aggregate", stream.fields, fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx)
+    op = Op("aggregate", stream.fields, fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx, single=not group)
     return topo._add(Node("boundary", [stream.node], fields, op=op, grouping=grouping, keys=group))
 
 
