@@ -79,6 +79,17 @@ def test_settings_under_secret_keys_are_masked_and_remembered_everywhere():
     assert c.state_options["password"] == "opt-pw-81a", "the run itself gets the secret"
 
 
+def test_figures_of_components_with_secret_looking_names_are_kept():
+    import doctest
+
+    import transactional.redaction
+
+    status = {"executed": {"tokenizer": 12, "auth-check": 3}, "errors": {"tokenizer": {"message": "boom"}},
+              "components": [{"id": "tokenizer", "executed": 12}]}
+    assert redact(status) == status
+    assert doctest.testmod(transactional.redaction).failed == 0
+
+
 def test_a_url_with_credentials_is_refused_without_showing_them():
     with pytest.raises(ConfigError) as e:
         TopologyConfig(state="redis://:r-pw-6@h:x/0")

@@ -96,13 +96,17 @@ def redact_text(text: str) -> str:
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` (JSON-like: dicts, lists, tuples, strings) safe to show: values
-    under secret keys masked, every string through ``redact_text``."""
+    """A copy of ``value`` (JSON-like: dicts, lists, tuples, strings) safe to show: text
+    under secret keys masked, every string through ``redact_text``.
+
+    >>> redact({"api_token": "t0k3n-1", "tokenizer": 12, "password": {"note": "x"}})
+    {'api_token': '***', 'tokenizer': 12, 'password': {'note': 'x'}}
+    """
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
-        return {k: (MASK if is_secret_key(k) and v not in (None, "", {}) and not isinstance(v, bool)
-                    else redact(v)) for k, v in value.items()}
+        # only text under a secret-looking key is a secret: {"tokenizer": 12} counts tuples
+        return {k: MASK if is_secret_key(k) and isinstance(v, str) and v else redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v) for v in value)
     return value
@@ -121,9 +125,8 @@ def secrets_in(value: Any) -> list[str]:
         out += [p["value"] for p in _PARAM.finditer(value) if is_secret_key(p["name"]) and p["value"]]
     elif isinstance(value, dict):
         for k, v in value.items():
-            if is_secret_key(k) and isinstance(v, (str, int)) and not isinstance(v, bool):
-                s = str(v)
-                out.append(s.split(":", 1)[1] if ":" in s else s)     # user:password: the password
+            if is_secret_key(k) and isinstance(v, str):
+                out.append(v.split(":", 1)[1] if ":" in v else v)     # user:password: the password
             else:
                 out += secrets_in(v)
     elif isinstance(value, (list, tuple)):
