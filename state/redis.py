@@ -47,6 +47,7 @@ from state._timing import timed
 from state.keys import decode_key, encode_key, hashable_key
 from state.map import APPLIED_KEY, Fence, conflict_error, fence_error
 from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
+from transactional.redaction import redact_url
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
            "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD"]
@@ -315,27 +316,18 @@ def _address_of_url(url: str) -> str:
     u = urlparse(url)
     if u.scheme not in ("redis", "rediss"):
         msg = (
-            f"Redis URL {_strip_password(url)!r} must start with redis:// or rediss:// "
+            f"Redis URL {redact_url(url)!r} must start with redis:// or rediss:// "
             "(e.g. 'redis://[user:password@]host:6379/0')"
         )
         raise ConfigError(msg)
     try:
         port = u.port or 6379
     except ValueError as e:
-        msg = f"Redis URL {_strip_password(url)!r} has an invalid port: {e}"
+        msg = f"Redis URL {redact_url(url)!r} has an invalid port: {e}"
         raise ConfigError(msg) from None
     db = (u.path or "/0").lstrip("/") or "0"
     user = f"{unquote(u.username)}@" if u.username else ""
     return f"{u.scheme}://{user}{u.hostname or 'localhost'}:{port}/{db}"
-
-
-def _strip_password(url: str) -> str:
-    u = urlparse(url)
-    if u.password is None:
-        return url
-    netloc = u.netloc.rsplit("@", 1)[1]
-    user = u.username or ""
-    return u._replace(netloc=f"{user}:***@{netloc}").geturl()
 
 
 _CONN_KEYS = ("host", "port", "db", "username", "password", "path", "socket_timeout",

@@ -142,6 +142,75 @@ def test_build_topology_runs_once_per_file_in_run_and_describe(tmp_path):
     assert counter.read_text().splitlines() == [str(a), str(b)]
 
 
+#: storm-starter's committers keep their "database" in a module global of maps holding locks
+LOCKED_TOPOLOGY = '''
+import threading
+from spouts import MemoryTransactionalSpout
+from transactional import BaseBatchBolt, BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder, Values
+
+DATABASE = {"global-count": {"lock": threading.Lock(), "count": 0, "txid": None}}
+
+class BatchCount(BaseBatchBolt):
+    def prepare(self, conf, context, collector, id):
+        self.collector, self.id, self.count = collector, id, 0
+    def execute(self, tuple):
+        self.count += 1
+    def finish_batch(self):
+        PEEK()
+        self.collector.emit(Values(self.id, self.count))
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "count"))
+
+class UpdateGlobalCount(BaseTransactionalBolt, Committer):
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.sum = attempt, 0
+    def execute(self, tuple):
+        self.sum += tuple["count"]
+    def finish_batch(self):
+        val = DATABASE["global-count"]
+        with val["lock"]:
+            if val["txid"] != self.attempt.txid:
+                val["count"] += self.sum
+                val["txid"] = self.attempt.txid
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id"))
+
+def build_topology():
+    spout = MemoryTransactionalSpout({0: [("a",)] * 6, 1: [("b",)] * 4, 2: [("c",)] * 8}, Fields("word"), 3)
+    b = TransactionalTopologyBuilder("locked-db", "spout", spout, 3)
+    b.set_bolt("partial-count", BatchCount(), 5).shuffle_grouping("spout")
+    b.set_bolt("sum", UpdateGlobalCount()).global_grouping("partial-count")
+    return b
+
+def report(result):
+    print("DATABASE:", DATABASE["global-count"]["count"], "at txid", DATABASE["global-count"]["txid"])
+'''
+
+
+def test_a_committer_keeps_its_database_in_a_module_global_holding_locks(tmp_path):
+    f = tmp_path / "locked_db.py"
+    f.write_text("def PEEK():\n    pass\n" + LOCKED_TOPOLOGY)
+    p = trident("run", str(f), "--master", "local[2]", "--max-spout-pending", "2")
+    assert p.returncode == 0, p.stderr
+    assert "DATABASE: 18 at txid 3" in p.stdout.splitlines()
+
+
+def test_a_module_global_an_executor_bolt_cannot_take_is_named_with_its_module_and_fix(tmp_path):
+    f = tmp_path / "peeking_db.py"
+    f.write_text("def PEEK():\n    DATABASE['global-count']['lock'].locked()\n" + LOCKED_TOPOLOGY)
+    for command in (["run", str(f), "--master", "local[2]"], ["describe", str(f)]):
+        p = trident(*command)
+        assert p.returncode == 1
+        assert p.stderr.strip().splitlines() == [
+            "trident: error: component 'partial-count' (BatchCount) runs on Spark executors, but PEEK() reads "
+            f"the module global DATABASE of trident_topology_peeking_db ({f}), which cannot be pickled: cannot "
+            "pickle '_thread.lock' object. Executors cannot import that module, so its code goes to them by "
+            "value with the globals it reads, and they are other processes: they never share the driver's "
+            "DATABASE. Create what DATABASE holds (locks, connections) in prepare(), or keep such state in a "
+            "committer (it runs on the driver with commit_placement='driver', the default, sharing the "
+            "module's globals), or in map state (context.map_state)"]
+
+
 @pytest.mark.parametrize("returned, what", [("None", "None"), ("{'spout': 1}", "a dict"),
                                             ("MemoryTransactionalSpout({}, Fields('w'), 1)",
                                              "a MemoryTransactionalSpout")])

@@ -9,7 +9,9 @@ in the process that defined it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import uuid
 
 import pytest
@@ -21,6 +23,7 @@ from transactional import (
     Committer,
     Fields,
     TopologyConfig,
+    TopologyError,
     TransactionalTopologyBuilder,
     Values,
     run_topology,
@@ -231,3 +234,105 @@ def test_the_processing_phase_still_runs_on_executors_with_classes_by_value(spar
     assert len(EXECUTOR_PIDS) == 3 * 2
     assert all(pid != os.getpid() for pid, _ in EXECUTOR_PIDS), "processing ran on the driver"
     assert all(by_value for _, by_value in EXECUTOR_PIDS), "executors imported the test module"
+
+
+# -- storm-starter's DATABASE: a module global of maps holding locks -------------------------------
+
+#: a module global that cannot be pickled (a dict of maps holding locks, as storm-starter keeps)
+LOCKED_DATABASE: dict = {}
+
+
+def fresh_locked_database() -> None:
+    LOCKED_DATABASE.clear()
+    LOCKED_DATABASE[GLOBAL_COUNT_KEY] = {"lock": threading.Lock(), "count": 0, "txid": None}
+
+
+class LockedGlobalCount(BaseTransactionalBolt, Committer):
+    """Storm's seed committer, updating its value under the value's lock."""
+
+    def prepare(self, conf, context, collector, attempt):
+        self.attempt, self.sum = attempt, 0
+
+    def execute(self, tuple):
+        self.sum += tuple["count"]
+
+    def finish_batch(self):
+        val = LOCKED_DATABASE[GLOBAL_COUNT_KEY]
+        with val["lock"]:
+            if val["txid"] != self.attempt.txid:
+                val["count"] += self.sum
+                val["txid"] = self.attempt.txid
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id"))
+
+
+class PeekingCount(BatchCount):
+    """A processing-phase bolt (on executors) that reads the driver's global."""
+
+    def finish_batch(self):
+        with LOCKED_DATABASE[GLOBAL_COUNT_KEY]["lock"]:
+            pass
+        super().finish_batch()
+
+
+def locked_count(tid: str, counter: BaseBatchBolt | None = None) -> TransactionalTopologyBuilder:
+    from spouts import MemoryTransactionalSpout
+
+    fresh_locked_database()
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout(DATA, Fields("word"), 3), 3)
+    b.set_bolt("partial-count", counter or BatchCount(), 2).shuffle_grouping("spout")
+    b.set_bolt("sum", LockedGlobalCount()).global_grouping("partial-count")
+    return b
+
+
+def test_a_committer_on_the_driver_uses_a_module_global_holding_locks(spark_context):
+    r = run_topology(locked_count(uid("locked")), config(2), spark_context=spark_context)
+    assert (r.batches_committed, r.failures) == (3, [])
+    assert (LOCKED_DATABASE[GLOBAL_COUNT_KEY]["count"], LOCKED_DATABASE[GLOBAL_COUNT_KEY]["txid"]) == (18, 3)
+
+
+def _global_message(cid: str, cls: str, reader: str, fix: str) -> str:
+    return (f"component {cid!r} ({cls}) runs on Spark executors, but {reader} reads the module global "
+            f"LOCKED_DATABASE of {__name__} ({__file__}), which cannot be pickled: cannot pickle "
+            "'_thread.lock' object. Executors cannot import that module, so its code goes to them by "
+            "value with the globals it reads, and they are other processes: they never share the "
+            "driver's LOCKED_DATABASE. Create what LOCKED_DATABASE holds (locks, connections) in "
+            f"prepare(), {fix}, or in map state (context.map_state)")
+
+
+def test_a_processing_bolt_reaching_an_unpicklable_global_is_told_the_global_module_and_fix():
+    with pytest.raises(TopologyError) as e:
+        locked_count(uid("peek"), PeekingCount()).build()
+    assert str(e.value) == _global_message(
+        "partial-count", "PeekingCount", "PeekingCount.finish_batch()",
+        "or keep such state in a committer (it runs on the driver with commit_placement='driver', "
+        "the default, sharing the module's globals)")
+
+
+def test_committers_placed_on_executors_reaching_it_are_named_before_anything_runs():
+    t = locked_count(uid("placed")).build()
+    assert t.component("sum").blob == b"", "a committer on the driver is never pickled for executors"
+    assert t.placed("driver") is t
+    fix = ("or run the commit phase on the driver (commit_placement='driver', the default), where "
+           "committers share the driver's module globals")
+    with pytest.raises(TopologyError) as e:
+        t.placed("executors")
+    assert str(e.value) == _global_message("sum", "LockedGlobalCount", "LockedGlobalCount.finish_batch()", fix)
+    # run_topology places it before it opens any state (nothing listens on port 1)
+    cfg = TopologyConfig(commit_placement="executors", state="redis://127.0.0.1:1/0", progress=False)
+    with pytest.raises(TopologyError) as e:
+        run_topology(t, cfg)
+    assert str(e.value) == _global_message("sum", "LockedGlobalCount", "LockedGlobalCount.finish_batch()", fix)
+    assert LOCKED_DATABASE[GLOBAL_COUNT_KEY]["txid"] is None
+
+
+def test_a_commit_component_placed_on_executors_gets_its_executor_form():
+    t = global_count(uid("placed-ok")).build()
+    assert t.component("sum").blob == b""
+    placed = t.placed("executors")
+    assert placed.component("sum").blob != b"" and placed.component("partial-count") == t.component("partial-count")
+    elsewhere = dataclasses.replace(t.component("sum"), origin="built-in-another-process")
+    with pytest.raises(TopologyError, match="component 'sum' .UpdateGlobalCount. runs only in the driver "
+                                            "process that built the topology"):
+        elsewhere.new_instance()

@@ -115,6 +115,8 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
 class Engine:
     def __init__(self, topology: Topology, config: TopologyConfig, sc: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None) -> None:
+        # commit components are pickled for executors only when the run places them there
+        topology = topology.placed(config.commit_placement)
         self.topology = topology
         self.config = config
         self.sc = sc

@@ -48,6 +48,7 @@ from typing import IO, Any
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
 from transactional.progress import plural
+from transactional.redaction import LOG_FILTER, redact_text
 from transactional.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -288,6 +289,7 @@ def setup_logging(level: str) -> None:
         root.removeHandler(_HANDLER)
     _HANDLER = logging.StreamHandler(_CurrentStderr())
     _HANDLER.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    _HANDLER.addFilter(LOG_FILTER)      # every logger's lines, kazoo's and Spark's too: secrets masked
     root.addHandler(_HANDLER)
     root.setLevel(level)
     debug = level == "DEBUG"
@@ -508,7 +510,7 @@ def _guard(fn: Callable[[], int]) -> int:
     try:
         return fn()
     except TridentError as e:
-        print(f"trident: error: {e}", file=sys.stderr)
+        print(redact_text(f"trident: error: {e}"), file=sys.stderr)
         return 1
 
 

@@ -18,12 +18,12 @@ import difflib
 import re
 from collections.abc import Iterable
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from state.backends import COORDINATION, USER_STATE, backend_for, check_url
 from transactional.exceptions import ConfigError
+from transactional.redaction import redact, remember, secrets_in
 
 
 class TopologyConfig(BaseModel):
@@ -156,16 +156,20 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return self
 
+    def model_post_init(self, context: Any, /) -> None:
+        """Remember the secrets these settings carry (URL passwords, secret query
+        parameters, ``coordination_auth``, values under secret keys of the dict settings),
+        so that they are masked wherever they show up later (``transactional.redaction``)."""
+        remember(secrets_in(self.model_dump()))
+
     def redacted(self) -> dict[str, Any]:
-        """The settings with passwords hidden, for logs and benchmark lines."""
-        d = self.model_dump()
-        for k in ("state", "coordination"):
-            u = urlparse(d[k])
-            if u.password:
-                d[k] = d[k].replace(f":{u.password}@", ":***@")
-        if d["coordination_auth"]:
-            d["coordination_auth"] = d["coordination_auth"].split(":")[0] + ":***"
-        return d
+        """The settings with passwords and tokens hidden (``transactional.redaction.redact``),
+        for logs, the status page and benchmark lines."""
+        return dict(redact(self.model_dump()))
+
+    def __repr_args__(self) -> Any:
+        """``repr()`` and ``str()`` show the redacted settings."""
+        return list(self.redacted().items())
 
 
 _MASTER_FORMS = (

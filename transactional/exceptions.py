@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from transactional.redaction import redact_text
+
 
 class TridentError(Exception):
-    """Root of every error raised by spark-trident."""
+    """Root of every error raised by spark-trident. Its message is redacted as it is made
+    (``transactional.redaction``): no password or token a URL or setting carried shows in it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(TridentError, ValueError):
@@ -41,7 +49,7 @@ class TopologyFailedError(TridentError):
         self.txid = txid
         self.component = component
         self.task = task
-        self.cause = cause
+        self.cause = redact_text(cause) if cause is not None else None
 
 
 class StateError(TridentError):

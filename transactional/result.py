@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from transactional._coordinator import Transition
+from transactional.redaction import redact, redact_text
 
 
 class Histogram:
@@ -149,9 +151,15 @@ class RunResult:
         v = percentile(self.commit_latencies, q)
         return None if v is None else v * 1000
 
+    def __repr__(self) -> str:
+        """The dataclass's repr, redacted: failures and the reason the run stopped may
+        quote a setting (``transactional.redaction``)."""
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+        return redact_text(f"{type(self).__name__}({fields})")
+
     def summary(self) -> dict:
-        """A JSON-friendly summary."""
-        return {
+        """A JSON-friendly summary (redacted: ``transactional.redaction``)."""
+        return redact({
             "topology_id": self.topology_id, "first_txid": self.first_txid, "last_txid": self.last_txid,
             "batches_committed": self.batches_committed, "attempts": self.attempts,
             "failed_attempts": len(self.failures), "spout_tuples": self.tuples,
@@ -162,7 +170,7 @@ class RunResult:
             "executed": dict(self.executed), "emitted": dict(self.emitted),
             **({"acked": self.acked, "failed": self.failed, "timed_out": self.timed_out, "pending": self.pending,
                 "checkpoints": self.checkpoints} if self.acked else {}),
-        }
+        })
 
 
 def _r(v: float | None) -> float | None:

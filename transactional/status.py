@@ -25,6 +25,7 @@ from typing import Any
 
 from state.base import JSON, TransactionalState, open_transactional_state
 from transactional.progress import plural
+from transactional.redaction import redact, redact_url
 
 __all__ = ["topology_status", "format_status", "topology_list", "format_list", "StatusRecorder"]
 
@@ -52,7 +53,7 @@ def topology_status(coordination_url: str, topology_id: str, *, auth: str | None
         options = {"auth": auth, "connect_timeout": connect_timeout, "read_only": True}
     state = open_transactional_state(coordination_url, topology_id, **options)
     try:
-        return _read(state, coordination_url, topology_id)
+        return dict(redact(_read(state, coordination_url, topology_id)))
     finally:
         state.close()
 
@@ -118,7 +119,7 @@ def topology_list(coordination_url: str, *, auth: str | None = None,
 def format_list(rows: list[dict[str, Any]], url: str) -> str:
     """``topology_list``'s rows as a table."""
     if not rows:
-        return f"no topology under {url}"
+        return f"no topology under {redact_url(url)}"
     head = ("TOPOLOGY", "KIND", "LAST TXID", "STATE", "DRIVER")
     table = [head] + [(r["topology_id"], r["kind"] or "?", "-" if r["last_committed_txid"] is None
                        else str(r["last_committed_txid"]), r["state"], r["lock_holder"] or "(not running)")
@@ -244,7 +245,7 @@ class StatusRecorder:
         self.record["updated_at"] = time.time()
         self.last_write = self.clock()
         try:
-            self.state.set("status", self.record)
+            self.state.set("status", redact(self.record))
         except Exception as e:  # noqa: BLE001 - the status record must not stop a run
             logging.getLogger("trident").debug("writing the status record: %r", e)
 

@@ -5,12 +5,20 @@ starts (unknown components, streams and fields, groupings that do not fit the st
 cycles, bolts that cannot be shipped to executors) and returns a ``Topology``. The runner
 is its one interpreter; ``trident describe`` only reads it.
 
-Where user classes come from. Each component is pickled twice at build:
+Where user classes come from. Each component is pickled for the driver at build, and
+for executors when it runs there:
 
 * ``ComponentSpec.blob``, for executors (Spark's Python workers, other processes): with
   cloudpickle, classes and functions of scripts, test modules and topology files (which a
-  worker cannot import) *by value*. Their modules are registered with
-  ``cloudpickle.register_pickle_by_value`` only while this blob is made.
+  worker cannot import) *by value*, with the module globals their code reads. Their
+  modules are registered with ``cloudpickle.register_pickle_by_value`` only while this
+  blob is made. Only components that run on executors get one: at build, the spouts'
+  emitters (not a core topology's spouts, which run on the driver) and the
+  processing-phase bolts; the commit components only when a run places them on the
+  executors (``Topology.placed("executors")``, at the run's start). So a committer on the
+  driver may use module globals that cannot be pickled (Storm's ``DATABASE`` map holding
+  locks); a component on executors that reaches one is a ``TopologyError`` naming the
+  global, its module and the fix.
 * ``ComponentSpec.driver_blob``, for the process that built the topology (the driver: the
   commit phase, the spout's coordinator, the in-process executor): the instance's state by
   value, but every class, function and module *by identity* -- the very objects the
@@ -27,6 +35,7 @@ user's class in place with methods whose globals are a frozen copy of the module
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 import sys
@@ -98,6 +107,11 @@ class ComponentSpec:
         loaded in the building process (cloudpickle would rewrite the user's classes in
         place there)."""
         table = _DRIVER_OBJECTS.get(self.origin) if self.driver_blob else None
+        if table is None and not self.blob:
+            msg = (f"component {self.id!r} ({self.class_name}) runs only in the driver process that built "
+                   "the topology; it was not pickled for executors. Build the topology in the process "
+                   "that runs it, or place its phase on the executors (Topology.placed('executors'))")
+            raise TopologyError(msg)
         obj = pickle.loads(self.driver_blob if table is not None else self.blob)
         if self.core and self.kind == "bolt":
             from transactional._core_task import adapter
@@ -170,6 +184,18 @@ class Topology:
     def consumers(self, source: str) -> list[tuple[ComponentSpec, Subscription]]:
         """Who reads ``source``, with the subscription."""
         return [(c, s) for c in self.components for s in c.inputs if s.source == source]
+
+    def placed(self, commit_placement: str) -> Topology:
+        """This topology as a run with ``commit_placement`` runs it: with ``"executors"``
+        the commit components (which run on the driver otherwise) are pickled for executors
+        now, from their driver form; ``TopologyError`` names a component, or a module global
+        it reaches, that cannot be. With ``"driver"``, the topology itself."""
+        if commit_placement != "executors":
+            return self
+        comps = tuple(
+            dataclasses.replace(c, blob=_executor_blob_later(c)) if c.id in self.commit_components and not c.blob
+            else c for c in self.components)
+        return dataclasses.replace(self, components=comps)
 
     def describe(self) -> str:
         """A human-readable listing: components, parallelism, groupings, phases."""
@@ -363,12 +389,14 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
     table: list[Any] = []     # this build's objects, for the driver forms
     comps = []
     for sid, (spout, par) in spouts.items():
-        blob, driver_blob = _pickle(sid, spout, origin, table)
+        # a transactional spout's emitters run on executors; a core topology's spouts on the driver
+        blob, driver_blob = _pickle(sid, spout, origin, table, executors=kind != "core")
         comps.append(ComponentSpec(sid, "spout", par, False, False, (), dict(streams[sid]), blob,
                                    type(spout).__name__, driver_blob, origin))
     for bid in order:
         bolt, par, committer, core = bolts[bid]
-        blob, driver_blob = _pickle(bid, bolt, origin, table)
+        # commit components run on the driver unless a run places them on executors (``placed``)
+        blob, driver_blob = _pickle(bid, bolt, origin, table, executors=bid not in commit)
         comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
                                    tuple(inputs[bid]), dict(streams[bid]), blob,
                                    getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
@@ -509,43 +537,135 @@ class _DriverPickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def _pickle(cid: str, obj: Any, origin: str, table: list[Any]) -> tuple[bytes, bytes]:
-    """The executor blob (classes and functions from scripts and test modules, which a
-    worker cannot import, by value) and the driver blob (see the module docstring) of a
-    component."""
+def _pickle(cid: str, obj: Any, origin: str, table: list[Any], *, executors: bool) -> tuple[bytes, bytes]:
+    """The executor blob (``b""`` unless ``executors``: the component runs on executors
+    whatever the placement) and the driver blob (see the module docstring) of a component."""
+    blob = _executor_pickle(cid, obj, committer=False) if executors else b""
     try:
-        with _REGISTRATION:
-            before = set(cloudpickle.list_registry_pickle_by_value())
-            modules = _by_value(obj, 3, set(), {})
-            for name in _SHIPPED_BY_VALUE:
-                if name in sys.modules:
-                    modules[name] = sys.modules[name]
-            added = []
-            for name, mod in modules.items():
-                if name not in before:
-                    try:
-                        cloudpickle.register_pickle_by_value(mod)
-                    except (ValueError, TypeError):
-                        continue
-                    added.append(mod)
-            try:
-                blob = cloudpickle.dumps(obj)
-            finally:
-                for mod in added:
-                    try:
-                        cloudpickle.unregister_pickle_by_value(mod)
-                    except ValueError:
-                        pass
         buf = io.BytesIO()
         _DriverPickler(buf, origin, table).dump(obj)
-        return blob, buf.getvalue()
     except Exception as e:  # noqa: BLE001 - reported with the component's name
         msg = (
-            f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
-            f"shipped to Spark executors: {e}. Create connections and other "
-            "unpicklable members in prepare(), not in __init__"
+            f"component {cid!r} ({type(obj).__name__}) cannot be pickled: {e}. Create connections "
+            "and other unpicklable members in prepare(), not in __init__"
         )
         raise TopologyError(msg) from e
+    return blob, buf.getvalue()
+
+
+def _executor_blob_later(c: ComponentSpec) -> bytes:
+    """The executor blob of commit component ``c``, made from its driver form (in the
+    process that built the topology)."""
+    if _DRIVER_OBJECTS.get(c.origin) is None:
+        msg = (f"component {c.id!r} ({c.class_name}) cannot be placed on executors here: it was built "
+               "in another process, for the driver. Build the topology in the process that runs it")
+        raise TopologyError(msg)
+    return _executor_pickle(c.id, pickle.loads(c.driver_blob), committer=True)
+
+
+def _executor_pickle(cid: str, obj: Any, *, committer: bool) -> bytes:
+    """``obj`` pickled for executors: classes and functions from scripts, test modules and
+    topology files (which a worker cannot import) by value, with the globals they read.
+    ``TopologyError`` names what cannot be pickled: a module global reached through such
+    code, or else the component's own members."""
+    with _REGISTRATION:
+        before = set(cloudpickle.list_registry_pickle_by_value())
+        modules = _by_value(obj, 3, set(), {})
+        for name in _SHIPPED_BY_VALUE:
+            if name in sys.modules:
+                modules[name] = sys.modules[name]
+        added = []
+        for name, mod in modules.items():
+            if name not in before:
+                try:
+                    cloudpickle.register_pickle_by_value(mod)
+                except (ValueError, TypeError):
+                    continue
+                added.append(mod)
+        try:
+            return cloudpickle.dumps(obj)
+        except Exception as e:  # noqa: BLE001 - reported with the component's name
+            culprit = _unpicklable_global(obj)     # while the modules are still registered
+            if culprit is None:
+                msg = (
+                    f"component {cid!r} ({type(obj).__name__}) cannot be pickled, but it is "
+                    f"shipped to Spark executors: {e}. Create connections and other "
+                    "unpicklable members in prepare(), not in __init__"
+                )
+                raise TopologyError(msg) from e
+            name, module, reader, error = culprit
+            where = getattr(module, "__file__", None)
+            elsewhere = ("or run the commit phase on the driver (commit_placement='driver', the default), "
+                         "where committers share the driver's module globals" if committer else
+                         "or keep such state in a committer (it runs on the driver with "
+                         "commit_placement='driver', the default, sharing the module's globals)")
+            msg = (
+                f"component {cid!r} ({type(obj).__name__}) runs on Spark executors, but {reader} reads "
+                f"the module global {name} of {module.__name__}{f' ({where})' if where else ''}, which "
+                f"cannot be pickled: {error}. Executors cannot import that module, so its code goes to "
+                f"them by value with the globals it reads, and they are other processes: they never "
+                f"share the driver's {name}. Create what {name} holds (locks, connections) in prepare(), "
+                f"{elsewhere}, or in map state (context.map_state)"
+            )
+            raise TopologyError(msg) from e
+        finally:
+            for mod in added:
+                try:
+                    cloudpickle.unregister_pickle_by_value(mod)
+                except ValueError:
+                    pass
+
+
+def _unpicklable_global(obj: Any) -> tuple[str, types.ModuleType, str, Exception] | None:
+    """The first module global that code pickled by value with ``obj`` reads and that
+    cannot be pickled: (its name, its module, the function reading it, the error); None
+    when there is none (call with the by-value modules registered)."""
+    from pyspark.cloudpickle.cloudpickle import _extract_code_globals, _should_pickle_by_reference
+
+    seen: set[int] = set()
+    todo: list[tuple[Any, int]] = [(obj, 0)]
+    while todo:
+        x, depth = todo.pop(0)
+        if id(x) in seen or depth > 6:
+            continue
+        seen.add(id(x))
+        if isinstance(x, types.FunctionType):
+            if _should_pickle_by_reference(x):
+                continue
+            module = sys.modules.get(x.__globals__.get("__name__", ""))
+            for name in sorted(_extract_code_globals(x.__code__)):
+                if name not in x.__globals__:
+                    continue
+                value = x.__globals__[name]
+                if isinstance(value, (type, types.FunctionType)):
+                    todo.append((value, depth + 1))
+                    continue
+                if isinstance(value, types.ModuleType) or module is None:
+                    continue
+                try:
+                    cloudpickle.dumps(value)
+                except Exception as e:  # noqa: BLE001 - the culprit
+                    return name, module, f"{x.__qualname__}()", e
+            cells = [c.cell_contents for c in x.__closure__ or () if c.cell_contents is not None]
+            todo.extend((v, depth + 1) for v in [*cells, *(x.__defaults__ or ())])
+        elif isinstance(x, type):
+            if x.__module__ == "builtins" or _should_pickle_by_reference(x):
+                continue
+            for v in vars(x).values():
+                if isinstance(v, (staticmethod, classmethod)):
+                    v = v.__func__
+                if isinstance(v, property):
+                    todo.extend((f, depth + 1) for f in (v.fget, v.fset, v.fdel) if f is not None)
+                elif isinstance(v, (types.FunctionType, type)):
+                    todo.append((v, depth + 1))
+        else:
+            todo.extend((t, depth + 1) for t in type(x).__mro__)
+            if isinstance(x, (dict, list, tuple, set, frozenset)):
+                if len(x) <= 32:
+                    todo.extend((v, depth + 1) for v in (x.values() if isinstance(x, dict) else x))
+            elif hasattr(x, "__dict__"):
+                todo.extend((v, depth + 1) for v in vars(x).values())
+    return None
 
 
 def _by_value(obj: Any, depth: int, seen: set[int], found: dict[str, types.ModuleType]) -> dict[str, types.ModuleType]:

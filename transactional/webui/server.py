@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from transactional.redaction import redact, redact_text
 from transactional.webui.metrics import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -105,10 +106,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path in ("/", "/index.html"):
                 self._send(200, "text/html; charset=utf-8", status_page())
             elif path == "/api/status":
-                body = json.dumps(self.observer.snapshot(), default=str).encode("utf-8")
+                body = json.dumps(redact(self.observer.snapshot()), default=str).encode("utf-8")
                 self._send(200, "application/json", body)
             elif path == "/metrics":
-                self._send(200, CONTENT_TYPE, self.observer.metrics.exposition())
+                text = self.observer.metrics.exposition().decode("utf-8")
+                self._send(200, CONTENT_TYPE, redact_text(text).encode("utf-8"))
             elif path == "/favicon.ico":
                 self._send(204, "image/x-icon", b"")
             else:
@@ -118,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as e:  # noqa: BLE001 - a request must not take the server down
             log.warning("status server: %s failed: %r", path, e)
             try:
-                self._send(500, "text/plain; charset=utf-8", f"{type(e).__name__}: {e}\n".encode())
+                self._send(500, "text/plain; charset=utf-8", redact_text(f"{type(e).__name__}: {e}\n").encode())
             except OSError:
                 pass
 
