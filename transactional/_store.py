@@ -135,14 +135,14 @@ class CoordinatorStore:
         """Each stateful bolt's recorded parallelism and task namespaces (``stateful``)."""
         return dict(self.state.get("stateful") or {})
 
-    def record_stateful(self, component: str, parallelism: int, tasks: int) -> None:
-        """Record stateful bolt ``component``'s ``parallelism`` and the ``tasks`` namespaces
-        that may hold its state (refused, as ``check_user_state`` says, when that state
-        would be lost)."""
+    def record_stateful(self, component: str, parallelism: int, tasks: int, to: int | None = None) -> None:
+        """Record stateful bolt ``component``'s ``parallelism``, the ``tasks`` namespaces
+        that may hold its state, and the parallelism its state is being moved ``to``
+        (refused, as ``check_user_state`` says, when that state would be lost)."""
         if self.refuse_state is not None:
             raise self.refuse_state
         rec = self.recorded_stateful()
-        rec[component] = {"parallelism": parallelism, "tasks": tasks}
+        rec[component] = {"parallelism": parallelism, "tasks": tasks, **({"to": to} if to is not None else {})}
         self.state.set("stateful", rec)
 
 
