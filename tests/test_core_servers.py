@@ -176,6 +176,7 @@ def test_stateful_word_count_killed_at_each_checkpoint_step(tmp_path: Path, redi
 
 @pytest.mark.parametrize("crash_at", [
     None,
+    "rebalance.preparing",             # recorded "preparing", nothing prepared: moved again
     "rebalance.before_prepared",       # every state prepared, not recorded: rolled back, moved again
     "checkpoint.prepared",             # recorded prepared: the restart commits it, then finds nothing to move
     "checkpoint.after_commit",         # one state committed: the restart commits the others

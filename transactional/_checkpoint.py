@@ -222,6 +222,7 @@ class Checkpointer:
         self.next_id += 1
         self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": names,
                                       "rebalance": {comp: [p_old, p_new]}})
+        crash_point("rebalance.preparing", txid=c)
         moved = 0
         for t, (kv, h) in enumerate(zip(states, held, strict=True)):
             for key in h:
