@@ -17,6 +17,7 @@ from transactional.cli import _parser, config_from_args
 from transactional.exceptions import StateLossError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import trident_word_count  # noqa: E402
 import transactional_words  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -71,6 +72,13 @@ def test_durable_coordination_with_memory_state_is_refused_before_the_first_map_
             "(--state redis://host:port/db, TopologyConfig state=...), or accept the loss knowingly with "
             "--accept-state-loss (accept_state_loss=True)") in str(e.value)
     assert recorded(zk_url, tid, "committed") is None and recorded(zk_url, tid, "maps") is None
+
+
+def test_a_trident_topology_with_zk_and_memory_state_is_refused_before_its_first_state_write(zk_url: str) -> None:
+
+    with pytest.raises(TopologyFailedError, match=r"is durable but state memory:// is not"):
+        run_topology(trident_word_count.build_topology(), config(zk_url, "memory://"))
+    assert recorded(zk_url, "trident-word-count", "maps") is None
 
 
 def test_a_stateful_core_topology_with_zk_and_memory_state_is_refused_at_start(zk_url: str) -> None:

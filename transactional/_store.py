@@ -74,7 +74,7 @@ class CoordinatorStore:
         before = self.state.get("state")
         if before is not None and before != here:
             committed = (self.state.get("committed") or {}).get("txid")
-            kept = bool(self.state.get("maps")) or self.state.get("checkpoint") is not None
+            kept = any(self.state.get(p) for p in ("maps", "checkpoint", "stateful"))
             if committed and kept and not accept_loss:
                 msg = (f"topology {tid!r} committed txids up to {committed} into state {describe_identity(before)}, "
                        f"but this run's state is {describe_identity(here)}: it would resume after txid {committed} "
