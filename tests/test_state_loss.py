@@ -18,6 +18,7 @@ from transactional.exceptions import StateLossError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import trident_word_count  # noqa: E402
+
 import transactional_words  # noqa: E402
 
 pytestmark = pytest.mark.integration
