@@ -223,15 +223,15 @@ class Checkpointer:
         self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": names,
                                       "rebalance": {comp: [p_old, p_new]}})
         crash_point("rebalance.preparing", txid=c)
+        dest = {key: route(key) for key in owner}
         moved = 0
         for t, (kv, h) in enumerate(zip(states, held, strict=True)):
-            for key in h:
-                if t >= p_new or route(key) != t:
+            for key, value in h.items():
+                if dest[key] != t:
                     kv.delete(key)
-            for key, src in owner.items():
-                if route(key) == t and src != t:
-                    kv.put(key, held[src][key])
+                    states[dest[key]].put(key, value)
                     moved += 1
+        for kv in states:
             kv.prepare_commit(c)
         crash_point("rebalance.before_prepared", txid=c)
         # 3. record "prepared", commit every state, record "committed"
