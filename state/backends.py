@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from transactional.exceptions import ConfigError
 
-__all__ = ["Backend", "COORDINATION", "USER_STATE", "backend_for", "check_url", "opener"]
+__all__ = ["Backend", "COORDINATION", "USER_STATE", "backend_for", "check_url", "opener", "store_identity"]
 
 COORDINATION, USER_STATE = "coordination", "state"
 
@@ -81,6 +81,37 @@ def check_url(role: str, url: str) -> str:
             msg = f"{role} URL {url!r}: server {hp!r} is not host:port"
             raise ConfigError(msg)
     return url
+
+
+def store_identity(role: str, url: str) -> dict[str, str]:
+    """Which store ``url`` names, with no credentials: ``{"kind": scheme, "location":
+    "host:port/db"}`` (Redis: port 6379 and db 0 when the URL leaves them out; ``memory://``:
+    location ``""``). Two URLs naming one store give one identity.
+
+    >>> store_identity(USER_STATE, "redis://app:secret@127.0.0.1/2")
+    {'kind': 'redis', 'location': '127.0.0.1:6379/2'}
+    >>> store_identity(USER_STATE, "memory://")
+    {'kind': 'memory', 'location': ''}
+    """
+    b = backend_for(role, url)
+    if not b.needs_host:
+        return {"kind": b.scheme, "location": ""}
+    u = urlparse(url)
+    hosts = u.netloc.rsplit("@", 1)[-1]
+    path = "/".join(p for p in u.path.split("/") if p)
+    if b.scheme in ("redis", "rediss"):
+        hosts = hosts if ":" in hosts else f"{hosts}:6379"
+        path = path or "0"
+    return {"kind": b.scheme, "location": f"{hosts}/{path}"}
+
+
+def describe_identity(identity: dict[str, str]) -> str:
+    """``store_identity``'s value as a URL without credentials, for messages.
+
+    >>> describe_identity({"kind": "redis", "location": "127.0.0.1:6379/2"})
+    'redis://127.0.0.1:6379/2'
+    """
+    return f"{identity.get('kind')}://{identity.get('location', '')}"
 
 
 def opener(role: str, url: str) -> Callable[..., Any]:

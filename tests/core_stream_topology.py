@@ -8,7 +8,8 @@ this file in a child process).
   ``<entry id>`` to ``<stream>:processed`` for every word it processes and adds it to the
   set ``<stream>:seen``, then acks;
 * ``stateful``: RedisStreamSpout -> SplitSentence -> WordCount (a ``BaseStatefulBolt``
-  on ``KeyValueState`` in the same Redis: hashes ``core-stateful-<stream>:count:<task>``).
+  on ``KeyValueState`` in the same Redis: hashes ``core-stateful-<stream>:count:<task>``),
+  with ``TRIDENT_TEST_COUNT_TASKS`` tasks (default 2).
 """
 
 import os
@@ -19,6 +20,7 @@ from transactional import BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilde
 URL = os.environ.get("TRIDENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 STREAM = os.environ.get("TRIDENT_TEST_STREAM", "sentences")
 KIND = os.environ.get("TRIDENT_TEST_KIND", "reliable")
+COUNT_TASKS = int(os.environ.get("TRIDENT_TEST_COUNT_TASKS", "2"))
 
 
 class SplitSentence(BaseRichBolt):
@@ -74,7 +76,7 @@ def build_topology():
                                               block_ms=20, claim_idle_secs=1.0), 1)
     b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
     if KIND == "stateful":
-        b.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+        b.set_bolt("count", WordCount(), COUNT_TASKS).fields_grouping("split", Fields("word"))
     else:
         b.set_bolt("record", Record(), 2).shuffle_grouping("split")
     return b

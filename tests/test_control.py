@@ -116,7 +116,8 @@ def test_the_cli_lists_deactivates_activates_and_kills_a_driver_in_another_proce
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     err = open(tmp_path / "driver.err", "wb")
     driver = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/transactional_words.py",
-                               "--set", "executor=in-process", "--coordination", zk_url, "--idle-timeout", "-1", "-q"],
+                               "--set", "executor=in-process", "--coordination", zk_url, "--accept-state-loss",
+                               "--idle-timeout", "-1", "-q"],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     try:
         def listed() -> list[dict]:

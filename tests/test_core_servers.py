@@ -46,9 +46,11 @@ class Driver:
     """``trident run tests/core_stream_topology.py`` in its own process group."""
 
     def __init__(self, tmp: Path, name: str, redis_url: str, stream: str, kind: str, *, coordination: str,
-                 crash_at: str | None = None, executor: str = "in-process", placement: str = "driver") -> None:
+                 crash_at: str | None = None, executor: str = "in-process", placement: str = "driver",
+                 count_tasks: int = 2) -> None:
         env = {**os.environ, "TRIDENT_TEST_REDIS": redis_url, "TRIDENT_TEST_STREAM": stream,
-               "TRIDENT_TEST_KIND": kind, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+               "TRIDENT_TEST_KIND": kind, "TRIDENT_TEST_COUNT_TASKS": str(count_tasks),
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         env.pop("TRIDENT_CRASH_AT", None)
         if crash_at:
             env["TRIDENT_CRASH_AT"] = crash_at
@@ -170,6 +172,45 @@ def test_stateful_word_count_killed_at_each_checkpoint_step(tmp_path: Path, redi
         assert all(got[w] >= want[w] for w in want) and got != want   # at least once: the replay counted again
     assert r.xpending(stream, "wc")["pending"] == 0
     assert not r.keys("core-stateful-*~prepare")                       # no prepared state left behind
+
+
+@pytest.mark.parametrize("crash_at", [
+    None,
+    "rebalance.preparing",             # recorded "preparing", nothing prepared: moved again
+    "rebalance.before_prepared",       # every state prepared, not recorded: rolled back, moved again
+    "checkpoint.prepared",             # recorded prepared: the restart commits it, then finds nothing to move
+    "checkpoint.after_commit",         # one state committed: the restart commits the others
+    "rebalance.before_record",         # moved and committed, the new parallelism not recorded
+])
+def test_a_changed_parallelism_moves_the_state_to_the_new_tasks_even_if_killed_midway(
+        tmp_path: Path, redis_url: str, zk_url: str, crash_at: str | None) -> None:
+    """The stateful word count runs with 2 count tasks, then with 3: the restart moves every
+    word's count to the task the fields grouping now sends it to, as one checkpoint before
+    any tuple; a SIGKILL at any step of it loses and doubles nothing."""
+    r = redis.Redis.from_url(redis_url)
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    first, second = sentences(120, seed=1), sentences(120, seed=2)
+    fill(r, stream, first)
+    coordination = zk_url + "?session_timeout=1"
+    d = Driver(tmp_path, "two", redis_url, stream, "stateful", coordination=coordination, count_tasks=2)
+    assert d.wait() == 0, d.tail()
+    fill(r, stream, second)
+    if crash_at is not None:
+        d = Driver(tmp_path, "crash", redis_url, stream, "stateful", coordination=coordination, crash_at=crash_at,
+                   count_tasks=3)
+        assert d.wait() == -signal.SIGKILL, d.tail()
+        assert f"crash point {crash_at}" in d.tail()
+    d = Driver(tmp_path, "three", redis_url, stream, "stateful", coordination=coordination, count_tasks=3)
+    assert d.wait() == 0, d.tail()
+    from transactional._task import stable_hash
+
+    tasks = [{k.decode().removeprefix("s:"): int(v) for k, v in r.hgetall(f"core-stateful-{stream}:count:{t}").items()}
+             for t in range(3)]
+    for t, counts in enumerate(tasks):                                 # each word in the task it is sent to
+        assert all(stable_hash(w) % 3 == t for w in counts), (t, counts)
+    assert {w: n for counts in tasks for w, n in counts.items()} == truth(first + second)   # exact
+    assert r.xpending(stream, "wc")["pending"] == 0
+    assert not r.keys("core-stateful-*~prepare")
 
 
 SEEN: set[tuple[int, int]] = set()

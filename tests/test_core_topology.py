@@ -29,6 +29,8 @@ from transactional import (
     run_topology,
 )
 from transactional._checkpoint import Checkpointer
+from transactional._task import stable_hash
+from transactional.exceptions import StateLossError
 
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
              "four score and seven years ago", "snow white and the seven dwarfs", "i am at two with nature"]
@@ -452,11 +454,16 @@ def test_emit_returns_the_task_ids_and_emit_direct_reaches_one_task() -> None:
 
 # -- stateful bolts ------------------------------------------------------------------------------
 
-def stateful_topology(name: str, bolt: BaseStatefulBolt, sentences: list[str]) -> TopologyBuilder:
+def stateful_topology(name: str, bolt: BaseStatefulBolt, sentences: list[str], tasks: int = 3,
+                      grouping: str = "fields") -> TopologyBuilder:
     b = TopologyBuilder(name)
     b.set_spout("sentences", MemorySpout(sentences, Fields("sentence"), name=name, deliveries=True, per_call=2), 2)
     b.set_bolt("split", SplitWithDelivery(), 2).shuffle_grouping("sentences")
-    b.set_bolt("count", bolt, 3).fields_grouping("split", Fields("word"))
+    count = b.set_bolt("count", bolt, tasks)
+    if grouping == "fields":
+        count.fields_grouping("split", Fields("word"))
+    else:
+        count.shuffle_grouping("split")
     b.set_bolt("after", AckAll(), 1).shuffle_grouping("count")
     return b
 
@@ -540,6 +547,93 @@ def test_a_stateful_run_resumes_from_its_last_checkpoint() -> None:
     assert again.key_value_state("count") == word_truth(SENTENCES * 2)
     assert again.first_txid == first.last_txid + 1
     EXECUTOR = "spark"
+
+
+def task_states(name: str, tasks: int) -> list[dict]:
+    return [dict(open_key_value_state("memory://", f"{name}:count:{t}").items()) for t in range(tasks)]
+
+
+def test_a_changed_parallelism_moves_every_count_to_the_task_its_word_now_goes_to() -> None:
+    """Storm's rebalance: the stateful word count with 2 count tasks, then 3, then 1 -- each
+    start moves the counts to the tasks the fields grouping now sends their words to, so
+    the counts go on exactly (before: a word whose task changed started again from 0)."""
+    name = uid("rebalance")
+    cfg = config(checkpoint_interval_ms=0, executor="in-process")
+    run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=2), cfg)
+    store = MemoryTransactionalState(name)
+    assert store.get("stateful") == {"count": {"parallelism": 2, "tasks": 2}}
+    for n, runs in ((3, 2), (1, 3)):
+        r = run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=n), cfg)
+        assert r.key_value_state("count") == word_truth(SENTENCES * runs)
+        assert store.get("stateful") == {"count": {"parallelism": n, "tasks": n}}
+        states = task_states(name, 3)
+        for t, counts in enumerate(states):
+            assert all(stable_hash(w) % n == t for w in counts), (n, t, counts)
+        merged = [w for counts in states for w in counts]
+        assert len(merged) == len(set(merged)) == len(word_truth(SENTENCES))   # each word in one task
+        assert store.get("checkpoint")["phase"] == "committed"
+
+
+@pytest.mark.parametrize("point", ["rebalance.preparing", "rebalance.before_prepared", "checkpoint.prepared",
+                                   "checkpoint.after_commit", "rebalance.before_record"])
+def test_a_rebalance_that_fails_midway_is_finished_by_the_next_start(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state move stops at ``point`` (a failure where a SIGKILL would be, in memory; the
+    SIGKILL itself: tests/test_core_servers.py); the next start loses and doubles nothing."""
+    import transactional._checkpoint as checkpoint
+
+    name = uid("rebalance-fail")
+    cfg = config(checkpoint_interval_ms=0, executor="in-process")
+    run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=2), cfg)
+
+    def fail_at(where: str, **labels: object) -> None:
+        if where == point:
+            raise RuntimeError(f"stopped at {where}")
+    monkeypatch.setattr(checkpoint, "crash_point", fail_at)
+    with pytest.raises(Exception, match=f"stopped at {point}"):
+        run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=3), cfg)
+    monkeypatch.undo()
+    r = run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=3), cfg)
+    assert r.key_value_state("count") == word_truth(SENTENCES * 2)
+    for t, counts in enumerate(task_states(name, 3)):
+        assert all(stable_hash(w) % 3 == t for w in counts), (t, counts)
+    assert MemoryTransactionalState(name).get("stateful") == {"count": {"parallelism": 3, "tasks": 3}}
+
+
+def test_state_that_cannot_be_moved_by_its_grouping_is_refused_naming_bolt_and_both_parallelisms() -> None:
+    """A shuffle-grouped stateful bolt: its tasks may grow (nothing is left behind), but not
+    shrink while a dropped task holds state -- refused before anything is written."""
+    name = uid("rebalance-shuffle")
+    cfg = config(checkpoint_interval_ms=0, executor="in-process")
+    run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=2, grouping="shuffle"), cfg)
+    before = task_states(name, 2)
+    assert before[1]
+    with pytest.raises(StateLossError) as e:
+        run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=1, grouping="shuffle"), cfg)
+    assert str(e.value) == (
+        f"stateful bolt 'count' of topology {name!r} ran with parallelism 2 and is now given 1, but its state "
+        f"cannot be moved to the new tasks: its inputs are shuffle groupings, which do not say which task a key "
+        f"belongs to, and tasks 1..1 hold {len(before[1])} key(s). Nothing was changed; run it with parallelism 2 "
+        "again (set_bolt('count', ..., 2))")
+    assert task_states(name, 2) == before
+    assert MemoryTransactionalState(name).get("stateful") == {"count": {"parallelism": 2, "tasks": 2}}
+    run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=3, grouping="shuffle"), cfg)
+    assert MemoryTransactionalState(name).get("stateful") == {"count": {"parallelism": 3, "tasks": 3}}
+
+
+def test_a_key_in_a_task_its_grouping_does_not_send_it_to_is_refused() -> None:
+    """Keys that are not the grouped values cannot be moved by the grouping: refused."""
+    name = uid("rebalance-keys")
+    cfg = config(checkpoint_interval_ms=0, executor="in-process")
+    run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=2), cfg)
+    store = MemoryTransactionalState(name)
+    word = next(w for w in word_truth(SENTENCES) if stable_hash(w) % 2 == 0 and stable_hash(w) % 3 != 1)
+    kv = open_key_value_state("memory://", f"{name}:count:1")
+    kv.put(word, 1); kv.prepare_commit(99); kv.commit(99)
+    with pytest.raises(StateLossError, match=(
+            rf"ran with parallelism 2 and is now given 3, but its state cannot be moved to the new tasks: key "
+            rf"'{word}' is in the state of tasks 0 and 1\. Nothing was changed")):
+        run_topology(stateful_topology(name, WordCount(), SENTENCES, tasks=3), cfg)
+    assert store.get("stateful") == {"count": {"parallelism": 2, "tasks": 2}}
 
 
 # -- bad input: clear errors, early ------------------------------------------------------------------

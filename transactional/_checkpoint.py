@@ -34,6 +34,28 @@ of the topology (an older driver's writes are refused from then on), then a chec
 recorded "prepared" is committed in every state that still holds it prepared; any other
 prepared changes are rolled back. Checkpoint ids continue above both the recorded one and every state's last
 committed id, so they grow even when the coordinator state is not durable.
+
+**Rebalance** (``rebalance``, at the end of ``recover``; Storm's ``rebalance``): each
+stateful bolt's parallelism is recorded with the coordinator's state (``stateful``:
+``{bolt: {"parallelism": p, "tasks": n}}``, ``n`` the task namespaces that may hold its
+state). A run that gives a bolt another parallelism first moves every key of its states
+to the task its grouping now sends that key to (fields grouping: ``stable_hash(key) % p``,
+the key being the grouped value or tuple of values, as the word of a word count; global
+grouping: task 0), as one checkpoint ``c`` before any tuple:
+
+  1. record ``tasks = max(n, p_new)`` (and ``to: p_new``): every namespace either layout uses;
+  2. record ``checkpoint = {txid: c, phase: "preparing"}``, read every committed key of
+     those namespaces, and prepare in each the puts and deletes that give the new layout;
+  3. steps 4-6 of a checkpoint: record "prepared", commit every state, record "committed";
+  4. record ``{"parallelism": p_new, "tasks": p_new}``.
+
+A crash anywhere leaves either the old layout (rolled back by the restart) or the new one
+(committed by it) within the recorded namespaces, and the restart moves the keys again,
+which from the new layout changes nothing: no key is lost or counted twice. A bolt whose
+state cannot be moved -- its inputs are not fields (or global) groupings, a key lies in a
+task its grouping does not send it to, or in two tasks -- is refused with
+``StateLossError`` naming the bolt and both parallelisms, before anything is written;
+one that only grows (no state in the tasks it drops) is recorded as it is.
 """
 
 from __future__ import annotations
@@ -46,7 +68,9 @@ from typing import Any
 from state.base import TransactionalState
 from state.keyvalue import KeyValueState, open_key_value_state
 from transactional._faults import crash_point
-from transactional.exceptions import TopologyFailedError
+from transactional._store import CoordinatorStore
+from transactional._task import stable_hash
+from transactional.exceptions import StateLossError, TopologyFailedError
 from transactional.topology import Topology
 
 log = logging.getLogger("trident")
@@ -112,10 +136,12 @@ class Checkpointer:
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> None:
-        """Finish or undo what a crashed driver left (module docstring), then number the
-        next checkpoint."""
+        """Finish or undo what a crashed driver left (module docstring), number the next
+        checkpoint, then move the states of bolts whose parallelism changed (``rebalance``)."""
         rec = self.store.get("checkpoint") or {}
+        recorded = CoordinatorStore(self.store).recorded_stateful()
         names = set(rec.get("states") or []) | set(self._names())
+        names |= {self.namespace(c, t) for c, r in recorded.items() if c in self.stateful for t in range(r["tasks"])}
         top = int(rec.get("txid") or 0)
         for i, ns in enumerate(sorted(names)):
             kv = self._open(ns)
@@ -134,6 +160,93 @@ class Checkpointer:
             done = "committed" if rec["phase"] == "prepared" else "rolled back"
             self.store.set("checkpoint", {**rec, "phase": done})
         self.next_id = top + 1
+        self.rebalance(rec)
+
+    # -- a changed parallelism ----------------------------------------------------------------
+    def rebalance(self, last: dict | None = None) -> None:
+        """Give every stateful bolt's state the layout of its parallelism now (module
+        docstring); ``last``: the checkpoint record found at start (its states name the
+        tasks of a topology run before parallelisms were recorded)."""
+        coord = CoordinatorStore(self.store)
+        recorded = coord.recorded_stateful()
+        for comp in sorted(self.stateful):
+            p_new = self.topology.component(comp).parallelism
+            r = recorded.get(comp)
+            if r is None:      # not recorded: the tasks of the last checkpoint, if any, else p_new
+                prefix = f"{self.topology.topology_id}:{comp}:"
+                seen = [int(n[len(prefix):]) for n in (last or {}).get("states") or [] if n.startswith(prefix)]
+                r = {"parallelism": max(seen) + 1 if seen else p_new, "tasks": max(seen) + 1 if seen else p_new}
+            if r["parallelism"] == p_new and r["tasks"] == p_new and "to" not in r:
+                if comp not in recorded:
+                    coord.record_stateful(comp, p_new, p_new)
+                continue
+            self._move(coord, comp, r, p_new)
+
+    def _move(self, coord: CoordinatorStore, comp: str, r: dict, p_new: int) -> None:
+        """Move ``comp``'s state from the layout recorded in ``r`` to ``p_new`` tasks, as one
+        fenced, recorded checkpoint (module docstring), or refuse."""
+        p_old, n = int(r["parallelism"]), max(int(r["tasks"]), p_new)
+        groupings = {s.grouping for s in self.topology.component(comp).inputs}
+        names = [self.namespace(comp, t) for t in range(n)]
+        states = [self._open(ns) for ns in names]
+        held = [dict(kv.items()) for kv in states]          # recovery left nothing prepared
+        if groupings <= {"fields"}:
+            def route(key: Any) -> int:
+                return stable_hash(key) % p_new
+        elif groupings == {"global"}:
+            def route(key: Any) -> int:
+                return 0
+        else:
+            dropped = sum(len(h) for h in held[p_new:])
+            if dropped:
+                self._refuse(comp, p_old, p_new, f"its inputs are {' and '.join(sorted(groupings))} groupings, "
+                             f"which do not say which task a key belongs to, and tasks {p_new}..{n - 1} hold "
+                             f"{dropped} key(s)")
+            coord.record_stateful(comp, p_new, p_new)
+            return
+        owner: dict[Any, int] = {}
+        layouts = {p_old, p_new, int(r.get("to", p_new))}
+        for t, h in enumerate(held):
+            for key in h:
+                if key in owner:
+                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of tasks {owner[key]} and {t}")
+                owner[key] = t
+                if groupings == {"fields"} and not any(stable_hash(key) % p == t for p in layouts):
+                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of task {t}, but the fields "
+                                 f"grouping sends it to task {stable_hash(key) % p_old} (a stateful bolt's keys "
+                                 "must be the values it is grouped on for its state to be moved)")
+        # 1. every namespace either layout uses, durably, before any state is written
+        coord.record_stateful(comp, p_old, n, to=p_new)
+        # 2. the puts and deletes of the new layout, prepared as checkpoint c
+        c = self.next_id
+        self.next_id += 1
+        self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": names,
+                                      "rebalance": {comp: [p_old, p_new]}})
+        crash_point("rebalance.preparing", txid=c)
+        dest = {key: route(key) for key in owner}
+        moved = 0
+        for t, (kv, h) in enumerate(zip(states, held, strict=True)):
+            for key, value in h.items():
+                if dest[key] != t:
+                    kv.delete(key)
+                    states[dest[key]].put(key, value)
+                    moved += 1
+        for kv in states:
+            kv.prepare_commit(c)
+        crash_point("rebalance.before_prepared", txid=c)
+        # 3. record "prepared", commit every state, record "committed"
+        self._commit_recorded(c, names, ((None, kv) for kv in states))
+        # 4. the new parallelism
+        crash_point("rebalance.before_record", txid=c)
+        coord.record_stateful(comp, p_new, p_new)
+        log.info("rebalance: moved %d of the %d key(s) of stateful bolt %r from %d to %d tasks (checkpoint %d)",
+                 moved, len(owner), comp, p_old, p_new, c)
+
+    def _refuse(self, comp: str, p_old: int, p_new: int, why: str) -> None:
+        msg = (f"stateful bolt {comp!r} of topology {self.topology.topology_id!r} ran with parallelism {p_old} "
+               f"and is now given {p_new}, but its state cannot be moved to the new tasks: {why}. Nothing was "
+               f"changed; run it with parallelism {p_old} again (set_bolt({comp!r}, ..., {p_old}))")
+        raise StateLossError(msg)
 
     # -- the commit phase's view -----------------------------------------------------------
     def for_task(self, component: str, task: int) -> _Task:

@@ -192,6 +192,10 @@ class Engine:
         try:
             self._take_lock(state, owner)
             store = CoordinatorStore(state)
+            # refuse, before anything is written, state that would silently lose what was committed
+            keeps = bool(store.recover_maps()) or any(c.core == "stateful" for c in self.topology.bolts)
+            store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
+                                   accept_loss=self.config.accept_state_loss)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()

@@ -8,6 +8,12 @@
                    gets the lock and fences its user-state writes with it (state/map.py)
     maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
                    a commit can repair an OpaqueMap a failed attempt wrote (state/map.py)
+    state          {"kind": "redis", "location": "host:port/db"}: the user state the
+                   committed txids were written to (no credentials); a run whose state is
+                   another is refused (``check_user_state``)
+    stateful       {"<bolt>": {"parallelism": p, "tasks": n}}: each stateful bolt's
+                   parallelism, and how many task namespaces may hold its state (more than
+                   p only while a rebalance is under way; transactional/_checkpoint.py)
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from state.backends import COORDINATION, USER_STATE, backend_for, describe_identity, store_identity
 from state.base import TransactionalState
+from transactional.exceptions import StateLossError
 
 
 @dataclass
@@ -31,8 +39,51 @@ class Recovered:
 
 
 class CoordinatorStore:
+    """The coordinator's records (module docstring) in one topology's ``TransactionalState``."""
+
     def __init__(self, state: TransactionalState) -> None:
         self.state = state
+        #: raised when the run is about to keep user state it would lose (``check_user_state``)
+        self.refuse_state: StateLossError | None = None
+
+    def check_user_state(self, state_url: str, coordination_url: str, *, keeps_state: bool,
+                         accept_loss: bool) -> None:
+        """Refuse (``StateLossError``, before anything is written) a run that would drop
+        what an earlier run committed without a word, unless ``accept_loss``:
+
+        * txids were committed into user state (maps or checkpoints recorded) in a store
+          other than ``state_url``'s: this run would resume after them, their values
+          left behind;
+        * durable coordination with state that dies with this process: the next run
+          resumes after txids whose values are gone. Refused now when ``keeps_state``
+          (the topology's state is known at start), else at the first map or stateful
+          bolt the run records (``record_map``, ``record_stateful``).
+
+        Then records ``state_url``'s store (kind and location, never a password)."""
+        here = store_identity(USER_STATE, state_url)
+        durable = backend_for(COORDINATION, coordination_url).shared
+        tid = self.state.topology_id
+        if durable and not backend_for(USER_STATE, state_url).shared and not accept_loss:
+            msg = (f"topology {tid!r}: coordination {_safe(coordination_url)} is durable but state {_safe(state_url)} "
+                   "is not: a restart would resume after the txids this run commits while their state is gone "
+                   "with this process. Use a durable state (--state redis://host:port/db, TopologyConfig "
+                   "state=...), or accept the loss knowingly with --accept-state-loss (accept_state_loss=True)")
+            self.refuse_state = StateLossError(msg)
+            if keeps_state:
+                raise self.refuse_state
+        before = self.state.get("state")
+        if before is not None and before != here:
+            committed = (self.state.get("committed") or {}).get("txid")
+            kept = any(self.state.get(p) for p in ("maps", "checkpoint", "stateful"))
+            if committed and kept and not accept_loss:
+                msg = (f"topology {tid!r} committed txids up to {committed} into state {describe_identity(before)}, "
+                       f"but this run's state is {describe_identity(here)}: it would resume after txid {committed} "
+                       "and what they wrote would be lost without a word. Run it with the state it committed to "
+                       f"(--state {describe_identity(before)}), or accept the loss knowingly with "
+                       "--accept-state-loss (TopologyConfig accept_state_loss=True)")
+                raise StateLossError(msg)
+        if before != here:
+            self.state.set("state", here)
 
     def recover(self) -> Recovered:
         """Read the committed record and every uncommitted txid's metadata; metadata of
@@ -63,7 +114,10 @@ class CoordinatorStore:
         return epoch
 
     def record_map(self, name: str, kind: str) -> None:
-        """Add map ``name`` of ``kind`` to the topology's list of maps."""
+        """Add map ``name`` of ``kind`` to the topology's list of maps (refused, as
+        ``check_user_state`` says, when that state would be lost)."""
+        if self.refuse_state is not None:
+            raise self.refuse_state
         maps = dict(self.state.get("maps") or {})
         maps[name] = kind
         self.state.set("maps", maps)
@@ -76,3 +130,25 @@ class CoordinatorStore:
 
     def record_commit(self, txid: int, meta: Any, partitions: dict | None) -> None:
         self.state.set("committed", {"txid": txid, "meta": meta, "partitions": partitions})
+
+    def recorded_stateful(self) -> dict[str, dict[str, int]]:
+        """Each stateful bolt's recorded parallelism and task namespaces (``stateful``)."""
+        return dict(self.state.get("stateful") or {})
+
+    def record_stateful(self, component: str, parallelism: int, tasks: int, to: int | None = None) -> None:
+        """Record stateful bolt ``component``'s ``parallelism``, the ``tasks`` namespaces
+        that may hold its state, and the parallelism its state is being moved ``to``
+        (refused, as ``check_user_state`` says, when that state would be lost)."""
+        if self.refuse_state is not None:
+            raise self.refuse_state
+        rec = self.recorded_stateful()
+        rec[component] = {"parallelism": parallelism, "tasks": tasks, **({"to": to} if to is not None else {})}
+        self.state.set("stateful", rec)
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password, for messages."""
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    return url.replace(f":{u.password}@", ":***@") if u.password else url

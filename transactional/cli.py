@@ -173,6 +173,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
                         help=f"a TOML file of TopologyConfig settings (default: ./{DEFAULT_FILE} if it exists)")
     parser.add_argument("--allow-memory-coordination", action="store_true",
                         help="no warning for durable --state with memory:// coordination")
+    parser.add_argument("--accept-state-loss", action="store_true", default=None,
+                        help="run although state an earlier run committed would be lost (another --state than the "
+                             "one its txids were committed to, or zk:// coordination with memory:// state)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the status page (/) and Prometheus metrics (/metrics) on this port (0: a free one)")
     parser.add_argument("--metrics-host", metavar="ADDRESS", help="the address they bind (default 127.0.0.1)")
@@ -222,6 +225,8 @@ def cli_layer(args: argparse.Namespace) -> Layer:
             origins["conf"] = f"--set {item}"
         else:
             kw[key], origins[key] = value, f"--set {item}"
+    if getattr(args, "accept_state_loss", None):
+        kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
     if getattr(args, "quiet", False):
         kw["progress"], origins["progress"] = False, "-q"
     return Layer("command line", kw, origins=origins)

@@ -75,6 +75,14 @@ class ConflictingWriteError(StateError):
     the key to one task (fields grouping) or commit on the driver."""
 
 
+class StateLossError(StateError, ConfigError):
+    """A run would silently drop state an earlier run committed: its user state is not the
+    store the coordinator's committed txids were written to, durable coordination is paired
+    with state that dies with the process, or a stateful bolt's state cannot be moved to
+    its new parallelism. Raised before anything is written; the message names both sides
+    and the fix (``accept_state_loss`` / ``--accept-state-loss`` accepts a loss knowingly)."""
+
+
 class LockHeldError(StateError):
     """Another driver holds the lock of this topology id; the message names the holder."""
 
