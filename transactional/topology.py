@@ -94,6 +94,7 @@ class ComponentSpec:
     origin: str = field(default="", repr=False)
     accepts_columns: bool = False   # the bolt takes ``ColumnBatch`` values (transactional.columns)
     core: str = ""                  # core topologies: how the bolt runs ("rich", "basic", "stateful")
+    writes: tuple[str, ...] = ()    # the states the component writes (Trident stages' maps), for the page
 
     def new_instance(self) -> Any:
         """A fresh instance of the component.
@@ -400,7 +401,8 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
         comps.append(ComponentSpec(bid, "bolt", par, committer, isinstance(bolt, BaseBasicBolt),
                                    tuple(inputs[bid]), dict(streams[bid]), blob,
                                    getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
-                                   bool(getattr(bolt, "accepts_columns", False)), core))
+                                   bool(getattr(bolt, "accepts_columns", False)), core,
+                                   tuple(getattr(bolt, "writes_states", ()))))
     _DRIVER_OBJECTS[origin] = table
     return Topology(topology_id, first, tuple(comps), frozenset(commit), kind)
 

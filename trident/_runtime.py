@@ -1123,6 +1123,13 @@ class TridentBolt(BaseBatchBolt):
             declarer.declare_stream(out.stream, Fields(TX_FIELD, ARROW_FIELD), direct=True)
 
     @property
+    def writes_states(self) -> tuple[str, ...]:
+        """The names of the states this stage updates (``persistent_aggregate``,
+        ``partition_persist``), shown on the status page."""
+        return tuple(dict.fromkeys(str(op.state.name) for op in self.ops
+                                   if op.kind in ("persist", "partition_persist") and op.state is not None))
+
+    @property
     def describe_as(self) -> str:
         """What ``Topology.describe`` shows as the class: the stage's operations where its
         component id does not already say them (a stage the user named)."""
