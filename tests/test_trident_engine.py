@@ -298,18 +298,19 @@ def test_exact_counts_through_failed_batches_and_failed_commits(executor: str, f
 # -- a driver killed mid-commit --------------------------------------------------------------
 
 def run_child(tmp_path: Path, name: str, flavour: str, zk_url: str, redis_url: str,
-              crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour,
+              crash_at: str | None = None, topology: str = "trident_kill_topology.py",
+              args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour, **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRIDENT_CRASH_AT", None)
     if crash_at:
         env["TRIDENT_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / "trident_kill_topology.py"),
+        [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / topology),
          # the driver's commit protocol is what a kill tests: its tasks run in-process (no JVM
          # to start for each of the three drivers; Trident on Spark is tested above)
          "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
+         "--max-spout-pending", "3", "--lock-wait", "30", "-q", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
 
@@ -329,6 +330,40 @@ def test_a_driver_killed_after_writing_before_recording_resumes_exactly(tmp_path
     backing = open_map_backing(redis_url, f"trident-kill-{flavour}:counts")
     m = (OpaqueMap if flavour == "opaque" else TransactionalMap)(backing, "counts")
     assert dict(zip(want, m.multi_get(list(want)), strict=True)) == want
+
+
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+@pytest.mark.parametrize("flavour", ["transactional", "opaque", "counters"])
+def test_a_replay_after_a_driver_kill_reads_what_its_first_attempt_read(tmp_path: Path, flavour: str,
+                                                                        placement: str, zk_url: str,
+                                                                        redis_url: str) -> None:
+    """A query and a new-values stream feed other maps (tests/trident_query_kill_topology.py).
+    SIGKILL after txid 3 wrote every map, before it was recorded: the replay of txid 3
+    must read the state as of txid 2, as its first attempt did, so every derived
+    ``(word, count)`` and ``(query, seen)`` is stored once, with the first attempt's value."""
+    import trident_query_kill_topology as q
+
+    if flavour == "counters" and placement == "executors":
+        pytest.skip("counter maps need commit_placement='driver' (one writer per txid)")
+    tid = uid(f"query-kill-{flavour}")
+    env = {"TRIDENT_TEST_TOPOLOGY_ID": tid}
+    args = ("--set", f'commit_placement="{placement}"')
+    crash = "commit.before_record:txid=3"
+    p = run_child(tmp_path, "kill", flavour, zk_url, redis_url, crash, "trident_query_kill_topology.py", args, env)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    assert "crash point commit.before_record" in p.stderr
+    p = run_child(tmp_path, "final", flavour, zk_url, redis_url, None, "trident_query_kill_topology.py", args, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    def stored(name: str) -> dict:
+        field = {"transactional": "val", "opaque": "curr"}.get(flavour)
+        return {k: v if field is None else v[field]
+                for k, v in open_map_backing(redis_url, f"{tid}:{name}").scan().items()}  # type: ignore[attr-defined]
+
+    counts, counted, answers = q.expected()
+    assert stored("counts") == counts
+    assert stored("answers") == answers
+    assert stored("counted") == counted
 
 
 # -- merge, join, state queries ----------------------------------------------------------------
