@@ -71,10 +71,9 @@ Combine = Callable[[Any, Any], Any]   # fn(old_or_None, arg) -> new
 WRITTEN_KEY = "~written"
 #: The stored key of a ``CounterMap``'s marker: the last txid whose additions it holds.
 APPLIED_KEY = "~applied"
-#: The stored key of a ``CounterMap``'s record of its last added txid: that txid
-#: (field ``PRIOR_TXID``) and, per key it added to, the value before it ("": absent).
+#: The stored key of a ``CounterMap``'s record of its last added txid: that txid and, per
+#: key it added to, the value before it.
 PRIOR_KEY = "~prior"
-PRIOR_TXID = "~txid"
 
 
 def written_key(writer: str) -> str:
@@ -249,16 +248,18 @@ class MemoryMapBacking:
                 data[PRIOR_KEY] = {"txid": fence.txid, "before": before}
             return True
 
-    def counter_get(self, keys: list[str]) -> tuple[list[Any], CounterRecord]:
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
         """Stored numbers of ``keys`` and the counter map's record of its last added txid
-        (``CounterRecord``), in one counted round trip."""
+        (``CounterRecord``; the values before it when it is ``txid``), in one counted
+        round trip."""
         self.round_trips += 1
         with self.fence.lock:
             data = self.data
-            rec = data.get(PRIOR_KEY) or {}
+            applied = data.get(APPLIED_KEY) or 0
+            rec = (data.get(PRIOR_KEY) or {}) if applied == txid else {}
             before = rec.get("before") or {}
             return [data.get(k) for k in keys], CounterRecord(
-                data.get(APPLIED_KEY) or 0, rec.get("txid"), {k: before[k] for k in keys if k in before})
+                applied, rec.get("txid"), {k: before[k] for k in keys if k in before})
 
     def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
         """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
@@ -949,9 +950,12 @@ class CounterMap(MapState[V]):
         outside: the committed values (as of ``last_committed`` when it is known)."""
         enc = _encode_all(list(keys))
         if self.scope is None:
-            stored, rec = self._counter_get(enc)
             lc = self.last_committed
-            txid = lc + 1 if lc is not None and rec.applied == lc + 1 else rec.applied + 1
+            if lc is None:             # whatever was added last
+                stored, _ = self._counter_get(enc, 0)
+                return [self._number(e, s) for e, s in zip(enc, stored, strict=True)]
+            stored, rec = self._counter_get(enc, lc + 1)
+            txid = lc + 1 if rec.applied == lc + 1 else rec.applied + 1
             return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
         return self._current(enc)
 
@@ -963,16 +967,16 @@ class CounterMap(MapState[V]):
         enc = _encode_all(list(keys))
         return self._before(enc, self.scope.txid)
 
-    def _counter_get(self, enc: list[str]) -> tuple[list[Any], CounterRecord]:
+    def _counter_get(self, enc: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
         get = getattr(self.backing, "counter_get", None)
         if get is None:
             msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
             raise ConfigError(msg)
-        return cast(tuple[list[Any], CounterRecord], get(enc))
+        return cast(tuple[list[Any], CounterRecord], get(enc, txid))
 
     def _before(self, enc: list[str], txid: int) -> list[Any]:
         """The values of ``enc`` before batch ``txid`` (one read: values and record)."""
-        stored, rec = self._counter_get(enc)
+        stored, rec = self._counter_get(enc, txid)
         return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
 
     def _current(self, enc: list[str]) -> list[Any]:

@@ -12,8 +12,8 @@ Key layout, for a map namespaced ``<topology_id>:<state_name>``::
                                (OpaqueMap), or a plain number (CounterMap)
     <namespace>:~written       OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
     <namespace>:~applied       CounterMap only: the last txid it added
-    <namespace>:~prior         CounterMap only: a hash, for that txid, of each key's value
-                               before it (what reads of the txid see, state/map.py)
+    <namespace>:~prior         CounterMap only: a hash, for that txid, of its keys and their
+                               values before it (what reads of the txid see, state/map.py)
     <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
                                (the engine's fence scope is the topology id, shared by its maps;
                                a backing made by hand fences its own namespace)
@@ -49,7 +49,7 @@ from redis.retry import Retry
 
 from state._timing import timed
 from state.keys import decode_key, encode_key, hashable_key
-from state.map import APPLIED_KEY, PRIOR_KEY, PRIOR_TXID, CounterRecord, Fence, conflict_error, fence_error
+from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, conflict_error, fence_error
 from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
@@ -146,9 +146,10 @@ return {0}
 # The counter write (``multi_add``): add numbers to keys, once per txid, atomically.
 # KEYS[1]        the fence key (as above)
 # KEYS[2]        the map's applied marker: the last txid whose additions it holds
-# KEYS[3]        the map's before-values record (a hash): for the txid of the marker,
-#                field '~txid' and, per key added to, the value before it ('' absent) --
-#                what reads of that txid see (state.map.counter_base)
+# KEYS[3]        the map's record of the txid of the marker (a hash): '~txid' that txid,
+#                'batch' ARGV[3] (its keys), 'before' a JSON array of each key's value
+#                before it (false: absent) -- what reads of that txid see
+#                (state.map.counter_base; three strings: no field per key to write)
 # ARGV[1], [2]   epoch and txid (as above)
 # ARGV[3]        the batch as JSON: [[key, ...], [number, ...]] (the keys' full names),
 #                numbers as strings (exact, and passed to INCRBY as they are: a Lua number
@@ -216,26 +217,37 @@ else
 end
 if t then
   redis.call('SET', KEYS[2], tostring(t))
-  redis.call('DEL', KEYS[3])
-  local rec = {'~txid', tostring(t)}
-  for i = 1, #ks do
-    rec[#rec + 1] = ks[i]
-    rec[#rec + 1] = olds[i] or ''
-    if #rec >= 2000 then
-      redis.call('HSET', KEYS[3], unpack(rec))
-      rec = {}
-    end
-  end
-  if #rec > 0 then
-    redis.call('HSET', KEYS[3], unpack(rec))
-  end
+  redis.call('HSET', KEYS[3], '~txid', tostring(t), 'batch', ARGV[3], 'before', cjson.encode(olds))
 end
 """ + _LUA_FENCE_RAISE + """
 return {0}
 """
 
+# The counter read (``counter_get``): values, and the record of the applied txid when a
+# read of that very txid needs it (a replay), in one round trip.
+# KEYS[1]        the map's applied marker; KEYS[2] its record (as above)
+# KEYS[3..n+2]   the data keys
+# ARGV[1]        the txid whose reads need the record
+# return {applied or nil, {~txid, batch, before} or nil, {value or nil, ...}}
+LUA_COUNTER_GET = """
+local applied = redis.call('GET', KEYS[1])
+local vals = {}
+for c = 3, #KEYS, 1000 do
+  local part = redis.call('MGET', unpack(KEYS, c, math.min(c + 999, #KEYS)))
+  for j = 1, #part do
+    vals[#vals + 1] = part[j]
+  end
+end
+local rec = false
+if applied and applied == ARGV[1] then
+  rec = redis.call('HMGET', KEYS[2], '~txid', 'batch', 'before')
+end
+return {applied, rec, vals}
+"""
+
 _SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
 _ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
+_COUNTER_GET_SHA = hashlib.sha1(LUA_COUNTER_GET.encode()).hexdigest()
 
 def _dumps_batch(batch: list[list[str]]) -> bytes | str:
     """A counter batch as compact JSON (orjson when installed)."""
@@ -602,7 +614,7 @@ class RedisMapBacking:
         (returns False) -- ``CounterMap``'s write. Numbers are stored as Redis integers
         (``INCRBY``) or floats (``INCRBYFLOAT``), readable with ``redis-cli GET``. A key
         holding something that is not a number refuses the whole write, every key left as
-        it was. With the txid, the same write records each key's value before it
+        it was. With the txid, the same write records the keys' values before it
         (``<namespace>:~prior``, see ``counter_get``)."""
         if len(keys) != len(deltas):
             msg = f"{len(keys)} keys but {len(deltas)} deltas"
@@ -616,35 +628,32 @@ class RedisMapBacking:
         prefix = self._prefix
         return self._add(_dumps_batch([[prefix + k for k in keys], list(map(str, deltas))]), mode, fence)
 
-    def counter_get(self, keys: list[str]) -> tuple[list[Any], CounterRecord]:
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
         """The numbers at ``keys`` (encoded) and the counter map's record of its last added
-        txid (its applied marker, and the values before it of these keys): one round trip
-        (a ``MULTI`` of ``GET``, ``HMGET`` and ``MGET``), one consistent snapshot."""
+        txid: its applied marker and, when that is ``txid`` (a read of a txid added
+        already: a replay), the values these keys held before it. One round trip (an
+        ``EVALSHA`` of ``LUA_COUNTER_GET``), one consistent snapshot."""
         prefix = self._prefix
         rkeys = [prefix + k for k in keys]
         self.round_trips += 1
-
-        def read() -> Any:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.get(prefix + APPLIED_KEY)
-            pipe.hmget(prefix + PRIOR_KEY, [PRIOR_TXID, *rkeys])
-            if rkeys:
-                pipe.mget(rkeys)
-            return pipe.execute()
-
-        replies = self._io("reading", read)
-        applied, rec, raw = replies[0], replies[1], replies[2] if rkeys else []
+        applied, rec, raw = self._io("reading", self._eval_script, LUA_COUNTER_GET, _COUNTER_GET_SHA,
+                                     [prefix + APPLIED_KEY, prefix + PRIOR_KEY, *rkeys], [str(txid)])
         values = [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw, strict=True)]
-        before = {k: None if r == b"" else self._load(rk, r)
-                  for k, rk, r in zip(keys, rkeys, rec[1:], strict=True) if r is not None}
         try:
-            record = CounterRecord(int(applied or 0), None if rec[0] is None else int(rec[0]), before)
-        except ValueError:
+            marker = int(applied or 0)
+            if not rec or rec[0] is None:
+                return values, CounterRecord(marker)
+            batch, olds = json.loads(rec[1])[0], json.loads(rec[2])
+            olds = olds or []            # cjson encodes an empty array as {}
+            want = dict(zip(rkeys, keys, strict=True))
+            before = {want[k]: None if v is False else self._load(k, v.encode())
+                      for k, v in zip(batch, olds, strict=True) if k in want}
+            return values, CounterRecord(marker, int(rec[0]), before)
+        except (ValueError, TypeError, IndexError):
             msg = (f"Redis keys {prefix + APPLIED_KEY!r} / {prefix + PRIOR_KEY!r} at {self.address} hold "
-                   f"{applied!r} / {rec[0]!r}, not a txid: not written by a counter map. Use another "
-                   "state name or delete the keys")
+                   f"{applied!r} / {rec!r:.200}, not what a counter map writes. Use another state name "
+                   "or delete the keys")
             raise StateCorruptError(msg) from None
-        return values, record
 
     def multi_add_columns(self, keys: Any, deltas: Any, fence: Fence) -> bool:
         """``multi_add`` from a ``pyarrow`` string array of keys (plain: none starting

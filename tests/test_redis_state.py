@@ -531,6 +531,27 @@ class TestCounterWrites:
         assert calls == [2, 2, 1]              # the case with "~x" went the list way
         assert b.client.get(f"{redis_namespace}:~s~x") == b"1"
 
+    def test_reads_of_a_txid_added_already_see_the_values_before_it(self, redis_url, redis_namespace):
+        """Attempt 1 of txid 2 added, and the driver died before recording txid 2: the
+        replay reads the values before txid 2 (a key that held 0 is 0, an absent one None,
+        a float exactly), one round trip a read, and adds nothing again."""
+        b = RedisMapBacking.from_url(redis_url, redis_namespace)
+        m = CounterMap(b)
+        m.begin_commit(1, epoch=1)
+        m.add(["zero", "f"], [0, 0.1])
+        m.commit(1)
+        for attempt in (1, 2):
+            m.begin_commit(2, attempt, epoch=1)
+            before = b.round_trips
+            assert m.multi_get_committed(["zero", "f", "new"]) == [0, 0.1, None]
+            assert b.round_trips - before == 1
+            assert m.multi_combine(["zero", "new"], [3, 4]) == [3, 4]
+            m.commit(2)
+        assert m.multi_get(["zero", "new"]) == [3, 4]
+        b.client.delete(f"{redis_namespace}:~prior")   # as a version before the record left it
+        m.begin_commit(2, 3, epoch=1)
+        assert m.multi_get_committed(["zero", "new"]) == [3, 4]
+
     def test_floats_are_checked_before_anything_is_added(self, redis_url, redis_namespace):
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         m = CounterMap(b)
