@@ -3,15 +3,24 @@
 The rules live once, here, as small pure functions over stored values; every backing
 gets them, and every backing only stores what the wrappers hand it.
 
-* ``TransactionalMap`` stores ``{"txid": t, "val": v}``. A key whose stored txid equals
-  the batch's was already updated by this batch (a replay of the identical batch after
-  a crash mid-commit): the whole txid's update of that key is skipped.
-* ``OpaqueMap`` stores ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. The committed
-  value *before* batch t is ``prev`` when the stored txid is t (an earlier attempt of t,
-  which may have seen other tuples, wrote it) and ``curr`` when it is older; the batch
-  builds on that base, and reads inside the batch see that base unless this attempt
-  wrote the key (Trident's ``OpaqueValue.get(txid)``).
-* In both, a stored txid newer than the batch's raises ``StateAheadError``.
+**A read in txid t sees the state as of t-1** -- a state query, an updater's old value,
+a new-values stream -- whatever an earlier attempt of t already wrote, for every
+exactly-once flavour and wherever the commit runs (Trident's ``OpaqueValue.get(txid)``).
+So a replay of t reads what its first attempt read, and what it derives is counted once.
+Each stored value keeps what that answer needs:
+
+* ``TransactionalMap`` stores ``{"txid": t, "val": v, "prev": p}``; ``OpaqueMap`` stores
+  ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. The value *before* batch t is
+  ``prev`` when the stored txid is t (an earlier attempt of t wrote it) and ``val`` /
+  ``curr`` when it is older (``transactional_base`` / ``opaque_base``). The batch builds
+  on that base; reads inside the batch see it unless this attempt updated the key. A
+  transactional replay so recomputes the identical batch from ``prev`` and stores what
+  the first attempt stored. (A ``{"txid", "val"}`` without ``prev``, written by an older
+  version, keeps the old rule when its txid is the batch's: the update is skipped.)
+* ``CounterMap`` stores plain numbers, the last txid it added (``APPLIED_KEY``) and, for
+  that txid, the value before it of every key it added to (``PRIOR_KEY``, written in the
+  same atomic add): ``counter_base``.
+* In all, a stored txid newer than the batch's raises ``StateAheadError``.
 
 **One write per map and txid.** Inside a commit (``begin_commit`` .. ``commit``) a map
 buffers its updates: the first touch of a key reads its stored value once (one
@@ -46,6 +55,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from state.keys import decode_key, encode_key
@@ -61,6 +71,9 @@ Combine = Callable[[Any, Any], Any]   # fn(old_or_None, arg) -> new
 WRITTEN_KEY = "~written"
 #: The stored key of a ``CounterMap``'s marker: the last txid whose additions it holds.
 APPLIED_KEY = "~applied"
+#: The stored key of a ``CounterMap``'s record of its last added txid: that txid and, per
+#: key it added to, the value before it.
+PRIOR_KEY = "~prior"
 
 
 def written_key(writer: str) -> str:
@@ -227,11 +240,26 @@ class MemoryMapBacking:
                 msg = f"memory map {self.namespace!r} key {bad[0][0]!r} holds {bad[0][1]!r}, not a number"
                 raise StateCorruptError(msg)
             data = self.data
+            before = {k: data.get(k) for k in keys}
             for k, d in zip(keys, deltas, strict=True):
                 data[k] = data.get(k, 0) + d
             if fence.txid is not None:
                 data[APPLIED_KEY] = fence.txid
+                data[PRIOR_KEY] = {"txid": fence.txid, "before": before}
             return True
+
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
+        """Stored numbers of ``keys`` and the counter map's record of its last added txid
+        (``CounterRecord``; the values before it when it is ``txid``), in one counted
+        round trip."""
+        self.round_trips += 1
+        with self.fence.lock:
+            data = self.data
+            applied = data.get(APPLIED_KEY) or 0
+            rec = (data.get(PRIOR_KEY) or {}) if applied == txid else {}
+            before = rec.get("before") or {}
+            return [data.get(k) for k in keys], CounterRecord(
+                applied, rec.get("txid"), {k: before[k] for k in keys if k in before})
 
     def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
         """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
@@ -261,14 +289,21 @@ def _checked(key: Any, stored: Any, fields: tuple[str, ...], kind: str) -> dict[
 
 
 def transactional_base(key: Any, stored: Any, txid: int) -> tuple[Any, bool]:
-    """``(value before batch txid, already_applied)`` of a stored ``{txid, val}``:
-    already applied when the stored txid is ``txid`` (the value includes the batch)."""
+    """``(value before batch txid, already_applied)`` of a stored ``{txid, val, prev}``:
+    ``prev`` when the stored txid is ``txid`` (an earlier attempt of it wrote ``val``),
+    else ``val``. ``already_applied`` only for a value of the older form ``{txid, val}``
+    (no ``prev``) written by ``txid`` itself: its before-value is unknown, so ``val`` is
+    returned and the txid's update of the key is skipped (the rule of that form)."""
     if stored is None:
         return None, False
     s = _checked(key, stored, ("txid", "val"), "TransactionalMap")
     if s["txid"] > txid:
         raise StateAheadError(_ahead(key, s["txid"], txid))
-    return s["val"], s["txid"] == txid
+    if s["txid"] < txid:
+        return s["val"], False
+    if "prev" in s:
+        return s["prev"], False
+    return s["val"], True
 
 
 def opaque_base(key: Any, stored: Any, txid: int) -> Any:
@@ -286,16 +321,19 @@ _ONE = object()   # "fn takes one argument": transactional_apply(key, stored, tx
 
 def transactional_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
                         attempt: int | None = None) -> tuple[Any, Any, bool]:
-    """One update of one key for batch ``txid``: ``fn(old, arg)`` (or ``fn(old)``).
+    """One update of one key for batch ``txid``: ``fn(old, arg)`` (or ``fn(old)``) on the
+    value before ``txid`` (``transactional_base``).
 
-    Returns ``(new_stored, user_value, changed)``.
+    Returns ``(new_stored, user_value, changed)``; not changed when an earlier attempt of
+    ``txid`` stored the same.
     """
     combine, arg = (_call, fn) if arg is _ONE else (cast(Combine, fn), arg)
     base, applied = transactional_base(key, stored, txid)
     if applied:
         return stored, base, False
     val = combine(base, arg)
-    return {"txid": txid, "val": val}, val, True
+    new = {"txid": txid, "val": val, "prev": base}
+    return new, val, new != stored
 
 
 def opaque_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: Any = _ONE,
@@ -305,6 +343,29 @@ def opaque_apply(key: Any, stored: Any, txid: int, fn: Combine | Updater, arg: A
     base = opaque_base(key, stored, txid)
     val = combine(base, arg)
     return {"txid": txid, "attempt": attempt, "curr": val, "prev": base}, val, True
+
+
+@dataclass(frozen=True)
+class CounterRecord:
+    """What a counter map keeps of its last added txid, as read with its values:
+    ``applied`` (the map's marker, 0 for none), ``txid`` (the txid of the before-values
+    record, None when there is none: a map written by an older version) and ``before``
+    (for the keys read that ``txid`` added to: the value before it, None for absent)."""
+
+    applied: int = 0
+    txid: int | None = None
+    before: dict[str, Any] = dataclass_field(default_factory=dict)
+
+
+def counter_base(key: str, stored: Any, record: CounterRecord, txid: int) -> Any:
+    """The value before batch ``txid`` of a counter key (encoded) holding ``stored``: the
+    record's before-value when ``txid`` was added already (an earlier attempt of it
+    wrote), else ``stored``. A map added to by a newer txid raises ``StateAheadError``."""
+    if record.applied > txid:
+        raise StateAheadError(_ahead(decode_key(key), record.applied, txid))
+    if record.applied == txid and record.txid == txid and key in record.before:
+        return record.before[key]
+    return stored
 
 
 def _ahead(key: Any, stored_txid: int, txid: int) -> str:
@@ -373,9 +434,9 @@ class MapState(Generic[V]):
         self._reset()
 
     def _reset(self) -> None:
-        # the keys (encoded) touched in this txid: their value so far, the committed value
-        # before the txid (OpaqueMap), the ones an earlier attempt already applied
-        # (TransactionalMap), the ones this attempt changed (in order)
+        # the keys (encoded) touched in this txid: their value so far, the value before the
+        # txid, the ones an earlier attempt already applied (a TransactionalMap value of
+        # the form without "prev"), the ones this attempt changed (in order)
         self._value: dict[str, Any] = {}
         self._base: dict[str, Any] = {}
         self._skip: set[str] = set()
@@ -624,40 +685,59 @@ def _encode_all(keys: list[Any]) -> list[str]:
 class TransactionalMap(MapState[V]):
     """Exactly-once map for transactional spouts (a replay re-emits the identical batch).
 
+    A replay of txid t (after its write, before it was recorded) builds on the value
+    before t again (``prev``), so it reads and stores what the first attempt did.
+
     >>> m = TransactionalMap(MemoryMapBacking())
     >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 1]); m.commit(1)
     [1]
-    >>> m.begin_commit(1); m.multi_update(["a"], [lambda v: (v or 0) + 1])   # replay of txid 1
+    >>> m.begin_commit(1); m.multi_get(["a"])    # replay of txid 1: the value before it
+    [None]
+    >>> m.multi_update(["a"], [lambda v: (v or 0) + 1])
     [1]
     """
 
     kind = "transactional"
-    _user_fields = ("val",)
+    _user_fields = ("val", "prev")
+
+    def _reset(self) -> None:
+        super()._reset()
+        # what an earlier attempt of this txid stored (a replay): not written again if the
+        # replay computes the same
+        self._earlier: dict[str, Any] = {}
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, skip = self._value, self._skip
+        value, base, skip = self._value, self._base, self._skip
         for e, s in zip(keys, stored, strict=True):
             if s is None:
-                value[e] = None
+                b = None
             elif type(s) is dict and "val" in s and type(s.get("txid")) is int and s["txid"] < txid:
-                value[e] = s["val"]
-            else:                     # applied by an earlier attempt, ahead, or not ours
-                value[e], applied = transactional_base(decode_key(e), s, txid)
+                b = s["val"]
+            else:                     # written by an earlier attempt of txid, ahead, or not ours
+                b, applied = transactional_base(decode_key(e), s, txid)
                 if applied:
                     skip.add(e)
+                elif s["txid"] == txid:
+                    self._earlier[e] = s
+            value[e] = base[e] = b
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
-        return _checked(key, stored, ("txid", "val"), "TransactionalMap")["val"]
+        s = _checked(key, stored, ("txid", "val"), "TransactionalMap")
+        if self.last_committed is not None and s["txid"] > self.last_committed and "prev" in s:
+            return s["prev"]   # written by a txid not committed (yet)
+        return s["val"]
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
-        # as in Trident: a key an earlier attempt of this txid wrote shows the txid's value
         return transactional_base(key, stored, txid)[0]
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
-        keys, value, t = list(self._dirty), self._value, scope.txid
+        keys, value, base, t = list(self._dirty), self._value, self._base, scope.txid
+        earlier = self._earlier
+        if earlier and not self.shared_writes:    # a replay: what it stored already stays
+            keys = [k for k in keys if earlier.get(k) != {"txid": t, "val": value[k], "prev": base[k]}]
         if self.shared_writes:
-            return keys, [self._stamp({"txid": t, "val": value[k]}, scope) for k in keys]
-        return keys, [{"txid": t, "val": value[k]} for k in keys]
+            return keys, [self._stamp({"txid": t, "val": value[k], "prev": base[k]}, scope) for k in keys]
+        return keys, [{"txid": t, "val": value[k], "prev": base[k]} for k in keys]
 
 
 class OpaqueMap(MapState[V]):
@@ -770,14 +850,18 @@ class CounterMap(MapState[V]):
     key (Trident's ``TransactionalMap`` keeps a txid per key because Storm's multi-put is
     not atomic; here the write is). Values are plain numbers in the store.
 
+    The add also records, for that txid, each key's value before it (``PRIOR_KEY``), so
+    reads in txid t see the values as of t-1 even when an earlier attempt of t added
+    already (``counter_base``): a replay reads what its first attempt read.
+
     Only for a single writer per txid (``commit_placement="driver"``) and transactional
-    spouts; reads inside a commit see the committed value plus this txid's additions.
+    spouts; reads inside a commit see the value before the txid plus its additions.
 
     >>> m = CounterMap(MemoryMapBacking())
     >>> m.begin_commit(1, epoch=1); m.multi_combine(["a", "b", "a"], [2, 3, 1]); m.commit(1)
     [3, 3, 3]
     >>> m.begin_commit(1, epoch=1); m.multi_combine(["a"], [2]); m.commit(1); m.get("a")   # replay
-    [5]
+    [2]
     3
     """
 
@@ -862,21 +946,53 @@ class CounterMap(MapState[V]):
         raise TypeError(msg)
 
     def multi_get(self, keys: Sequence[Any]) -> list[V | None]:
-        """Committed values (plus this txid's additions inside a commit)."""
+        """Inside a commit: the values before this txid plus its additions so far;
+        outside: the committed values (as of ``last_committed`` when it is known)."""
+        enc = _encode_all(list(keys))
         if self.scope is None:
-            return super().multi_get(keys)
-        return self._current(_encode_all(list(keys)))
+            lc = self.last_committed
+            if lc is None:             # whatever was added last
+                stored, _ = self._counter_get(enc, 0)
+                return [self._number(e, s) for e, s in zip(enc, stored, strict=True)]
+            stored, rec = self._counter_get(enc, lc + 1)
+            txid = lc + 1 if rec.applied == lc + 1 else rec.applied + 1
+            return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
+        return self._current(enc)
+
+    def multi_get_committed(self, keys: Sequence[Any]) -> list[V | None]:
+        """The values before the current txid, whatever an earlier attempt of it added
+        (outside a commit: ``multi_get``)."""
+        if self.scope is None:
+            return self.multi_get(keys)
+        enc = _encode_all(list(keys))
+        return self._before(enc, self.scope.txid)
+
+    def _counter_get(self, enc: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
+        get = getattr(self.backing, "counter_get", None)
+        if get is None:
+            msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
+            raise ConfigError(msg)
+        return cast(tuple[list[Any], CounterRecord], get(enc, txid))
+
+    def _before(self, enc: list[str], txid: int) -> list[Any]:
+        """The values of ``enc`` before batch ``txid`` (one read: values and record)."""
+        stored, rec = self._counter_get(enc, txid)
+        return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
 
     def _current(self, enc: list[str]) -> list[Any]:
         self._take_columns()
+        scope = self._require_scope("read")
         uniq = list(dict.fromkeys(enc))
-        stored = dict(zip(uniq, self.backing.multi_get(uniq), strict=True))
+        base = dict(zip(uniq, self._before(uniq, scope.txid), strict=True))
         d = self._deltas
         out = []
         for e in enc:
-            s, x = stored.get(e), d.get(e)
+            s, x = base.get(e), d.get(e)
             out.append(s if x is None else (x if s is None else s + x))
         return out
+
+    def _number(self, key: str, value: Any) -> Any:
+        return None if value is None else self._committed_value(decode_key(key), value)
 
     def flush(self) -> None:
         """Add this txid's numbers in one atomic, fenced write (skipped if added before)."""
@@ -903,7 +1019,7 @@ class CounterMap(MapState[V]):
         return stored
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
-        return self._committed_value(key, stored)
+        raise NotImplementedError   # counter reads go through _before (they need the record)
 
 
 #: The map kinds by name: ``TopologyContext.map_state(name, kind)`` takes a name or a bool.

@@ -7,9 +7,13 @@ they hand it.
 Key layout, for a map namespaced ``<topology_id>:<state_name>``::
 
     <namespace>:<key>          one Redis string per map key; the value is the serialized
-                               wrapper value, e.g. {"txid": 7, "val": 42} (TransactionalMap)
-                               or {"txid": 7, "curr": 42, "prev": 40} (OpaqueMap)
+                               wrapper value, e.g. {"txid": 7, "val": 42, "prev": 40}
+                               (TransactionalMap) or {"txid": 7, "curr": 42, "prev": 40}
+                               (OpaqueMap), or a plain number (CounterMap)
     <namespace>:~written       OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <namespace>:~applied       CounterMap only: the last txid it added
+    <namespace>:~prior         CounterMap only: a hash, for that txid, of its keys and their
+                               values before it (what reads of the txid see, state/map.py)
     <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
                                (the engine's fence scope is the topology id, shared by its maps;
                                a backing made by hand fences its own namespace)
@@ -45,7 +49,7 @@ from redis.retry import Retry
 
 from state._timing import timed
 from state.keys import decode_key, encode_key, hashable_key
-from state.map import APPLIED_KEY, Fence, conflict_error, fence_error
+from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, conflict_error, fence_error
 from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
 from transactional.redaction import redact_url
 
@@ -143,6 +147,10 @@ return {0}
 # The counter write (``multi_add``): add numbers to keys, once per txid, atomically.
 # KEYS[1]        the fence key (as above)
 # KEYS[2]        the map's applied marker: the last txid whose additions it holds
+# KEYS[3]        the map's record of the txid of the marker (a hash): '~txid' that txid,
+#                'batch' ARGV[3] (its keys), 'before' a JSON array of each key's value
+#                before it (false: absent) -- what reads of that txid see
+#                (state.map.counter_base; three strings: no field per key to write)
 # ARGV[1], [2]   epoch and txid (as above)
 # ARGV[3]        the batch as JSON: [[key, ...], [number, ...]] (the keys' full names),
 #                numbers as strings (exact, and passed to INCRBY as they are: a Lua number
@@ -154,11 +162,11 @@ return {0}
 # The data keys travel inside ARGV[3], not as KEYS: packing 34,000 KEYS arguments in
 # redis-py cost the driver more than the script's own work. Standalone Redis allows it
 # (Redis Cluster would not; RedisMapBacking writes a txid's keys in one script anyway).
-# Integers are added with INCRBY at once, and at the first key that refuses (not an
-# integer, another type, an overflow) what was added is taken back: the script is atomic,
-# so nobody sees the partial state. One trace can stay: a key whose new value was its delta
-# was absent or held 0, and is deleted again. Floats are checked before anything is added
-# (x + d - d need not be x).
+# Every key's value before the add is read first (MGET, 1000 keys at a time): it goes to
+# the record, and puts a key back exactly when a later key refuses. Integers are added with
+# INCRBY at once, and at the first key that refuses (not an integer, another type, an
+# overflow) what was added is taken back: the script is atomic, so nobody sees the partial
+# state. Floats are checked before anything is added (x + d - d need not be x).
 LUA_FENCED_ADD = _LUA_FENCE_CHECK + """
 local applied = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if t and applied >= t then
@@ -166,15 +174,22 @@ if t and applied >= t then
 end
 local batch = cjson.decode(ARGV[3])
 local ks, ds = batch[1], batch[2]
+local olds = {}
+for c = 1, #ks, 1000 do
+  local vals = redis.call('MGET', unpack(ks, c, math.min(c + 999, #ks)))
+  for j = 1, #vals do
+    olds[c + j - 1] = vals[j]
+  end
+end
 if ARGV[4] == 'int' then
   for i = 1, #ks do
     local r = redis.pcall('INCRBY', ks[i], ds[i])
     if type(r) == 'table' and r.err then
-      for j = 1, i - 1 do
-        if redis.call('GET', ks[j]) == ds[j] then
-          redis.call('DEL', ks[j])
+      for j = i - 1, 1, -1 do
+        if olds[j] then
+          redis.call('SET', ks[j], olds[j])
         else
-          redis.call('DECRBY', ks[j], ds[j])
+          redis.call('DEL', ks[j])
         end
       end
       local what = 'string that is not an integer'
@@ -187,18 +202,14 @@ if ARGV[4] == 'int' then
     end
   end
 else
-  for c = 1, #ks, 1000 do
-    local names = {unpack(ks, c, math.min(c + 999, #ks))}
-    local vals = redis.call('MGET', unpack(names))
-    for j = 1, #vals do
-      local v = vals[j]
-      if v then
-        if not tonumber(v) then
-          return {2, names[j], 'string that is not a number'}
-        end
-      elseif redis.call('TYPE', names[j])['ok'] ~= 'none' then
-        return {2, names[j], 'non-string value'}
+  for i = 1, #ks do
+    local v = olds[i]
+    if v then
+      if not tonumber(v) then
+        return {2, ks[i], 'string that is not a number'}
       end
+    elseif redis.call('TYPE', ks[i])['ok'] ~= 'none' then
+      return {2, ks[i], 'non-string value'}
     end
   end
   for i = 1, #ks do
@@ -207,13 +218,37 @@ else
 end
 if t then
   redis.call('SET', KEYS[2], tostring(t))
+  redis.call('HSET', KEYS[3], '~txid', tostring(t), 'batch', ARGV[3], 'before', cjson.encode(olds))
 end
 """ + _LUA_FENCE_RAISE + """
 return {0}
 """
 
+# The counter read (``counter_get``): values, and the record of the applied txid when a
+# read of that very txid needs it (a replay), in one round trip.
+# KEYS[1]        the map's applied marker; KEYS[2] its record (as above)
+# KEYS[3..n+2]   the data keys
+# ARGV[1]        the txid whose reads need the record
+# return {applied or nil, {~txid, batch, before} or nil, {value or nil, ...}}
+LUA_COUNTER_GET = """
+local applied = redis.call('GET', KEYS[1])
+local vals = {}
+for c = 3, #KEYS, 1000 do
+  local part = redis.call('MGET', unpack(KEYS, c, math.min(c + 999, #KEYS)))
+  for j = 1, #part do
+    vals[#vals + 1] = part[j]
+  end
+end
+local rec = false
+if applied and applied == ARGV[1] then
+  rec = redis.call('HMGET', KEYS[2], '~txid', 'batch', 'before')
+end
+return {applied, rec, vals}
+"""
+
 _SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
 _ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
+_COUNTER_GET_SHA = hashlib.sha1(LUA_COUNTER_GET.encode()).hexdigest()
 
 def _dumps_batch(batch: list[list[str]]) -> bytes | str:
     """A counter batch as compact JSON (orjson when installed)."""
@@ -570,8 +605,9 @@ class RedisMapBacking:
         marker (``<namespace>:~applied``) and writes nothing when the txid was added before
         (returns False) -- ``CounterMap``'s write. Numbers are stored as Redis integers
         (``INCRBY``) or floats (``INCRBYFLOAT``), readable with ``redis-cli GET``. A key
-        holding something that is not a number refuses the whole write (see
-        ``LUA_FENCED_ADD`` for the one trace that can stay)."""
+        holding something that is not a number refuses the whole write, every key left as
+        it was. With the txid, the same write records the keys' values before it
+        (``<namespace>:~prior``, see ``counter_get``)."""
         if len(keys) != len(deltas):
             msg = f"{len(keys)} keys but {len(deltas)} deltas"
             raise ValueError(msg)
@@ -583,6 +619,33 @@ class RedisMapBacking:
         mode = "int" if kinds <= {int} else "float"
         prefix = self._prefix
         return self._add(_dumps_batch([[prefix + k for k in keys], list(map(str, deltas))]), mode, fence)
+
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
+        """The numbers at ``keys`` (encoded) and the counter map's record of its last added
+        txid: its applied marker and, when that is ``txid`` (a read of a txid added
+        already: a replay), the values these keys held before it. One round trip (an
+        ``EVALSHA`` of ``LUA_COUNTER_GET``), one consistent snapshot."""
+        prefix = self._prefix
+        rkeys = [prefix + k for k in keys]
+        self.round_trips += 1
+        applied, rec, raw = self._io("reading", self._eval_script, LUA_COUNTER_GET, _COUNTER_GET_SHA,
+                                     [prefix + APPLIED_KEY, prefix + PRIOR_KEY, *rkeys], [str(txid)])
+        values = [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw, strict=True)]
+        try:
+            marker = int(applied or 0)
+            if not rec or rec[0] is None:
+                return values, CounterRecord(marker)
+            batch, olds = json.loads(rec[1])[0], json.loads(rec[2])
+            olds = olds or []            # cjson encodes an empty array as {}
+            want = dict(zip(rkeys, keys, strict=True))
+            before = {want[k]: None if v is False else self._load(k, v.encode())
+                      for k, v in zip(batch, olds, strict=True) if k in want}
+            return values, CounterRecord(marker, int(rec[0]), before)
+        except (ValueError, TypeError, IndexError):
+            msg = (f"Redis keys {prefix + APPLIED_KEY!r} / {prefix + PRIOR_KEY!r} at {self.address} hold "
+                   f"{applied!r} / {rec!r:.200}, not what a counter map writes. Use another state name "
+                   "or delete the keys")
+            raise StateCorruptError(msg) from None
 
     def multi_add_columns(self, keys: Any, deltas: Any, fence: Fence) -> bool:
         """``multi_add`` from a ``pyarrow`` string array of keys (plain: none starting
@@ -599,7 +662,8 @@ class RedisMapBacking:
         txid = "" if fence.txid is None else str(fence.txid)
         self.round_trips += 1
         reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA,
-                         [self._fence_key, self._prefix + APPLIED_KEY], [epoch, txid, batch, mode])
+                         [self._fence_key, self._prefix + APPLIED_KEY, self._prefix + PRIOR_KEY],
+                         [epoch, txid, batch, mode])
         if int(reply[0]) == 5:
             return False
         self._raise_for(reply, fence)

@@ -14,7 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state.keys import encode_key
-from state.map import WRITTEN_KEY, Fence, FenceCell, MemoryMapBacking, OpaqueMap, TransactionalMap, fence_refusal
+from state.map import (
+    WRITTEN_KEY,
+    CounterMap,
+    Fence,
+    FenceCell,
+    MapState,
+    MemoryMapBacking,
+    OpaqueMap,
+    TransactionalMap,
+    fence_refusal,
+)
 from transactional.exceptions import LeadershipLostError, StateAheadError
 
 KEYS = ["a", "b", "c", "d"]
@@ -169,3 +179,73 @@ def test_a_stale_driver_cannot_write_the_txid_a_newer_driver_committed():
     assert new.get("a") == 1 and backing.data[encode_key("a")]["attempt"] == 2
     with pytest.raises(StateAheadError, match="txid 4.*txid 3"):
         backing.multi_put(["a"], [{}], Fence(2, 3))
+
+
+# -- a read in txid t sees the state as of t-1 --------------------------------------------------
+
+def _map(kind: str, backing: MemoryMapBacking, writer: str = "driver") -> MapState:
+    return {"transactional": TransactionalMap, "opaque": OpaqueMap, "counters": CounterMap}[kind](backing,
+                                                                                                writer=writer)
+
+
+@pytest.mark.parametrize("kind", ["transactional", "opaque", "counters"])
+def test_a_replay_reads_what_its_first_attempt_read(kind):
+    """Txid 1 committed a=2. Attempt 1 of txid 2 queries, reads, adds (a+3, b+4), writes,
+    and the driver dies before recording txid 2. Its replay must see exactly what attempt
+    1 saw -- the query (``multi_get_committed``), an updater's old value (``multi_get``
+    before the update), the new values -- whatever attempt 1 already wrote."""
+    backing = MemoryMapBacking()
+    m = _map(kind, backing)
+    m.begin_commit(1, 1, epoch=1)
+    m.multi_combine(["a"], [2], "sum")
+    m.commit(1)
+
+    def attempt(a: int) -> tuple:
+        m.last_committed = 1
+        m.begin_commit(2, a, epoch=1)
+        if a > 1:
+            m.rollback(["driver"])
+        query = m.multi_get_committed(["a", "b"])
+        old = m.multi_get(["a", "b"])
+        new = m.multi_combine(["a", "b"], [3, 4], "sum")
+        after = m.multi_get_committed(["a", "b"])
+        m.flush()                       # the write of txid 2 (then, for attempt 1, the crash)
+        m.abort()
+        return query, old, new, after, m.multi_get(["a", "b"])    # the last: as of txid 1
+
+    first = attempt(1)
+    assert first == ([2, None], [2, None], [5, 4], [2, None], [2, None])
+    assert attempt(2) == first
+    m.last_committed = 2                # txid 2 recorded: reads outside a commit show it
+    assert m.multi_get(["a", "b"]) == [5, 4]
+
+
+@pytest.mark.parametrize("kind", ["transactional", "opaque"])
+def test_a_query_on_executors_never_sees_its_own_txid(kind):
+    """Commits on executors: the committer task of the map writes its share of txid 2
+    when it ends; the query task of a later stage of the same txid (another map object,
+    another writer) still reads the state as of txid 1."""
+    backing = MemoryMapBacking()
+    tasks = [_map(kind, backing, writer=w) for w in ("counts.0", "query.0")]
+    for t in tasks:
+        t.shared_writes = True
+    counts, query = tasks
+    for txid, n in ((1, 2), (2, 3)):
+        counts.begin_commit(txid, 1, epoch=1)
+        counts.multi_combine(["a"], [n], "sum")
+        counts.commit(txid)             # the task ended: its share is written
+        query.begin_commit(txid, 1, epoch=1)
+        assert query.multi_get_committed(["a", "z"]) == [None if txid == 1 else 2, None]
+        query.commit(txid)
+
+
+def test_a_counter_read_raises_when_the_map_is_ahead_of_the_batch():
+    m = CounterMap(MemoryMapBacking())
+    for txid in (1, 2):
+        m.begin_commit(txid, epoch=1)
+        m.add(["a"], [1])
+        m.commit(txid)
+    m.begin_commit(1, epoch=1)
+    with pytest.raises(StateAheadError, match="written by txid 2, newer than the batch being committed "
+                                              r"\(txid 1\)"):
+        m.multi_get_committed(["a"])

@@ -97,13 +97,22 @@ class TestMapContract:
         assert commit(m, 1, keys, [add(i) for i in (1, 2, 4, 8, 16, 32, 64)]) == [1, 2, 4, 8, 16, 48, 64]
         assert m.multi_get([True, 1.0, 1, "1", ["a", 1], None, 0, False]) == [4, 2, 1, 8, 48, 64, None, None]
 
-    def test_transactional_same_txid_is_skipped(self, backing):
+    def test_transactional_same_txid_rebuilds_on_prev(self, backing):
         m = TransactionalMap(backing)
         assert commit(m, 1, ["a", "b"], add(1)) == [1, 1]
         assert commit(m, 2, ["a"], add(5)) == [6]
-        assert commit(m, 2, ["a", "b"], add(5)) == [6, 6]  # replay of 2: a skipped, b applied
+        assert commit(m, 2, ["a", "b"], add(5)) == [6, 6]  # replay of 2: both built on the value before 2
         assert m.multi_get(["a", "b"]) == [6, 6]
-        assert backing.multi_get(["a"]) == [{"txid": 2, "val": 6}]
+        assert backing.multi_get(["a"]) == [{"txid": 2, "val": 6, "prev": 1}]
+
+    def test_a_transactional_value_without_prev_keeps_the_skip_rule(self, backing):
+        """``{txid, val}`` (written by a version before ``prev``): the replay of its own
+        txid cannot know the value before it, so it skips the key as that version did."""
+        backing.multi_put(["a", "b"], [{"txid": 1, "val": 3}, {"txid": 2, "val": 9}])
+        m = TransactionalMap(backing)
+        assert commit(m, 2, ["a", "b"], add(5)) == [8, 9]
+        assert backing.multi_get(["a", "b"]) == [{"txid": 2, "val": 8, "prev": 3}, {"txid": 2, "val": 9}]
+        assert commit(m, 3, ["b"], add(1)) == [10]
 
     def test_opaque_same_txid_rebuilds_on_prev(self, backing):
         m = OpaqueMap(backing)
@@ -176,7 +185,7 @@ class TestMapContract:
         commit(m, 1, keys, add(1))
         assert backing.round_trips - before == 2
         before = backing.round_trips
-        commit(m, 1, keys, add(1))  # a replay: Transactional skips every key, no write
+        commit(m, 1, keys, add(1))  # a replay: Transactional computes what it stored, no write
         assert backing.round_trips - before == (1 if kind == "transactional" else 2)
 
 
@@ -246,9 +255,9 @@ class TestRedisBacking:
         commit(t, 1, ["apple", 7, ("a", 1)], add(3))
         commit(o, 1, ["apple"], add(3))
         commit(o, 2, ["apple"], add(2))
-        assert client.get("wc:counts:apple") == b'{"txid":1,"val":3}'
-        assert client.get("wc:counts:~j7") == b'{"txid":1,"val":3}'
-        assert client.get('wc:counts:~j["a",1]') == b'{"txid":1,"val":3}'
+        assert client.get("wc:counts:apple") == b'{"txid":1,"val":3,"prev":null}'
+        assert client.get("wc:counts:~j7") == b'{"txid":1,"val":3,"prev":null}'
+        assert client.get('wc:counts:~j["a",1]') == b'{"txid":1,"val":3,"prev":null}'
         assert core(json.loads(client.get("wc:opaque:apple"))) == {"txid": 2, "curr": 5, "prev": 3}
         # a backing made by hand fences its own namespace ("0:" no epoch, then the txid)
         assert client.get("wc:counts:~fence") == b"0:1" and client.get("wc:opaque:~fence") == b"0:2"
@@ -270,8 +279,8 @@ class TestRedisBacking:
     def test_scan_and_clear(self, redis_url, redis_namespace):
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         commit(TransactionalMap(b), 1, ["a", 2, ("t", 1)], add(1))
-        assert b.scan() == {"a": {"txid": 1, "val": 1}, 2: {"txid": 1, "val": 1},
-                            ("t", 1): {"txid": 1, "val": 1}}
+        assert b.scan() == {"a": {"txid": 1, "val": 1, "prev": None}, 2: {"txid": 1, "val": 1, "prev": None},
+                            ("t", 1): {"txid": 1, "val": 1, "prev": None}}
         assert b.clear() == 4  # three keys and the fence
         assert b.scan() == {}
 
@@ -323,7 +332,7 @@ class TestRedisBacking:
 
         m = TransactionalMap(RedisMapBacking.from_url(redis_url, redis_namespace, serializer=Upper()))
         commit(m, 1, ["a"], add(2))
-        assert redis_server.client().get(f"{redis_namespace}:a") == b'{"TXID":1,"VAL":2}'
+        assert redis_server.client().get(f"{redis_namespace}:a") == b'{"TXID":1,"VAL":2,"PREV":NULL}'
         assert m.get("a") == 2
         with pytest.raises(ConfigError, match="dumps"):
             RedisMapBacking.from_url(redis_url, redis_namespace, serializer=object())
@@ -489,11 +498,9 @@ class TestCounterWrites:
         m.add(["new1", "old1", "old2", "bad", "new2"], [1, 2, 3, 4, 5])
         with pytest.raises(StateCorruptError, match=f"holds a {what}.*nothing was overwritten"):
             m.commit(2)
-        # every key as it was, but one that held 0 is absent again: the script cannot tell
-        # it from an absent key once added to (docs/trident.md, "counters")
-        del before[f"{redis_namespace}:old2".encode()]
+        # every key as it was (the one holding 0 too: the script read each value first)
         assert {k: r.dump(k) for k in r.keys(f"{redis_namespace}:*")} == before
-        assert CounterMap(b).multi_get(["old1", "old2", "new1", "new2"]) == [5, None, None, None]
+        assert CounterMap(b).multi_get(["old1", "old2", "new1", "new2"]) == [5, 0, None, None]
 
     def test_arrow_columns_add_as_lists_do_and_fall_back_where_they_must(self, redis_url, redis_namespace):
         import pyarrow as pa
@@ -523,6 +530,27 @@ class TestCounterWrites:
         assert CounterMap(b).multi_get(["a", "b", "c", "~x", "d"]) == [8, 14, 7, 1, 1]
         assert calls == [2, 2, 1]              # the case with "~x" went the list way
         assert b.client.get(f"{redis_namespace}:~s~x") == b"1"
+
+    def test_reads_of_a_txid_added_already_see_the_values_before_it(self, redis_url, redis_namespace):
+        """Attempt 1 of txid 2 added, and the driver died before recording txid 2: the
+        replay reads the values before txid 2 (a key that held 0 is 0, an absent one None,
+        a float exactly), one round trip a read, and adds nothing again."""
+        b = RedisMapBacking.from_url(redis_url, redis_namespace)
+        m = CounterMap(b)
+        m.begin_commit(1, epoch=1)
+        m.add(["zero", "f"], [0, 0.1])
+        m.commit(1)
+        for attempt in (1, 2):
+            m.begin_commit(2, attempt, epoch=1)
+            before = b.round_trips
+            assert m.multi_get_committed(["zero", "f", "new"]) == [0, 0.1, None]
+            assert b.round_trips - before == 1
+            assert m.multi_combine(["zero", "new"], [3, 4]) == [3, 4]
+            m.commit(2)
+        assert m.multi_get(["zero", "new"]) == [3, 4]
+        b.client.delete(f"{redis_namespace}:~prior")   # as a version before the record left it
+        m.begin_commit(2, 3, epoch=1)
+        assert m.multi_get_committed(["zero", "new"]) == [3, 4]
 
     def test_floats_are_checked_before_anything_is_added(self, redis_url, redis_namespace):
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
@@ -600,12 +628,19 @@ class TestRules:
         assert got == {k: sum(g.get(k, 0) for _, g in batches) for k in sorted(touched)}
 
     def test_transactional_map_is_wrong_when_a_replay_differs(self):
-        """Why OpaqueMap exists: TransactionalMap keeps the first attempt's value."""
+        """Why OpaqueMap exists: a replay of txid 1 emitting other keys than its first
+        attempt leaves that attempt's values in a TransactionalMap; an OpaqueMap puts them
+        back before the replay commits (``rollback``)."""
         t, o = TransactionalMap(MemoryMapBacking()), OpaqueMap(MemoryMapBacking())
         for m in (t, o):
-            commit(m, 1, ["a"], add(5))  # attempt 1 of txid 1 saw 5 tuples, then died
-            commit(m, 1, ["a"], add(3))  # the opaque replay of txid 1 emits 3
-        assert o.get("a") == 3 and t.get("a") == 5
+            m.begin_commit(1, 1)
+            m.multi_update(["a"], add(5))       # attempt 1 of txid 1 saw "a" 5 times,
+            m.flush()                           # wrote, then died
+            m.begin_commit(1, 2)
+            m.rollback(["driver"])
+            m.multi_update(["b"], add(3))       # the opaque replay of txid 1 emits "b" 3 times
+            m.commit(1)
+        assert o.multi_get(["a", "b"]) == [None, 3] and t.multi_get(["a", "b"]) == [5, 3]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -298,18 +298,19 @@ def test_exact_counts_through_failed_batches_and_failed_commits(executor: str, f
 # -- a driver killed mid-commit --------------------------------------------------------------
 
 def run_child(tmp_path: Path, name: str, flavour: str, zk_url: str, redis_url: str,
-              crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour,
+              crash_at: str | None = None, topology: str = "trident_kill_topology.py",
+              args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour, **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRIDENT_CRASH_AT", None)
     if crash_at:
         env["TRIDENT_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / "trident_kill_topology.py"),
+        [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / topology),
          # the driver's commit protocol is what a kill tests: its tasks run in-process (no JVM
          # to start for each of the three drivers; Trident on Spark is tested above)
          "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
+         "--max-spout-pending", "3", "--lock-wait", "30", "-q", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
 
@@ -329,6 +330,38 @@ def test_a_driver_killed_after_writing_before_recording_resumes_exactly(tmp_path
     backing = open_map_backing(redis_url, f"trident-kill-{flavour}:counts")
     m = (OpaqueMap if flavour == "opaque" else TransactionalMap)(backing, "counts")
     assert dict(zip(want, m.multi_get(list(want)), strict=True)) == want
+
+
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+@pytest.mark.parametrize("flavour", ["transactional", "opaque", "counters"])
+def test_a_replay_after_a_driver_kill_reads_what_its_first_attempt_read(tmp_path: Path, flavour: str,
+                                                                        placement: str, zk_url: str,
+                                                                        redis_url: str) -> None:
+    """A query and a new-values stream feed other maps (tests/trident_query_kill_topology.py).
+    SIGKILL after txid 3 wrote every map, before it was recorded: the replay of txid 3
+    must read the state as of txid 2, as its first attempt did, so every derived
+    ``(word, count)`` and ``(query, seen)`` is stored once, with the first attempt's value."""
+    import trident_query_kill_topology as q
+
+    if flavour == "counters" and placement == "executors":
+        pytest.skip("counter maps need commit_placement='driver' (one writer per txid)")
+    tid = uid(f"query-kill-{flavour}")
+    env = {"TRIDENT_TEST_TOPOLOGY_ID": tid}
+    args = ("--set", f'commit_placement="{placement}"')
+    crash = "commit.before_record:txid=3"
+    p = run_child(tmp_path, "kill", flavour, zk_url, redis_url, crash, "trident_query_kill_topology.py", args, env)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    assert "crash point commit.before_record" in p.stderr
+    p = run_child(tmp_path, "final", flavour, zk_url, redis_url, None, "trident_query_kill_topology.py", args, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    def stored(name: str, kind: str) -> dict:
+        field = {"transactional": "val", "opaque": "curr"}.get(kind)
+        return {k: v if field is None else v[field]
+                for k, v in open_map_backing(redis_url, f"{tid}:{name}").scan().items()}  # type: ignore[attr-defined]
+
+    derived = "opaque" if flavour == "opaque" else "transactional"
+    assert (stored("counts", flavour), stored("counted", derived), stored("answers", derived)) == q.expected()
 
 
 # -- merge, join, state queries ----------------------------------------------------------------
@@ -353,18 +386,31 @@ def test_join_matches_tuples_of_the_same_batch_only() -> None:
     assert multiset(r, "out") == {(1, "a", "A"): 1, (2, "b", "B"): 1}
 
 
-def test_state_query_sees_exactly_the_state_committed_before_its_batch() -> None:
+# every flavour with commits on the driver; on executors (counter maps need the driver)
+# in this process and on Spark
+QUERY_CASES = [("in-process", "driver", f) for f in ("transactional", "opaque", "counters")] + [
+    ("in-process", "executors", "transactional"), ("in-process", "executors", "opaque"),
+    ("spark", "executors", "transactional")]
+
+
+@pytest.mark.parametrize("executor,placement,flavour", QUERY_CASES, indirect=["executor"])
+def test_state_query_sees_exactly_the_state_committed_before_its_batch(executor: str, placement: str,
+                                                                       flavour: str, redis_url: str) -> None:
     """Words arrive two per txid; each txid also queries the count of "a". The query of
-    txid t must see the counts of txids 1..t-1: none, 1, 2, 2, 4."""
+    txid t must see the counts of txids 1..t-1: none, 1, 2, 2, 4 -- never txid t's own
+    update, wherever the commit runs (on executors the task that updates the map has
+    written its share before the query's task of the same txid reads)."""
     words = ["a", "b", "a", "c", "b", "b", "a", "a", "x", "y"]
-    t = TridentTopology(uid("query"))
+    tid = uid("query")
+    t = TridentTopology(tid)
     counts = (t.new_stream("words", FixedBatchSpout(Fields("word"), 2, *words))
-              .group_by(Fields("word")).persistent_aggregate(state.transactional("counts"), Count(), Fields("n")))
+              .group_by(Fields("word")).persistent_aggregate(getattr(state, flavour)("counts"), Count(), Fields("n")))
     queries = t.new_stream("queries", FixedBatchSpout(Fields("q", "word"), 1, *[(i, "a") for i in range(1, 6)]))
     seen = queries.state_query(counts, Fields("word"), MapGet(), Fields("seen"))
     record(seen.project(Fields("q", "seen")))
-    r = run_topology(t.build(), config())
-    assert multiset(r, "out") == {(1, None): 1, (2, 1): 1, (3, 2): 1, (4, 2): 1, (5, 4): 1}
+    r = run_topology(t.build(), config(executor, state=redis_url, commit_placement=placement))
+    out = open_map_backing(redis_url, f"{tid}:out").scan()      # type: ignore[attr-defined]
+    assert out == {(1, None): 1, (2, 1): 1, (3, 2): 1, (4, 2): 1, (5, 4): 1}
     assert r.map_state("counts").get("a") == 4
 
 

@@ -15,9 +15,10 @@ additions go to the store in one atomic write that records the txid (``CounterMa
 with no read of the keys -- the fastest exactly-once persistent count; it needs the
 commit phase on the driver (``commit_placement="driver"``).
 
-An opaque spout may replay a txid with different tuples; a transactional map skips a key
-its txid already updated, so it would keep the first attempt's value for some keys and
-the second's for others. ``check_pairing`` refuses that pairing when the topology is built.
+An opaque spout may replay a txid with different tuples; a transactional map rebuilds
+only the keys the replay updates, so it would keep the first attempt's value for keys the
+replay does not touch (an opaque map puts those back). ``check_pairing`` refuses that
+pairing when the topology is built.
 """
 
 from __future__ import annotations
