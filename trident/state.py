@@ -18,6 +18,8 @@ commit phase on the driver (``commit_placement="driver"``).
 An opaque spout may replay a txid with different tuples; a transactional map skips a key
 its txid already updated, so it would keep the first attempt's value for some keys and
 the second's for others. ``check_pairing`` refuses that pairing when the topology is built.
+The rule is about the spouts whose tuples *update* a map: an opaque spout's stream may
+query a transactional map (``state_query``) and write its answers to an opaque map.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ PAIRING_TABLE = """\
 
 
 def check_pairing(factory: MapStateFactory, spouts: list[tuple[str, Any]]) -> None:
-    """Refuse a transactional map fed by an opaque spout (see the module docstring)."""
+    """Refuse a transactional map whose updates come from an opaque spout (see the module
+    docstring); ``spouts``: the spouts feeding the stream that writes the map (a stream
+    that only queries it does not count)."""
     if factory.state_type not in (StateType.TRANSACTIONAL, StateType.COUNTER):
         return
     bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
