@@ -4,8 +4,9 @@
 ``Engine._loop``) against a ``Coordinator`` with random settings and each replay policy:
 actions are carried out in the order the engine does (one queue; a Plan is answered at once
 by a fake spout, a Commit at once with ``committed`` or ``failed``, a Launch starts a job
-whose outcome a later step reports, a Cancel voids a job, a Stop ends the run), while
-time moves on through ``tick``. A model of the run checks after every action and every
+whose outcome a later step reports, a Cancel voids a job, a Stop ends the run; the
+operator may act between any two actions, and after a kill only the queued Cancels are
+carried out), while time moves on through ``tick``. A model of the run checks after every action and every
 step the rules of the module docstring:
 
 1. commits strictly in txid order, one at a time, each txid once;
