@@ -21,13 +21,87 @@ from __future__ import annotations
 
 import abc
 import json
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from transactional.exceptions import LockHeldError
+from transactional.exceptions import LockHeldError, StateError, StateValueError
 
 JSON = Any
+#: the largest value a znode takes (ZooKeeper's jute.maxbuffer, less room for the request);
+#: every backend refuses larger values, so a topology tried on ``memory://`` runs on ZooKeeper
+MAX_VALUE_BYTES = 1_000_000
+#: what a stored value may hold, for messages
+JSON_TYPES = "dicts with string keys, lists, strings, finite numbers, booleans and None"
+
+
+def json_problem(value: Any, root: str = "") -> str | None:
+    """Where and why JSON cannot hold ``value`` -- e.g. ``"['0']['seen'] is a set ({1, 2})"``
+    -- or None when it can. The one rule of what coordinator state stores (``encode_json``)
+    and of what a spout's coordinator may plan (``transactional._spout``); fields are
+    named from ``root``. Tuples are stored as lists, and int, float, bool and None keys
+    as strings, as ``json`` does.
+
+    >>> json_problem({"0": {"start": 0, "seen": {1, 2}}}), json_problem({"0": [1.5, None]})
+    ("['0']['seen'] is a set ({1, 2})", None)
+    """
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return _problem(value, root, set()) or f"{root or 'the value'} is not JSON"
+    return None
+
+
+def _problem(v: Any, where: str, path: set[int]) -> str | None:
+    at = where or "the value"
+    if v is None or isinstance(v, (str, bool, int)):
+        return None
+    if isinstance(v, float):
+        return None if math.isfinite(v) else f"{at} is {v!r} (JSON has no NaN or infinity)"
+    if isinstance(v, (list, tuple, dict)):
+        if id(v) in path:
+            return f"{at} contains itself (a circular reference)"
+        path.add(id(v))
+        try:
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    if not (k is None or isinstance(k, (str, int, float, bool))):
+                        return f"{at} has the key {_short(k)} of type {type(k).__name__} (JSON keys are strings)"
+                    found = _problem(item, f"{where}[{k!r}]", path)
+                    if found:
+                        return found
+            else:
+                for i, item in enumerate(v):
+                    found = _problem(item, f"{where}[{i}]", path)
+                    if found:
+                        return found
+        finally:
+            path.discard(id(v))
+        return None
+    return f"{at} is a {type(v).__name__} ({_short(v)})"
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def encode_json(path: str, value: JSON) -> str:
+    """The JSON text every backend stores for ``value`` at ``path``; raises
+    ``StateValueError`` naming the path and the field JSON cannot hold, and
+    ``StateError`` for a value over ``MAX_VALUE_BYTES`` -- the same on every backend."""
+    problem = json_problem(value)
+    if problem is not None:
+        msg = (f"value for state path {path!r} is not JSON: {problem}; coordinator state holds "
+               f"JSON values only ({JSON_TYPES})")
+        raise StateValueError(msg)
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    if len(text.encode("utf-8")) > MAX_VALUE_BYTES:
+        msg = (f"value for state path {path!r} is {len(text.encode('utf-8'))} bytes; ZooKeeper takes at most "
+               f"{MAX_VALUE_BYTES}: keep batch metadata small (offsets, not records)")
+        raise StateError(msg)
+    return text
 
 
 class TransactionalState(abc.ABC):
@@ -137,8 +211,9 @@ class MemoryTransactionalState(TransactionalState):
         return None if raw is None else json.loads(raw)
 
     def set(self, path: str, value: JSON) -> None:
-        """Store ``value`` at ``path`` as JSON text, so a value ZooKeeper would refuse fails here too."""
-        self._data[_norm(path)] = json.dumps(value)  # JSON on the way in, as ZooKeeper
+        """Store ``value`` at ``path`` as JSON text (``encode_json``), so a value ZooKeeper
+        would refuse fails here too, with the same error."""
+        self._data[_norm(path)] = encode_json(path, value)  # JSON on the way in, as ZooKeeper
         for callback in list(self._watches.get((self.topology_id, _norm(path)), ())):
             callback(json.loads(self._data[_norm(path)]))
 

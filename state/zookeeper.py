@@ -58,7 +58,7 @@ from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions
 
 from state._timing import timed
-from state.base import JSON, TransactionalState
+from state.base import JSON, TransactionalState, encode_json
 from transactional.exceptions import (
     ConfigError,
     LeadershipLostError,
@@ -76,8 +76,6 @@ T = TypeVar("T")
 
 #: Root znode when the URL names none (``zk://host:2181``).
 DEFAULT_ROOT = "trident"
-#: ZooKeeper refuses znode data above ~1 MB (jute.maxbuffer); stay well below.
-MAX_VALUE_BYTES = 1_000_000
 LOCK_NODE = "lock"
 _CONTENDER = re.compile(r"__lock__(\d{10})$")
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f/]")
@@ -379,22 +377,7 @@ class ZooKeeperTransactionalState(TransactionalState):
             raise StateCorruptError(msg) from None
 
     def _encode(self, path: str, value: JSON) -> bytes:
-        try:
-            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as e:
-            msg = (
-                f"value for state path {path!r} is not JSON ({e}); coordinator "
-                "state holds JSON values only"
-            )
-            raise TypeError(msg) from None
-        if len(data) > MAX_VALUE_BYTES:
-            msg = (
-                f"value for state path {path!r} is {len(data)} bytes; ZooKeeper "
-                f"takes at most {MAX_VALUE_BYTES}: keep batch metadata small "
-                "(offsets, not records)"
-            )
-            raise StateError(msg)
-        return data
+        return encode_json(path, value).encode("utf-8")   # the rule of every backend (state.base)
 
     def _subtree(self, path: str) -> list[str]:
         """Descendants of ``path``, deepest first (children before parents)."""

@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from spouts import MemoryTransactionalSpout
-from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology
+from state.base import open_transactional_state
+from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology
 from transactional._coordinator import Transition
 from transactional._runner import Engine
-from transactional.control import request
+from transactional.control import RunControl, request
 from transactional.exceptions import TridentError
 from transactional.status import topology_list, topology_status
-from transactional.testing import ListSink
+from transactional.testing import SINKS, ListSink
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,6 +104,128 @@ def test_a_deactivated_topology_starts_deactivated_and_kill_without_a_driver_is_
     request("memory://", tid, "kill")
     t.join(30)
     assert not t.is_alive() and "launched" not in heard
+
+
+#: per topology id: set when txid ``at + 1`` is reported processed (by a listener of the run)
+GATES: dict[str, threading.Event] = {}
+
+
+class HoldBatch(BaseBatchBolt):
+    """Processing phase: the batch of txid ``at`` ends only once txid ``at + 1`` is
+    reported processed, so that when ``at`` commits, the Commit of ``at + 1`` is asked
+    for at once. (The gate is found through ``sys.modules``: this class is shipped by
+    value, and an Event cannot be pickled.)"""
+
+    def __init__(self, tid: str, at: int) -> None:
+        self.tid, self.at, self.module = tid, at, __name__
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        self.txid = id.txid
+
+    def execute(self, tuple: Any) -> None:
+        pass
+
+    def finish_batch(self) -> None:
+        if self.txid == self.at:
+            assert sys.modules[self.module].GATES[self.tid].wait(30), f"txid {self.at + 1} was not processed"
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id"))
+
+
+class KillDuringCommit(ListSink):
+    """A committer that asks ``trident kill`` inside the commit of txid ``at``: the
+    deterministic seam of a kill that arrives mid-commit."""
+
+    def __init__(self, tid: str, coordination: str, at: int) -> None:
+        super().__init__(tid)
+        self.coordination, self.at = coordination, at
+
+    def finish_batch(self) -> None:
+        super().finish_batch()
+        if self.attempt.txid == self.at:
+            request(self.coordination, self.name, "kill", by="ops")
+
+
+class KillingSpout(MemoryTransactionalSpout):
+    """Its coordinator asks ``trident kill`` from ``committed(at)``: the last step of the
+    commit of txid ``at``, a moment before the driver looks at the operator's record."""
+
+    def __init__(self, tid: str, coordination: str, at: int) -> None:
+        super().__init__({0: list(range(1000))}, Fields("n"), 1)
+        self.tid, self.coordination, self.at = tid, coordination, at
+
+    def get_coordinator(self, conf: dict, context: Any) -> Any:
+        inner = super().get_coordinator(conf, context)
+        spout = self
+
+        class Coordinator(type(inner)):  # type: ignore[misc]
+            def committed(self, txid: int, meta: Any) -> None:
+                if txid == spout.at:
+                    request(spout.coordination, spout.tid, "kill", by="ops")
+
+        return Coordinator(inner.sizes, inner.take)
+
+
+@pytest.mark.parametrize("seam", ["committer", "spout"])
+@pytest.mark.parametrize("coordination", ["memory", "zk"])
+def test_a_kill_that_arrives_mid_commit_finishes_that_commit_then_stops(coordination: str, seam: str,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """The kill is written inside the commit of txid 3 (by a committer bolt, or by the
+    spout coordinator's ``committed`` hook, its last step) while txid 4 is processed
+    already (its Commit is asked for as soon as 3's is recorded): the run commits 3 and
+    stops, 4 is cancelled. With ZooKeeper the driver hears the kill by a watch whose
+    callback runs on kazoo's thread, after a read of its own; the driver reads the record
+    afresh after each commit, so the kill cannot slip past the next commit."""
+    url = "memory://" if coordination == "memory" else request.getfixturevalue("zk_url")
+    tid = f"ctl-{uuid.uuid4().hex[:8]}"
+    GATES[tid] = gate = threading.Event()
+    if seam == "committer":
+        b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: list(range(1000))}, Fields("n"), 1))
+        b.set_committer_bolt("sink", KillDuringCommit(tid, url, 3)).shuffle_grouping("spout")
+    else:
+        b = TransactionalTopologyBuilder(tid, "spout", KillingSpout(tid, url, 3))
+        b.set_committer_bolt("sink", ListSink(tid)).shuffle_grouping("spout")
+    b.set_bolt("hold", HoldBatch(tid, 3)).shuffle_grouping("spout")
+    engine = Engine(b.build(), TopologyConfig(executor="in-process", coordination=url, progress=False,
+                                              max_spout_pending=3, idle_timeout_secs=None))
+    engine.listeners.append(lambda t: gate.set() if (t.kind, t.txid) == ("processed", 4) else None)
+    try:
+        r = engine.run(None)
+    finally:
+        del GATES[tid]
+    assert (r.stopped_because, r.last_txid, r.batches_committed) == ("killed by ops", 3, 3)
+    assert SINKS.pop(tid) == [(1, (0,)), (2, (1,)), (3, (2,))]
+    st = topology_status(url, tid)
+    assert st["last_committed_txid"] == 3 and st["lock_holder"] is None, st
+    assert all(u["txid"] > 3 for u in st["uncommitted"]), st["uncommitted"]
+
+
+@pytest.mark.integration
+def test_a_kill_is_seen_by_the_read_after_a_commit_whatever_the_zookeeper_watch_delivered(zk_url: str) -> None:
+    """The race behind a kill that slipped past the next commit: the watch's callback runs
+    on kazoo's callback thread (after a read of its own), so when a commit ends the
+    driver may not have heard a kill written during it. Here that thread is held busy
+    while the kill is written: the watch has told nothing, and the fresh read the engine
+    makes after each commit (``value(fresh=True)``) sees the kill all the same."""
+    from kazoo.protocol.states import Callback
+
+    tid = f"ctl-{uuid.uuid4().hex[:8]}"
+    state = open_transactional_state(zk_url, tid)
+    release = threading.Event()
+    try:
+        state.acquire_lock("driver-a", wait=False, timeout=None)
+        control = RunControl(state, "driver-a")
+        assert control.value() == {}
+        state._client.handler.dispatch_callback(Callback("watch", release.wait, (30,)))  # kazoo's thread is busy
+        request(zk_url, tid, "kill", by="ops")
+        assert control.value() == {}                          # the watch has not run: nothing heard
+        rec = control.value(fresh=True)
+        assert rec["kill"]["owner"] == "driver-a" and rec["kill"]["by"] == "ops", rec
+        assert control.value()["kill"]["by"] == "ops"         # and it stays heard
+    finally:
+        release.set()
+        state.close()
 
 
 def trident(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -4,8 +4,9 @@
 ``Engine._loop``) against a ``Coordinator`` with random settings and each replay policy:
 actions are carried out in the order the engine does (one queue; a Plan is answered at once
 by a fake spout, a Commit at once with ``committed`` or ``failed``, a Launch starts a job
-whose outcome a later step reports, a Cancel voids a job, a Stop ends the run), while
-time moves on through ``tick``. A model of the run checks after every action and every
+whose outcome a later step reports, a Cancel voids a job, a Stop ends the run; the
+operator may act between any two actions, and after a kill only the queued Cancels are
+carried out), while time moves on through ``tick``. A model of the run checks after every action and every
 step the rules of the module docstring:
 
 1. commits strictly in txid order, one at a time, each txid once;
@@ -209,9 +210,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         return meta, advance(a.partitions, meta)
 
     def _run(self, data) -> None:
-        """Carry out queued actions as ``Engine._loop`` does, until the queue is empty or a Stop."""
+        """Carry out queued actions as ``Engine._loop`` does, until the queue is empty or a
+        Stop; the operator may act between any two actions (the engine hears it there, e.g.
+        a kill that came during a Commit while the next Commit is queued already)."""
         draw = None if data is None else data.draw
         while self.queue:
+            if draw is not None and not self.done and draw(st.integers(0, 7), label="operator now") == 0:
+                self._operator(data)
             a = self.queue.popleft()
             if isinstance(a, Stop):
                 self.queue.clear()
@@ -253,6 +258,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self._ignored(lambda: self.coord.planned(txid, meta, parts, self.now))
             return
         self.planning = None
+        if self.paused and meta is not None:           # deactivated since the Plan: no new txid
+            assert self.coord.planned(txid, meta, parts, self.now) == [] and self.coord.planning is None
+            return
         if meta is None:
             self.next_poll = self.now + self.s.poll_interval_secs
         self._answer(self.coord.planned(txid, meta, parts, self.now), Expect(("planned", txid, meta, parts)))
@@ -464,10 +472,19 @@ class CoordinatorMachine(RuleBasedStateMachine):
          "operator": self.operator}[event](data)
 
     def operator(self, data):
+        """The operator acts while nothing is queued (see ``_operator``)."""
+        self._operator(data)
+        self._run(data)
+
+    def _operator(self, data):
         """`trident deactivate`, `activate` or `kill`: no new txid while deactivated (those in
         flight go on), emitting again at once on activate, and a kill stops the run with
-        every txid in flight cancelled but one committing."""
+        every txid in flight cancelled -- one whose Commit is queued but not carried out
+        included: the engine carries out only the queued Cancels, then the kill's actions."""
         what = data.draw(st.sampled_from(["deactivate"] * 3 + ["activate"] * 3 + ["kill"]), label="operator")
+        if self.stopped is not None:                   # a Stop is queued: the operator changes nothing
+            self._ignored(lambda: getattr(self.coord, what)(self.now, "ops"))
+            return
         if what == "deactivate":
             before = state_of(self.coord)
             assert self.coord.deactivate(self.now, "ops") == []
@@ -482,16 +499,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self._answer(self.coord.activate(self.now, "ops"), Expect(("activate",)))
         else:
             exp = Expect(("kill",))
-            exp.cancels = {(t, f.attempt) for t, f in self.flight.items() if f.status != "committing"}
+            exp.cancels = {(t, f.attempt) for t, f in self.flight.items()}
             for t, f in self.flight.items():
                 self.voided.add((t, f.attempt))
+            self.commit_out = None
             actions = self.coord.kill(self.now, "ops")
             assert actions and isinstance(actions[-1], Stop) and actions[-1].reason == "killed by ops", actions
             assert actions[-1].error is None
+            self.queue = deque(a for a in self.queue if isinstance(a, Cancel))
             self._answer(actions[:-1], exp)
             self.stopped = actions[-1]
             self.queue.append(actions[-1])
-        self._run(data)
 
     def finish_job(self, data):
         """A processing job ends: processed (an opaque one may have emitted less), or failed."""
@@ -567,6 +585,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert c.last_committed == self.last_committed
         if self.done:
             assert c.stopped is self.stopped is not None
+            # nothing left behind: every attempt in flight was committed or cancelled
+            assert not self.jobs and not self.results and not self.groups, (self.jobs, self.results, self.groups)
             return
         assert self.commit_out is None and c.committing is None
         assert list(self.flight) == sorted(self.flight)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from spouts import MemoryTransactionalSpout
+from state.base import MemoryTransactionalState, open_transactional_state
 from state.redis import RedisMapBacking
 from state.zookeeper import ZooKeeperTransactionalState
 from transactional import (
@@ -34,6 +35,8 @@ from transactional import (
     Values,
     run_topology,
 )
+from transactional.exceptions import SpoutError
+from transactional.testing import SINKS, ListSink
 from transactional.testing._process import wait_until
 
 import test_redis_engine as words
@@ -320,3 +323,46 @@ def test_a_failed_attempts_leftovers_are_rolled_back_before_another_attempt_comm
     d = Driver(tmp_path, "finish", tid, redis_url, zk_url, env=env)
     assert d.wait() == 0, d.stderr[-3000:]
     assert words.stored_counts(redis_url, tid)[1] == words.exact(data)
+
+
+# -- 9. metadata JSON cannot hold stops the run before anything of its txid is written -----------------
+
+class SetMetaSpout(MemoryTransactionalSpout):
+    """Partitioned: its coordinator's metadata for the third batch (rows 4..6) holds a set."""
+
+    def get_coordinator(self, conf, context):
+        inner = super().get_coordinator(conf, context)
+
+        class Coordinator(type(inner)):   # type: ignore[misc]
+            def plan_partition(self, partition, last_meta):
+                m = super().plan_partition(partition, last_meta)
+                return {**m, "seen": {m["start"]}} if m is not None and m["start"] == 4 else m
+
+        return Coordinator(inner.sizes, inner.take)
+
+
+@pytest.mark.parametrize("coordination", ["memory", "zk"])
+def test_spout_metadata_json_cannot_hold_stops_the_run_naming_spout_txid_and_field(request, coordination):
+    """On memory and ZooKeeper coordination alike: a SpoutError naming the spout, the txid,
+    the field and the fix; txids 1 and 2 committed, nothing of txid 3 written or counted."""
+
+    url = "memory://" if coordination == "memory" else request.getfixturevalue("zk_url")
+    tid = new_id("set-meta")
+    b = TransactionalTopologyBuilder(tid, "numbers", SetMetaSpout({0: list(range(10))}, Fields("n"), 2), 1)
+    b.set_bolt("sink", ListSink(tid)).shuffle_grouping("numbers")
+    cfg = TopologyConfig(executor="in-process", coordination=url, max_spout_pending=1, progress=False)
+    with pytest.raises(SpoutError) as e:
+        run_topology(b, cfg)
+    assert str(e.value) == (
+        "spout 'numbers': Coordinator.plan_partition() planned metadata for txid 3 that JSON cannot hold: "
+        "meta['0']['seen'] is a set ({4}). Batch metadata is stored as JSON in the coordinator state "
+        "(memory:// and zk:// alike): plan dicts with string keys, lists, strings, finite numbers, booleans and "
+        "None (e.g. a sorted list instead of a set). Nothing of txid 3 was written")
+    s = open_transactional_state(url, tid)
+    try:
+        assert s.get("committed")["txid"] == 2
+        assert s.children("meta") == [] and s.lock_holder() is None
+    finally:
+        s.close()
+        MemoryTransactionalState.reset(tid)
+    assert SINKS.pop(tid) == [(1, (0,)), (1, (1,)), (2, (2,)), (2, (3,))]

@@ -414,6 +414,32 @@ def test_state_query_sees_exactly_the_state_committed_before_its_batch(executor:
     assert r.map_state("counts").get("a") == 4
 
 
+def test_an_opaque_stream_may_query_a_transactional_map_and_write_its_answers_to_an_opaque_map() -> None:
+    """The pairing rule concerns the spouts that update a map: an opaque spout's stream
+    that only reads ``counts`` (a transactional map fed by a transactional spout) and
+    persists what it saw in an opaque map is valid, and each query sees the counts of the
+    txids before its own. Writing those answers to a transactional map is still refused."""
+    words = ["a", "b", "a", "c", "b", "b", "a", "a", "x", "y"]
+
+    def build(answers: state.MapStateFactory) -> TridentTopology:
+        t = TridentTopology(uid("opaque-reads"))
+        counts = (t.new_stream("words", FixedBatchSpout(Fields("word"), 2, *words))
+                  .group_by(Fields("word")).persistent_aggregate(state.transactional("counts"), Count(), Fields("n")))
+        queries = t.new_stream("queries", OpaqueMemoryTransactionalSpout({0: [(i, "a") for i in range(1, 6)]},
+                                                                          Fields("q", "word"), 1))
+        (queries.state_query(counts, Fields("word"), MapGet(), Fields("seen"))
+         .project(Fields("q", "seen")).map(lambda tt: (tt[0], tt[1] or 0))
+         .group_by(Fields("q")).persistent_aggregate(answers, Fields("seen"), Sum(), Fields("total")))
+        return t
+
+    r = run_topology(build(state.opaque("answers")).build(), config())
+    assert r.map_state("answers").multi_get([1, 2, 3, 4, 5]) == [0, 1, 2, 2, 4]
+    assert r.map_state("counts").multi_get(["a", "b", "c", "x", "y"]) == [4, 3, 1, 1, 1]
+    msg = bad(build(state.transactional("answers")).build)
+    assert "state 'answers' is transactional, but it is fed by the opaque spout(s) ['queries']" in msg
+    assert "'counts'" not in msg
+
+
 # -- the rest of the API ------------------------------------------------------------------------
 
 def test_each_filter_project_map_flat_map_and_each_batch() -> None:

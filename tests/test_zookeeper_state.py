@@ -29,6 +29,7 @@ from transactional.exceptions import (
     StateCorruptError,
     StateError,
     StateUnavailableError,
+    StateValueError,
 )
 from transactional.testing._process import free_port, wait_until
 from transactional.testing.zookeeper import ManagedZooKeeper, TcpProxy
@@ -127,6 +128,20 @@ class TestContract:
         with pytest.raises(TypeError):
             state.set("meta/2", {1, 2})
         assert state.get("meta/2") is None
+
+    def test_what_zookeeper_refuses_every_backend_refuses_with_the_same_error(self, state: TransactionalState) -> None:
+        """One rule (``state.base.encode_json``): a set, NaN or a value over ZooKeeper's
+        limit is refused by the memory backend too, naming the path and the field."""
+        with pytest.raises(StateValueError) as e:
+            state.set("meta/2", {"meta": {"s": {"0": {"start": 4, "seen": {4}}}}, "attempts": 1})
+        assert str(e.value) == (
+            "value for state path 'meta/2' is not JSON: ['meta']['s']['0']['seen'] is a set ({4}); coordinator "
+            "state holds JSON values only (dicts with string keys, lists, strings, finite numbers, booleans and None)")
+        with pytest.raises(StateValueError, match=r"'meta/2' is not JSON: \['meta'\]\[1\] is nan \(JSON has no NaN"):
+            state.set("meta/2", {"meta": [0, float("nan")]})
+        with pytest.raises(StateError, match="'meta/2' is 1100011 bytes; ZooKeeper takes at most 1000000"):
+            state.set("meta/2", {"meta": "x" * 1_100_000})
+        assert state.get("meta/2") is None and state.children("meta") == []
 
     def test_overwrite(self, state: TransactionalState) -> None:
         state.set("committed", {"txid": 1})

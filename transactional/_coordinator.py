@@ -377,10 +377,13 @@ class Coordinator:
     def planned(self, txid: int, meta: Any, partitions: dict | None, now: float, busy: bool = False) -> list[Action]:
         """The spout's metadata for ``txid`` (None: nothing to emit now). ``busy``: work is
         pending outside the coordinator (a core topology's tuple trees), so the run is not
-        idle even with nothing to emit."""
+        idle even with nothing to emit. Deactivated since the Plan: nothing is launched
+        (the txid is planned again on ``activate``)."""
         if self.stopped is not None or self.planning != txid:
             return []
         self.planning = None
+        if self.paused and meta is not None:
+            return []                                  # deactivated meanwhile: planned again on activate
         if meta is None:
             self.next_poll = now + self.settings.poll_interval_secs
             if busy:
@@ -466,12 +469,14 @@ class Coordinator:
         return self._fill(now)
 
     def kill(self, now: float, by: str = "") -> list[Action]:
-        """End the run now (Storm's ``kill``): a commit under way has finished (commits are
-        carried out before the next event); the txids in flight are cancelled and will be
-        emitted again by the next run."""
+        """End the run now (Storm's ``kill``): a commit under way has finished (a Commit is
+        answered before the next event); every txid in flight is cancelled, one whose
+        Commit was asked for but not yet carried out included -- the engine carries out
+        nothing but Cancels after this Stop -- and will be emitted again by the next run."""
         if self.stopped is not None:
             return []
-        return [*self._cancel_all(), self._stop(Stop(f"killed{' by ' + by if by else ''}"), now)]
+        cancels: list[Action] = [Cancel(b.txid, b.attempt) for b in self.inflight.values()]
+        return [*cancels, self._stop(Stop(f"killed{' by ' + by if by else ''}"), now)]
 
     def next_wakeup(self, now: float) -> float | None:
         """When ``tick`` next has something to do (None: only events matter)."""

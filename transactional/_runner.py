@@ -289,6 +289,14 @@ class Engine:
                             raise a.error
                         return
                     pending += runner.carry_out(a, coord)
+                    # the operator is heard between any two actions, and right after a commit from
+                    # the record read afresh: a kill that came during the commit stops the run before
+                    # anything else -- the next Commit already asked for included
+                    heard = control.actions(coord, clock(), fresh=isinstance(a, Commit))
+                    if any(isinstance(h, Stop) for h in heard):
+                        pending = deque([p for p in pending if isinstance(p, Cancel)] + heard)
+                    else:
+                        pending += heard
                 pending += control.actions(coord, clock())
                 if pending:
                     continue

@@ -28,7 +28,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from transactional.exceptions import StateCorruptError, TopologyError
+from state.base import JSON_TYPES, json_problem
+from transactional.exceptions import SpoutError, StateCorruptError, TopologyError
 from transactional.tuples import TransactionAttempt
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class SpoutPlanner:
                  state: Any = None) -> None:
         self.kind = spout_kind(spout)
         self.coordinator = spout.get_coordinator(conf, SpoutContext(topology_id, spout_id, 0, parallelism))
+        self.spout_id = spout_id
         self.state = state
         self.starts_key = f"starts/{spout_id}"
         self._starts: dict | None = None     # the "starts" record, read on first use
@@ -84,7 +86,7 @@ class SpoutPlanner:
         if not c.is_ready():
             return None
         if not self.partitioned:
-            return c.initialize_transaction(txid, prev_meta), None
+            return self._json(c.initialize_transaction(txid, prev_meta), txid, "initialize_transaction"), None
         partitions = dict(partitions or {})
         n = c.num_partitions()
         initial_meta: Any = getattr(c, "initial_meta", None)
@@ -99,6 +101,7 @@ class SpoutPlanner:
                     last = initial_meta(p, p >= starts["initial_partitions"])
                     if last is None:
                         continue             # cannot tell where it begins now: ask again next time
+                    self._json({str(p): last}, txid, "initial_meta")
                     starts["partitions"][str(p)] = last
                     decided = True
             m = c.plan_partition(p, last)
@@ -108,8 +111,22 @@ class SpoutPlanner:
             self._store_starts()             # before any batch reads from a new start
         if not meta:
             return None
+        self._json(meta, txid, "plan_partition")
         partitions.update(meta)
         return meta, partitions
+
+    def _json(self, meta: Any, txid: int, call: str) -> Any:
+        """``meta`` when JSON can hold it (the coordinator state keeps batch metadata as
+        JSON, on every backend: ``state.base.json_problem``), else ``SpoutError`` naming
+        the spout, the txid and the field -- before anything of the txid is written."""
+        problem = json_problem(meta, "meta")
+        if problem is None:
+            return meta
+        msg = (f"spout {self.spout_id!r}: {type(self.coordinator).__name__}.{call}() planned metadata for txid {txid} "
+               f"that JSON cannot hold: {problem}. Batch metadata is stored as JSON in the coordinator state "
+               f"(memory:// and zk:// alike): plan {JSON_TYPES} (e.g. a sorted list instead of a set). "
+               f"Nothing of txid {txid} was written")
+        raise SpoutError(msg)
 
     def _load_starts(self, partitions_now: int) -> dict:
         """The "starts" record (read once; created, and stored, on the topology's first plan)."""

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
-from transactional.exceptions import TridentError
+from transactional.exceptions import StateCorruptError, TridentError
 
 __all__ = ["request", "RunControl", "ACTIONS", "CONTROL"]
 
@@ -84,32 +84,46 @@ def request(coordination: str, topology_id: str, action: str, *, auth: str | Non
 
 class RunControl:
     """The driver's side: watches ``control`` and turns what changed into coordinator
-    calls (``actions``). A backend that cannot watch is read at most every ``poll_secs``."""
+    calls (``actions``). A backend that cannot watch is read at most every ``poll_secs``.
+
+    The record is only ever read here, in the driver's thread: the watch (a kazoo
+    ``DataWatch`` runs its callback on kazoo's thread, after a read of its own that may
+    still be on its way) only notes that it changed. So what the driver saw never goes
+    back to an older record, and ``value(fresh=True)`` -- the engine asks for it after
+    every commit -- sees every request written before it: a kill that arrives during a
+    commit stops the run right after that commit, not one or more commits later."""
 
     def __init__(self, state: TransactionalState, owner: str, poll_secs: float = 1.0,
                  clock: Any = time.monotonic) -> None:
         self.state, self.owner, self.poll_secs, self.clock = state, owner, poll_secs, clock
-        self._guard = threading.Lock()
+        self._stale = threading.Event()          # set from the backend's thread: read the record again
+        self._stale.set()
         self._value: Any = None
         self._next_poll = 0.0
         self.watching = state.watch(CONTROL, self._changed)
 
     def _changed(self, value: Any) -> None:
-        with self._guard:
-            self._value = value
+        """The watch's callback (the backend's thread): the record changed; ``value`` reads it."""
+        self._stale.set()
 
-    def value(self) -> dict[str, Any]:
-        """The ``control`` record as last seen."""
-        if not self.watching and self.clock() >= self._next_poll:
+    def value(self, fresh: bool = False) -> dict[str, Any]:
+        """The ``control`` record: read now when ``fresh``, when the watch said it changed,
+        or (a backend that cannot watch) every ``poll_secs``; else as last read."""
+        if fresh or self._stale.is_set() or (not self.watching and self.clock() >= self._next_poll):
+            self._stale.clear()                  # before the read: a change during it is read next time
             self._next_poll = self.clock() + self.poll_secs
-            self._changed(self.state.get(CONTROL))
-        with self._guard:
-            v = self._value
+            try:
+                self._value = self.state.get(CONTROL)
+            except StateCorruptError as e:
+                log.warning("%s", e)
+                self._value = None
+        v = self._value
         return v if isinstance(v, dict) else {}
 
-    def actions(self, coord: Any, now: float) -> list[Any]:
-        """The coordinator's answer to what the operator asked since the last call."""
-        rec = self.value()
+    def actions(self, coord: Any, now: float, fresh: bool = False) -> list[Any]:
+        """The coordinator's answer to what the operator asked since the last call
+        (``fresh``: read the record now, see ``value``)."""
+        rec = self.value(fresh)
         by = str(rec.get("by") or "")
         out: list[Any] = []
         if rec.get("state") == "inactive" and not coord.paused:

@@ -56,6 +56,11 @@ class StateError(TridentError):
     """User or coordinator state is unusable: unreachable, corrupt, or ahead of the coordinator."""
 
 
+class StateValueError(StateError, TypeError):
+    """A value given to the coordinator state is not JSON (a set, an object, NaN...); the
+    message names the path and the field. Nothing of it is stored."""
+
+
 class StateUnavailableError(StateError):
     """A state server (ZooKeeper, Redis) cannot be reached; the message names its address."""
 
@@ -93,7 +98,8 @@ class LeadershipLostError(StateError):
 
 class SpoutError(TridentError):
     """A spout cannot deliver what the coordinator planned (e.g. an offset range deleted by
-    retention). The run stops; the message names topic, partition, offsets and txid."""
+    retention), or its coordinator planned metadata JSON cannot hold. The run stops; the
+    message names the spout (topic, partition, offsets) or field, and the txid."""
 
 
 class AggregateOverflowError(TridentError, ArithmeticError):

@@ -19,6 +19,8 @@ An opaque spout may replay a txid with different tuples; a transactional map reb
 only the keys the replay updates, so it would keep the first attempt's value for keys the
 replay does not touch (an opaque map puts those back). ``check_pairing`` refuses that
 pairing when the topology is built.
+The rule is about the spouts whose tuples *update* a map: an opaque spout's stream may
+query a transactional map (``state_query``) and write its answers to an opaque map.
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ PAIRING_TABLE = """\
 
 
 def check_pairing(factory: MapStateFactory, spouts: list[tuple[str, Any]]) -> None:
-    """Refuse a transactional map fed by an opaque spout (see the module docstring)."""
+    """Refuse a transactional map whose updates come from an opaque spout (see the module
+    docstring); ``spouts``: the spouts feeding the stream that writes the map (a stream
+    that only queries it does not count)."""
     if factory.state_type not in (StateType.TRANSACTIONAL, StateType.COUNTER):
         return
     bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]

@@ -693,9 +693,12 @@ class _Compiler:
         return out
 
     def _check_pairings(self) -> None:
+        """Trident's pairing rule for every map a stream writes (``persistent_aggregate``,
+        ``partition_persist``), against the spouts that feed those updates. A
+        ``state_query`` only reads the map: the spouts of the querying stream do not count."""
         for seg in self.segments:
             for op in seg.ops:
-                if op.state is not None:
+                if op.state is not None and op.kind != "query":
                     check_pairing(op.state, self._spouts_of(seg))
 
     def _emit(self) -> Topology:
