@@ -545,3 +545,60 @@ def test_a_core_topologys_spout_figures_reach_the_page_between_commits_too() -> 
         assert engine.result.batches_committed >= 1
     finally:
         t.join(30)
+
+
+def post(url: str, body: dict | bytes, headers: dict | None = None) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json",
+                                                                         **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_page_controls_are_off_without_a_token_and_never_act_without_it():
+    """POST /api/control writes the control record `trident deactivate` writes -- only
+    with the configured token; without one configured the controls are off (403)."""
+    from state.base import MemoryTransactionalState
+    from transactional.status import topology_status
+    from transactional.webui import Controls
+
+    tid = f"ctl-page-{uuid.uuid4().hex[:6]}"
+    MemoryTransactionalState(tid).set("committed", {"txid": 3, "meta": None, "partitions": None})
+    off = RunObserver(topology(tid))
+    off.start("127.0.0.1", 0, Controls(None, "memory://"))
+    on = RunObserver(topology(tid))
+    on.start("127.0.0.1", 0, Controls("s3cret", "memory://"))
+    try:
+        ask = {"topology": tid, "action": "deactivate"}
+        assert post(off.url + "api/control", ask, {"Authorization": "Bearer s3cret"})[0] == 403
+        assert off.snapshot()["mode"] == "live" and json.loads(get(off.url + "api/status")[2])["controls"] is False
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Trident-Token": "s3cre"}, {"Authorization": "s3cret"}):
+            code, body = post(on.url + "api/control", ask, headers)
+            assert (code, body["error"]) == (401, "a control request needs the control token (Authorization: Bearer TOKEN)")
+        assert topology_status("memory://", tid)["control"] is None          # never acted on
+        assert json.loads(get(on.url + "api/status")[2])["controls"] is True
+        assert post(on.url + "api/control", {"topology": tid, "action": "pause"}, {"X-Trident-Token": "s3cret"})[0] == 400
+        assert post(on.url + "api/control", b"not json", {"X-Trident-Token": "s3cret"})[0] == 400
+        code, body = post(on.url + "api/control", ask, {"Authorization": "Bearer s3cret"})
+        assert (code, body) == (200, {"topology_id": tid, "action": "deactivate", "state": "inactive",
+                                      "lock_holder": None})
+        assert topology_status("memory://", tid)["control"] == {"state": "inactive", "kill": None,
+                                                                "by": "status page (127.0.0.1)"}
+        code, body = post(on.url + "api/control", {"topology": tid, "action": "kill"}, {"X-Trident-Token": "s3cret"})
+        assert code == 409 and "nothing to kill" in body["error"]
+    finally:
+        off.stop()
+        on.stop()
+        MemoryTransactionalState.reset(tid)
+
+
+def test_the_control_token_is_a_setting_hidden_in_what_is_shown(monkeypatch):
+    from transactional.settings import env_layer
+
+    assert TopologyConfig(control_token="s3cret").redacted()["control_token"] == "***"
+    assert "control_token" not in config_summary(TopologyConfig(control_token="s3cret"))
+    monkeypatch.setenv("TRIDENT_CONTROL_TOKEN", "from-env")
+    assert env_layer().values["control_token"] == "from-env"

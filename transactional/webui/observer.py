@@ -107,6 +107,7 @@ class RunObserver:
         self._busy_recent: deque[tuple[float, dict[str, float]]] = deque()   # (at, component -> secs)
         self.parallelism = {n["id"]: int(n["parallelism"]) for n in self.graph["nodes"]}
         self.retrying: dict[str, Any] | None = None
+        self.control: dict[str, Any] = {"state": "active"}    # `trident deactivate|activate`, as heard
         self.spark_ui = spark_ui
         self.failures: dict[str, dict[str, int]] = {}   # component -> kind -> failed attempts
         self.errors: dict[str, dict[str, Any]] = {}     # component -> its last error
@@ -177,6 +178,9 @@ class RunObserver:
                 self._committed(t)
             elif t.kind == "failed":
                 self._failed(t)
+            elif t.kind in ("deactivated", "activated"):
+                self.control = {"state": "inactive" if t.kind == "deactivated" else "active",
+                                "by": str(t.info.get("by") or "")}
             elif t.kind == "stopped":
                 self.phase = "stopped"
                 self.stopped_because = str(t.info.get("reason", ""))
@@ -390,6 +394,7 @@ class RunObserver:
             return {
                 "mode": "live", "topology": self.topology_id, "phase": self.phase,
                 "stopped_because": self.stopped_because, "spark_ui": spark_ui, "retrying": retrying,
+                "control": dict(self.control),
                 "uptime_secs": round(now - self.started, 3), "config": self.config,
                 "committed_txid": self.committed_txid, "batches_committed": self.batches_committed,
                 "attempts": self.attempts, "failed_attempts": self.failed_attempts,

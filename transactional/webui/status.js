@@ -81,7 +81,10 @@ function renderHeader(s) {
   const phase = $("phase");
   phase.textContent = failed ? "stopped: error" : s.phase;
   phase.className = "badge " + (failed ? "failed" : String(s.phase).replace(/ /g, "-"));
-  const said = ["stopped", "ended", "dead"].includes(s.phase) && !failed ? s.stopped_because || "" : "";
+  let said = ["stopped", "ended", "dead"].includes(s.phase) && !failed ? s.stopped_because || "" : "";
+  if (s.control && s.control.state === "inactive" && !["stopped", "ended", "dead"].includes(s.phase)) {
+    said = `deactivated${s.control.by ? ` by ${s.control.by}` : ""}: no new batches until activated`;
+  }
   $("stopped-because").textContent = said;
   const spark = $("spark-ui");
   spark.hidden = !s.spark_ui;
