@@ -10,6 +10,8 @@ A screenshot of each is kept in ``tests/artifacts/`` (docs/operations.md)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -248,3 +250,71 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         page.close()
         observer.stop()
         runner.join(timeout=60)
+
+
+@pytest.mark.integration
+def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser, zk_url):
+    """`trident ui --coordination zk://...` (the real command, no driver running) serves
+    the page of every topology under the root from its coordinator state: the last run's
+    graph, counts and Storm's columns, its last error with its time, the uncommitted txids,
+    the runs of the topology id, newest first; the controls off without a token."""
+    tid = f"words-{uuid.uuid4().hex[:6]}"
+    base = dict(executor="in-process", progress=False, max_spout_pending=3, retry_backoff_secs=0.1,
+                coordination=zk_url)
+    first = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(8)
+    second = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(4)
+    other = transactional_words.build_topology(f"other-{uuid.uuid4().hex[:6]}").build()
+    Engine(other, TopologyConfig(**base)).run(2)
+    assert (first.last_txid, second.last_txid) == (8, 12)
+    ui = subprocess.Popen([sys.executable, "-m", "transactional.cli", "ui", "--coordination", zk_url, "--port", "0",
+                           "--topology", tid], cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    try:
+        line = ui.stdout.readline()
+        assert line.startswith("trident ui: http://127.0.0.1:"), (line, ui.stderr.read() if ui.poll() else "")
+        url = line.split()[2]
+        page.goto(url)
+        assert page.evaluate("document.body.dataset.ready") == "1"
+        assert page.inner_text("#topology") == tid and page.inner_text("#phase") == "ended"
+        assert page.inner_text("#stopped-because") == "max_batches"
+        assert page.inner_text("#committed-txid") == "12" and page.inner_text("#batches") == "4"
+        assert page.is_hidden("#plots") and page.is_hidden("#controls-section")
+        # the graph the driver recorded, labels clear of the nodes
+        assert page.eval_on_selector_all("#graph .node", "ns => ns.map(n => n.dataset.id)") == [
+            "spout", "pace", "count", "bucketize", "buckets"]
+        assert overlapping(page.evaluate(BOXES)) == []
+        row = page.eval_on_selector_all('#components tbody tr[data-id="pace"] td', "tds => tds.map(t => t.textContent)")
+        assert row[:4] == ["pace", "bolt", "processing", "2"] and int(row[4]) == 4 * 15
+        assert row[6].endswith(" ms") and float(row[7]) > 0
+        # the runs of this id, newest first; the first one's failed attempt is in the error list
+        runs = page.eval_on_selector_all("#runs tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+        assert [(r[3], r[4], r[5], r[7]) for r in runs] == [("ended", "4", "9..12", "max_batches"),
+                                                             ("ended", "8", "1..8", "max_batches")]
+        assert runs[0][6] == "4 · 0" and runs[1][6] == f"{first.attempts} · 1"
+        # the last error of each component, from the run it happened in, with its time
+        summary = page.inner_text('#errors details[data-component="pace"] summary')
+        assert "FailedException: injected failure in finish_batch of pace" in summary and "txid 4, attempt 1" in summary
+        assert "last error" in page.inner_text("#components thead") and "FailedException" in row[8]
+        # the topologies under the root
+        options = page.eval_on_selector_all("#topology-select option", "os => os.map(o => o.value)")
+        assert sorted(options) == sorted([tid, other.topology_id])
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "status_page_history.png"), full_page=True)
+        # the controls are off: refused, never acted on
+        code = page.evaluate("""(tid) => fetch("/api/control", {method: "POST", headers: {"Authorization": "Bearer x"},
+            body: JSON.stringify({topology: tid, action: "deactivate"})}).then(r => r.status)""", tid)
+        assert code == 403 and api(url)["control"] is None
+        assert urllib.request.urlopen(url + "api/topologies", timeout=10).status == 200
+        page.select_option("#topology-select", other.topology_id)
+        page.wait_for_function(f"""() => document.getElementById("topology").textContent === "{other.topology_id}" """)
+        assert page.inner_text("#committed-txid") == "2" and page.locator("#graph .node").count() == 4
+        assert [p for p in problems if "status of 403" not in p] == []
+    finally:
+        page.close()
+        ui.send_signal(signal.SIGINT)
+        ui.wait(30)
+    assert ui.returncode == 0

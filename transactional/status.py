@@ -288,6 +288,8 @@ def _summary(record: dict[str, Any], died: bool = False) -> dict[str, Any]:
     keys = ("owner", "kind", "started_at", "updated_at", "batches", "first_committed", "last_committed",
             "attempts", "failed_attempts", "stopped_because", "spark_ui")
     out = {k: record.get(k) for k in keys}
+    out["errors"] = {c: {k: e.get(k) for k in ("task", "txid", "attempt", "error", "at")}
+                     for c, e in (record.get("errors") or {}).items()}
     out["ended"] = "died" if died else ("running" if record.get("running") else "ended")
     if died and not out["stopped_because"]:
         out["stopped_because"] = "the driver died (no last write)"

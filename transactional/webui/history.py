@@ -107,6 +107,16 @@ def history_snapshot(st: dict[str, Any] | None, coordination: str, now: float | 
         errors[c] = {"txid": e.get("txid"), "attempt": e.get("attempt"), "task": e.get("task"), "kind": "error",
                      "error_type": etype, "message": message, "traceback": e.get("traceback", ""),
                      "at_unix": e.get("at"), "count": None}
+    for line in st.get("runs") or []:           # earlier runs' last errors (no traceback kept)
+        if line.get("owner") == run.get("owner"):
+            continue
+        for c, e in (line.get("errors") or {}).items():
+            if c not in errors:
+                etype, _, message = str(e.get("error", "")).partition(": ")
+                errors[c] = {"txid": e.get("txid"), "attempt": e.get("attempt"), "task": e.get("task"),
+                             "kind": "error", "error_type": etype, "message": message, "at_unix": e.get("at"),
+                             "count": None, "traceback": f"(in an earlier run, by driver {line.get('owner')}; "
+                                                         "its traceback is not kept)"}
     pipeline = [{"txid": u["txid"], "attempt": u.get("attempts", 0), "status": "uncommitted", "since": None,
                  "secs": None} for u in st["uncommitted"]]
     spout_tuples = sum(int(n) for c, n in (run.get("emitted") or {}).items() if c in spouts)
