@@ -364,7 +364,7 @@ def test_graph_layout_orders_layers_and_keeps_nodes_apart():
     # the gap between layers fits the widest label with a margin either side (the page
     # draws labels in the gap before their target)
     assert g["col_gap"] == max(90, label_width("fields(bucket)") + 28) == 132.4
-    assert [round(b["x"] - a["x"] - g["node_w"], 1) for a, b in zip(g["nodes"], g["nodes"][1:])] == [g["col_gap"]] * 3
+    assert [round(b["x"] - a["x"] - g["node_w"], 1) for a, b in zip(g["nodes"], g["nodes"][1:], strict=False)] == [g["col_gap"]] * 3
     # two bolts reading one spout share a layer, one above the other
     spout = MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1)
     b = TransactionalTopologyBuilder("fan", "spout", spout, 1)
