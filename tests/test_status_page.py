@@ -318,3 +318,20 @@ def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser
         ui.send_signal(signal.SIGINT)
         ui.wait(30)
     assert ui.returncode == 0
+
+
+def test_the_page_links_the_spark_ui_of_the_run(browser):
+    """A run on Spark with its UI on: the header links it (the address the driver's
+    SparkContext reports, asked when the status is served)."""
+    from transactional.webui import RunObserver
+
+    o = RunObserver(paced_words(f"link-{uuid.uuid4().hex[:6]}"), spark_ui=lambda: "http://127.0.0.1:4040")
+    o.start()
+    page = browser.new_page()
+    try:
+        page.goto(o.url)
+        assert page.is_visible("#spark-ui") and page.get_attribute("#spark-ui", "href") == "http://127.0.0.1:4040"
+        assert page.inner_text("#spark-ui") == "Spark UI ↗"
+    finally:
+        page.close()
+        o.stop()
