@@ -297,7 +297,8 @@ def test_kazoo_connection_warnings_only_at_debug():
 
 def test_status_takes_coordination_from_the_environment_or_says_where_to_put_it():
     p = trident("status", "words", env={"TRIDENT_COORDINATION": "memory://"})
-    assert p.returncode == 0 and "no coordinator state" in p.stdout
+    assert p.returncode == 1 and "no coordinator state" in p.stdout      # a topology that never ran there
+    assert p.stderr == "trident: error: no topology 'words' under memory://\n"
     p = trident("status", "words")
     assert p.returncode == 1 and "trident status needs the coordinator state's address: --coordination" in p.stderr
 

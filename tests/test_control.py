@@ -81,7 +81,7 @@ def test_deactivate_stops_new_batches_activate_resumes_and_kill_ends_the_run_fre
     assert st["uncommitted"] == [] or all(u["txid"] > r.last_txid for u in st["uncommitted"])
     rows = [row for row in topology_list("memory://") if row["topology_id"] == tid]
     assert rows == [{"topology_id": tid, "last_committed_txid": r.last_txid, "lock_holder": None,
-                     "state": "active", "kind": "transactional", "uncommitted": len(st["uncommitted"])}]
+                     "state": "active", "kind": "transactional", "uncommitted": len(st["uncommitted"]), "run": "ended"}]
 
 
 def test_a_deactivated_topology_starts_deactivated_and_kill_without_a_driver_is_refused() -> None:

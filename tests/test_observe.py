@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -30,7 +31,7 @@ from transactional._coordinator import Transition
 from transactional._runner import Engine
 from transactional._task import TaskFailure
 from transactional.webui import RunObserver, attach, config_summary, lag_source
-from transactional.webui.graph import topology_graph
+from transactional.webui.graph import label_width, topology_graph
 from transactional.webui.server import status_page
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -173,14 +174,48 @@ def test_api_status_holds_the_graph_pipeline_counts_series_and_last_errors(serve
     assert s["latency"]["points"] == [[0.6, 0.6, 1], [2.5, 0.7, 2]]
     assert s["spout_tuples"] == 10 and s["tuples_per_sec"] == pytest.approx(10 / 3.2, abs=0.05)
     assert s["commit_latency_ms"]["p50"] == pytest.approx(600, rel=0.01)
+    at_unix = s["errors"]["partial"].pop("at_unix")
     assert s["errors"] == {"partial": {"txid": 2, "attempt": 1, "task": 1, "kind": "failed",
                                        "error_type": "FailedException", "message": "boom", "traceback": TRACE,
                                        "at": 1.2, "count": 1}}
+    assert time.time() - 60 < at_unix <= time.time()       # the error's wall-clock time, for the page
     assert s["lag"] == {} and s["extras"] == {}
+    assert s["retrying"] is None                            # txid 2 failed, then committed
     o(Transition("stopped", 2, 0, 4.0, {"reason": "max_batches"}))
     s = json.loads(get(o.url + "api/status")[2])
     assert (s["phase"], s["stopped_because"], s["in_flight"]) == ("stopped", "max_batches", 0)
     assert s["pipeline"][-1]["status"] == "cancelled"
+
+
+def test_process_latency_capacity_and_the_txid_being_retried():
+    """Storm's columns from the seconds the tasks ran (``busy_secs``), over a window; and
+    "retrying txid N (attempt k of max) because ..." from a failure until that txid commits."""
+    clock = Clock()
+    o = RunObserver(topology(), {"max_attempts": 5}, clock=clock, window=10.0)
+    o(Transition("launched", 1, 1, 0.0))
+    o(Transition("committed", 1, 1, 1.0, {"launched_at": 0.0, "executed": {"partial": 1000, "sum": 6},
+                                          "emitted": {"spout": 1000, "partial": 6},
+                                          "busy_secs": {"spout": 0.2, "partial": 1.5, "sum": 0.003}}))
+    o(Transition("launched", 2, 1, 1.0))
+    o(Transition("failed", 2, 1, 1.5, {"failure": TaskFailure("sum", 0, 2, 1, "error", "RuntimeError",
+                                                              "database is down", TRACE)}))
+    clock.now = 5.0
+    s = o.snapshot()
+    assert s["retrying"] == {"txid": 2, "attempt": 2, "max_attempts": 5,
+                             "because": "sum: RuntimeError: database is down", "since": 3.5}
+    comps = {c["id"]: c for c in s["components"]}
+    # process latency: task seconds per tuple executed (a spout: emitted), in ms
+    assert {c: v["process_latency_ms"] for c, v in comps.items()} == {"spout": 0.2, "partial": 1.5, "sum": 0.5}
+    # capacity: busy seconds over the window (5 s of run so far) times the parallelism (2, 3, 1)
+    assert {c: v["capacity"] for c, v in comps.items()} == {"spout": 0.02, "partial": 0.1, "sum": 0.001}
+    # the busy time of a commit older than the window no longer counts
+    clock.now = 11.5
+    assert o.snapshot()["components"][1]["capacity"] is None and o.capacity() == {}
+    o(Transition("launched", 2, 2, 12.0))
+    o(Transition("committed", 2, 2, 12.5, {"launched_at": 12.0, "executed": {"partial": 10}, "busy_secs": {"partial": 3.0}}))
+    s = o.snapshot()
+    assert s["retrying"] is None
+    assert s["components"][1]["capacity"] == 0.1 and s["components"][1]["process_latency_ms"] == 4.4554   # 4.5 s / 1010
 
 
 def test_a_timeout_failure_and_history_bounds():
@@ -270,8 +305,20 @@ def test_the_server_serves_a_self_contained_page_and_404s():
         status, ctype, body = get(o.url)
         assert status == 200 and ctype == "text/html; charset=utf-8"
         page = body.decode()
-        assert page == status_page().decode()
-        assert "/*STATUS_" not in page and "fetch(\"/api/status\"" in page and 'id="committed-txid"' in page
+        assert page.startswith(status_page().split("/*STATUS_INITIAL*/")[0])
+        assert "/*STATUS_" not in page and '"/api/status"' in page and 'id="committed-txid"' in page
+        # the status now is in the page itself (the first render needs no request), as
+        # JSON that cannot end its <script> element, whatever a run reports
+        o(Transition("launched", 1, 1, 0.0))
+        o(Transition("failed", 1, 1, 0.1, {"failure": TaskFailure("partial", 0, 1, 1, "error", "ValueError",
+                                                                  "</script><script>alert(1)</script>", "")}))
+        page = get(o.url)[2].decode()
+        embedded = page.split('<script id="initial" type="application/json">')[1].split("</script>")[0]
+        initial = json.loads(embedded)
+        assert initial["status"]["topology"] == "obs" and initial["status"]["attempts"] == 1
+        assert initial["status"]["errors"]["partial"]["message"] == "</script><script>alert(1)</script>"
+        assert "<script>alert" not in page and initial["topologies"] == [
+            {"topology_id": "obs", "last_committed_txid": None, "run": "running"}]
         # nothing is loaded from elsewhere: no external script, style, font or image
         for needle in ("<script src", "<link", "@import", "url(http", "src=\"http", "//cdn"):
             assert needle not in page
@@ -311,9 +358,13 @@ def test_graph_layout_orders_layers_and_keeps_nodes_apart():
     assert [n["phase"] for n in g["nodes"]] == ["spout", "commit", "commit", "commit"]
     assert [n["committer"] for n in g["nodes"]] == [False, True, False, True]
     assert g["edges"][0] == {"source": "spout", "target": "count", "stream": "default", "grouping": "fields",
-                             "fields": ["word"]}
+                             "fields": ["word"], "label": "fields(word)"}
     xs = [n["x"] for n in g["nodes"]]
     assert xs == sorted(xs) and all(x + g["node_w"] <= g["width"] for x in xs)
+    # the gap between layers fits the widest label with a margin either side (the page
+    # draws labels in the gap before their target)
+    assert g["col_gap"] == max(90, label_width("fields(bucket)") + 28) == 132.4
+    assert [round(b["x"] - a["x"] - g["node_w"], 1) for a, b in zip(g["nodes"], g["nodes"][1:], strict=False)] == [g["col_gap"]] * 3
     # two bolts reading one spout share a layer, one above the other
     spout = MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1)
     b = TransactionalTopologyBuilder("fan", "spout", spout, 1)
@@ -494,3 +545,60 @@ def test_a_core_topologys_spout_figures_reach_the_page_between_commits_too() -> 
         assert engine.result.batches_committed >= 1
     finally:
         t.join(30)
+
+
+def post(url: str, body: dict | bytes, headers: dict | None = None) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json",
+                                                                         **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_page_controls_are_off_without_a_token_and_never_act_without_it():
+    """POST /api/control writes the control record `trident deactivate` writes -- only
+    with the configured token; without one configured the controls are off (403)."""
+    from state.base import MemoryTransactionalState
+    from transactional.status import topology_status
+    from transactional.webui import Controls
+
+    tid = f"ctl-page-{uuid.uuid4().hex[:6]}"
+    MemoryTransactionalState(tid).set("committed", {"txid": 3, "meta": None, "partitions": None})
+    off = RunObserver(topology(tid))
+    off.start("127.0.0.1", 0, Controls(None, "memory://"))
+    on = RunObserver(topology(tid))
+    on.start("127.0.0.1", 0, Controls("s3cret", "memory://"))
+    try:
+        ask = {"topology": tid, "action": "deactivate"}
+        assert post(off.url + "api/control", ask, {"Authorization": "Bearer s3cret"})[0] == 403
+        assert off.snapshot()["mode"] == "live" and json.loads(get(off.url + "api/status")[2])["controls"] is False
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-Trident-Token": "s3cre"}, {"Authorization": "s3cret"}):
+            code, body = post(on.url + "api/control", ask, headers)
+            assert (code, body["error"]) == (401, "a control request needs the control token (Authorization: Bearer TOKEN)")
+        assert topology_status("memory://", tid)["control"] is None          # never acted on
+        assert json.loads(get(on.url + "api/status")[2])["controls"] is True
+        assert post(on.url + "api/control", {"topology": tid, "action": "pause"}, {"X-Trident-Token": "s3cret"})[0] == 400
+        assert post(on.url + "api/control", b"not json", {"X-Trident-Token": "s3cret"})[0] == 400
+        code, body = post(on.url + "api/control", ask, {"Authorization": "Bearer s3cret"})
+        assert (code, body) == (200, {"topology_id": tid, "action": "deactivate", "state": "inactive",
+                                      "lock_holder": None})
+        assert topology_status("memory://", tid)["control"] == {"state": "inactive", "kill": None,
+                                                                "by": "status page (127.0.0.1)"}
+        code, body = post(on.url + "api/control", {"topology": tid, "action": "kill"}, {"X-Trident-Token": "s3cret"})
+        assert code == 409 and "nothing to kill" in body["error"]
+    finally:
+        off.stop()
+        on.stop()
+        MemoryTransactionalState.reset(tid)
+
+
+def test_the_control_token_is_a_setting_hidden_in_what_is_shown(monkeypatch):
+    from transactional.settings import env_layer
+
+    assert TopologyConfig(control_token="s3cret").redacted()["control_token"] == "***"
+    assert "control_token" not in config_summary(TopologyConfig(control_token="s3cret"))
+    monkeypatch.setenv("TRIDENT_CONTROL_TOKEN", "from-env")
+    assert env_layer().values["control_token"] == "from-env"

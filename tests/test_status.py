@@ -4,8 +4,13 @@ with the coordinator records written by the engine's own ``CoordinatorStore``.""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -186,3 +191,102 @@ def test_the_status_record_keeps_the_last_error_of_a_timed_out_job_and_a_failing
     engine.listeners.append(broken)
     r = engine.run(None)
     assert r.batches_committed == 3 and r.stopped_because == "spout has nothing more"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "transactional.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+def test_a_hung_driver_is_stale_a_killed_one_dead_and_the_next_run_keeps_its_history(
+        zk_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A driver (another process) writes its status record every second even while idle;
+    SIGSTOP it and `trident status`/`trident list` say stale once 5 intervals passed
+    (its session, and lock, still alive); SIGKILL it and they say dead once its session
+    expired. The next run lists the killed one as died in the topology's runs."""
+    from transactional.status import STALE_INTERVALS
+
+    coordination = zk_url + "?session_timeout=15"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with open(tmp_path / "driver.err", "wb") as err:
+        driver = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/transactional_words.py",
+                                   "--set", "executor=in-process", "--coordination", coordination,
+                                   "--idle-timeout", "-1", "-q"],
+                                  cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        def status() -> dict:
+            return topology_status(zk_url, "transactional-words")
+
+        # the data runs out; the idle driver still writes its record every interval
+        seen: dict = {}
+
+        def written_while_idle() -> bool:
+            run = status()["run"] or {}
+            if seen.get("batches") != run.get("batches"):
+                seen.update(batches=run.get("batches"), at=run.get("updated_at"))
+                return False
+            return bool(run.get("batches")) and run["updated_at"] > seen["at"] + 1.5
+
+        wait_until(written_while_idle, 60, what="writes of the idle driver, with no new batch")
+        first = status()
+        assert first["run_state"]["state"] == "running" and first["run"]["batches"] == seen["batches"]
+        owner = first["run"]["owner"]
+        assert first["lock_holder"] == owner
+
+        os.killpg(driver.pid, signal.SIGSTOP)                # hung: its session lives on for 15 s
+        wait_until(lambda: status()["run_state"]["state"] != "running", STALE_INTERVALS + 4, what="stale")
+        st = status()
+        assert st["run_state"]["state"] == "stale" and st["lock_holder"] == owner
+        assert trident(["status", "transactional-words", "--coordination", zk_url]) == 0
+        out = capsys.readouterr().out
+        assert "last run: STALE" in out and "has not written its status record" in out, out
+        assert trident(["list", "--coordination", zk_url, "--json"]) == 0
+        assert [r["run"] for r in json.loads(capsys.readouterr().out)] == ["stale"]
+
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+        wait_until(lambda: status()["lock_holder"] is None, 30, what="the killed driver's session to expire")
+        st = status()
+        assert st["run"]["running"] is True and st["run_state"]["state"] == "dead"
+        assert st["run_state"]["why"].startswith(f"the status record says running but its driver {owner} holds no "
+                                                 "session (the lock is free)")
+        assert trident(["status", "transactional-words", "--coordination", zk_url]) == 0
+        out = capsys.readouterr().out
+        assert "last run: DEAD" in out and "died without ending the run" in out, out
+        assert trident(["list", "--coordination", zk_url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split() == ["TOPOLOGY", "KIND", "LAST", "TXID", "STATE", "RUN", "DRIVER"]
+        assert lines[1].split() == ["transactional-words", "transactional", str(st["last_committed_txid"]), "active",
+                                    "dead", "(not", "running)"]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+
+    # the next run: ends normally; the runs record has it first, then the killed one as died
+    p = _cli("run", "examples/transactional_words.py", "--set", "executor=in-process", "--coordination", coordination,
+             "--max-batches", "1", "-q")
+    assert p.returncode == 0, p.stderr
+    st = status()
+    assert st["run_state"]["state"] == "ended"
+    runs = st["runs"]
+    assert [(r["ended"], r["owner"] == owner) for r in runs] == [("ended", False), ("died", True)]
+    assert runs[1]["stopped_because"] == "the driver died (no last write)"
+    assert runs[1]["batches"] == first["run"]["batches"] and runs[0]["stopped_because"] == "spout has nothing more"
+
+
+def test_status_and_list_exit_non_zero_for_an_unknown_topology(zk_url: str, driver: ZooKeeperTransactionalState,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert trident(["status", "never-ran", "--coordination", zk_url]) == 1
+    captured = capsys.readouterr()
+    assert "never ran here" in captured.out and f"no topology 'never-ran' under {zk_url}" in captured.err
+    assert trident(["status", "never-ran", "--coordination", zk_url, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["exists"] is False
+    assert trident(["list", "never-ran", "words", "--coordination", zk_url]) == 1
+    assert capsys.readouterr().err == (f"trident: error: no topology 'never-ran' under {zk_url}: it never ran there "
+                                       "(check the id and the root in the URL; there: words)\n")
+    assert trident(["list", "words", "--coordination", zk_url, "--json"]) == 0
+    assert [r["topology_id"] for r in json.loads(capsys.readouterr().out)] == ["words"]

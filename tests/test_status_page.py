@@ -1,11 +1,17 @@
 """The status page in a real headless Chromium (Debian's ``chromium``, driven by
-Playwright), loaded while a real topology runs: it must draw the topology, the committed
-txid, the txids in flight, the plots, the counts and the last error with its traceback.
-A screenshot of each run is kept in ``tests/artifacts/`` (docs/operations.md)."""
+Playwright), loaded while a real topology runs: it must draw the status embedded in the
+page at once (no request needed), the topology with labels clear of the nodes, the
+committed txid, the txids in flight, the txid being retried and why, the plots, the counts,
+process latency and capacity and the last error with its traceback and time, and its
+controls must act only with the token. Then ``trident ui`` (the real command) serves the
+page of a root's topologies after their drivers ended, from the coordinator state alone.
+A screenshot of each is kept in ``tests/artifacts/`` (docs/operations.md)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -80,6 +86,23 @@ def browser(tmp_path_factory):
             context.close()
 
 
+#: labels and nodes of the graph, as drawn: [[kind, id, left, top, right, bottom]]
+BOXES = """() => [...document.querySelectorAll("#graph .node rect.box, #graph .edge.label rect")].map(r => {
+    const b = r.getBoundingClientRect(), g = r.closest("g");
+    return [g.classList.contains("node") ? "node" : "label", g.dataset.id || g.dataset.target, b.left, b.top,
+            b.right, b.bottom]; })"""
+
+
+def overlapping(boxes: list) -> list:
+    """Pairs of a label and a node, or of two labels, whose boxes overlap."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if "label" in (a[0], b[0]) and a[2] < b[4] and b[2] < a[4] and a[3] < b[5] and b[3] < a[5]:
+                out.append((a[:2], b[:2]))
+    return out
+
+
 def api(url: str) -> dict:
     with urllib.request.urlopen(url + "api/status", timeout=10) as r:
         return json.loads(r.read())
@@ -90,8 +113,8 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
     if executor == "spark":
         request.getfixturevalue("spark_context")
     topo = paced_words(f"status-{executor}-{uuid.uuid4().hex[:6]}")
-    config = TopologyConfig(executor=executor, progress=False, max_spout_pending=3, retry_backoff_secs=0.1,
-                            message_timeout_secs=120, metrics_port=0)
+    config = TopologyConfig(executor=executor, progress=False, max_spout_pending=3, retry_backoff_secs=1.5,
+                            message_timeout_secs=120, metrics_port=0, control_token="open-sesame")
     engine = Engine(topo, config)
     observer = attach(engine.listeners, topo, config)
     assert observer is not None
@@ -112,15 +135,27 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
     url = observer.url
     page.on("request", lambda r: None if r.url.startswith(url) else outside.append(r.url))
     try:
+        # Step 0. served before the run begins: the first render is the status embedded in
+        # the page -- no request of the page's own is needed (they are refused here)
+        page.route("**/api/**", lambda route: route.abort())
         page.goto(url)
-        try:
-            page.wait_for_function("""() => document.body.dataset.ready === "1" """, timeout=30_000)
-        except Exception:  # noqa: BLE001 - say why
-            pytest.fail(f"the status page did not render its first status: {problems}")
-        # Step 0. served before the run begins: the topology, nothing committed yet
+        assert page.evaluate("document.body.dataset.ready") == "1", problems
         assert page.inner_text("#phase") == "starting" and page.inner_text("#committed-txid") == "–"
+        assert page.inner_text("#topology") == topo.topology_id
         assert page.locator("#graph .node").count() == 5
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"status_page-first-render-{executor}.png"), full_page=True)
+        # the grouping labels sit between the nodes, clear of them and of each other
+        boxes = page.evaluate(BOXES)
+        assert sorted(b[0] for b in boxes) == ["label"] * 4 + ["node"] * 5 and overlapping(boxes) == []
+        page.unroute("**/api/**")
+        problems.clear()                                   # the refused requests' console errors
         runner.start()
+        # the txid being retried, and why, while it waits out its backoff
+        page.wait_for_function("""() => !document.getElementById("retrying").hidden""", timeout=120_000)
+        assert page.inner_text("#retrying").startswith(
+            "retrying txid 4 (attempt 2 of 5) because pace: FailedException: injected failure in finish_batch of pace")
+        page.screenshot(path=str(ARTIFACTS / f"status_page-retrying-{executor}.png"), full_page=True)
         # Step 1. while it runs: txids committed, some in flight, and the injected failure shown
         page.wait_for_function(
             """() => document.body.dataset.ready === "1"
@@ -142,6 +177,11 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         labels = page.eval_on_selector_all("#graph .edge.label text", "ts => ts.map(t => t.textContent)")
         assert labels == ["shuffle", "fields(word)", "shuffle", "fields(bucket)"]
         assert page.text_content('#graph .node[data-id="pace"] text.counts').startswith("exec ")
+        assert overlapping(page.evaluate(BOXES)) == []
+        assert page.is_hidden("#retrying")                 # txid 4 committed since
+        from transactional.webui import spark_ui_url
+
+        assert page.is_hidden("#spark-ui") == (spark_ui_url() is None)
         # the txid pipeline: the last committed ones, then the ones in flight
         statuses = page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")
         assert "committed" in statuses
@@ -156,18 +196,37 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
             return n; }""")
         assert coloured > 200, "the throughput line is not drawn"
         # per-component counts, and the last error with its traceback, folded
+        heads = page.eval_on_selector_all("#components thead th", "ths => ths.map(t => t.textContent)")
+        assert heads == ["component", "kind", "phase", "×", "executed", "emitted", "process latency", "capacity",
+                         "failed attempts", "last error"]
         row = page.eval_on_selector_all('#components tbody tr[data-id="pace"] td', "tds => tds.map(t => t.textContent)")
         assert row[:4] == ["pace", "bolt", "processing", "2"] and int(row[4].replace(",", "")) > 0
+        # Storm's columns: the pause of 0.2 s per batch and task makes pace's tasks the busiest
+        assert row[6].endswith(" ms") and 0 < float(row[7]) and row[8] == "1"
+        assert "FailedException: injected failure in finish_batch of pace" in row[9] and row[9][2] == ":"
         summary = page.inner_text('#errors details[data-component="pace"] summary')
         assert "FailedException: injected failure in finish_batch of pace" in summary and "txid 4, attempt 1" in summary
         assert not page.is_visible('#errors details[data-component="pace"] pre')
         page.click('#errors details[data-component="pace"] summary')
         trace = page.inner_text('#errors details[data-component="pace"] pre')
         assert trace.startswith("Traceback") and "FailedException" in trace
-        ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / f"status_page-{executor}.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 20_000
+        # the controls: nothing is done without the token; with it, deactivate and activate
+        assert page.is_visible("#controls-section")
+        refused = page.evaluate("""() => fetch("/api/control", {method: "POST", headers: {"Authorization": "Bearer x"},
+            body: JSON.stringify({action: "deactivate"})}).then(r => r.status)""")
+        assert refused == 401 and api(url)["control"]["state"] == "active"
+        problems[:] = [p for p in problems if "status of 401 (Unauthorized)" not in p]   # the console's note of it
+        page.fill("#control-token", "open-sesame")
+        page.click('#controls button[data-action="deactivate"]')
+        page.wait_for_function("""() => document.getElementById("stopped-because").textContent
+                                        .startsWith("deactivated by status page (127.0.0.1)")""", timeout=30_000)
+        assert page.inner_text("#control-result").startswith("deactivate: done (state inactive, driver ")
+        page.click('#controls button[data-action="activate"]')
+        page.wait_for_function("""() => document.getElementById("stopped-because").textContent === "" """,
+                               timeout=30_000)
         # Step 2. the run ends: the page says so, with the run's own figures
         runner.join(timeout=180)
         assert not runner.is_alive() and "error" not in outcome, outcome.get("error")
@@ -191,3 +250,88 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         page.close()
         observer.stop()
         runner.join(timeout=60)
+
+
+@pytest.mark.integration
+def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser, zk_url):
+    """`trident ui --coordination zk://...` (the real command, no driver running) serves
+    the page of every topology under the root from its coordinator state: the last run's
+    graph, counts and Storm's columns, its last error with its time, the uncommitted txids,
+    the runs of the topology id, newest first; the controls off without a token."""
+    tid = f"words-{uuid.uuid4().hex[:6]}"
+    base = dict(executor="in-process", progress=False, max_spout_pending=3, retry_backoff_secs=0.1,
+                coordination=zk_url)
+    first = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(8)
+    second = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(4)
+    other = transactional_words.build_topology(f"other-{uuid.uuid4().hex[:6]}").build()
+    Engine(other, TopologyConfig(**base)).run(2)
+    assert (first.last_txid, second.last_txid) == (8, 12)
+    ui = subprocess.Popen([sys.executable, "-m", "transactional.cli", "ui", "--coordination", zk_url, "--port", "0",
+                           "--topology", tid], cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    try:
+        line = ui.stdout.readline()
+        assert line.startswith("trident ui: http://127.0.0.1:"), (line, ui.stderr.read() if ui.poll() else "")
+        url = line.split()[2]
+        page.goto(url)
+        assert page.evaluate("document.body.dataset.ready") == "1"
+        assert page.inner_text("#topology") == tid and page.inner_text("#phase") == "ended"
+        assert page.inner_text("#stopped-because") == "max_batches"
+        assert page.inner_text("#committed-txid") == "12" and page.inner_text("#batches") == "4"
+        assert page.is_hidden("#plots") and page.is_hidden("#controls-section")
+        # the graph the driver recorded, labels clear of the nodes
+        assert page.eval_on_selector_all("#graph .node", "ns => ns.map(n => n.dataset.id)") == [
+            "spout", "pace", "count", "bucketize", "buckets"]
+        assert overlapping(page.evaluate(BOXES)) == []
+        row = page.eval_on_selector_all('#components tbody tr[data-id="pace"] td', "tds => tds.map(t => t.textContent)")
+        assert row[:4] == ["pace", "bolt", "processing", "2"] and int(row[4]) == 4 * 15
+        assert row[6].endswith(" ms") and float(row[7]) > 0
+        # the runs of this id, newest first; the first one's failed attempt is in the error list
+        runs = page.eval_on_selector_all("#runs tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+        assert [(r[3], r[4], r[5], r[7]) for r in runs] == [("ended", "4", "9..12", "max_batches"),
+                                                             ("ended", "8", "1..8", "max_batches")]
+        assert runs[0][6] == "4 · 0" and runs[1][6] == f"{first.attempts} · 1"
+        # the last error of each component, from the run it happened in, with its time
+        summary = page.inner_text('#errors details[data-component="pace"] summary')
+        assert "FailedException: injected failure in finish_batch of pace" in summary and "txid 4, attempt 1" in summary
+        assert "last error" in page.inner_text("#components thead") and "FailedException" in row[8]
+        # the topologies under the root
+        options = page.eval_on_selector_all("#topology-select option", "os => os.map(o => o.value)")
+        assert sorted(options) == sorted([tid, other.topology_id])
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "status_page_history.png"), full_page=True)
+        # the controls are off: refused, never acted on
+        code = page.evaluate("""(tid) => fetch("/api/control", {method: "POST", headers: {"Authorization": "Bearer x"},
+            body: JSON.stringify({topology: tid, action: "deactivate"})}).then(r => r.status)""", tid)
+        assert code == 403 and api(url)["control"] is None
+        assert urllib.request.urlopen(url + "api/topologies", timeout=10).status == 200
+        page.select_option("#topology-select", other.topology_id)
+        page.wait_for_function(f"""() => document.getElementById("topology").textContent === "{other.topology_id}" """)
+        assert page.inner_text("#committed-txid") == "2" and page.locator("#graph .node").count() == 4
+        assert [p for p in problems if "status of 403" not in p] == []
+    finally:
+        page.close()
+        ui.send_signal(signal.SIGINT)
+        ui.wait(30)
+    assert ui.returncode == 0
+
+
+def test_the_page_links_the_spark_ui_of_the_run(browser):
+    """A run on Spark with its UI on: the header links it (the address the driver's
+    SparkContext reports, asked when the status is served)."""
+    from transactional.webui import RunObserver
+
+    o = RunObserver(paced_words(f"link-{uuid.uuid4().hex[:6]}"), spark_ui=lambda: "http://127.0.0.1:4040")
+    o.start()
+    page = browser.new_page()
+    try:
+        page.goto(o.url)
+        assert page.is_visible("#spark-ui") and page.get_attribute("#spark-ui", "href") == "http://127.0.0.1:4040"
+        assert page.inner_text("#spark-ui") == "Spark UI ↗"
+    finally:
+        page.close()
+        o.stop()

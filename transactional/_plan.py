@@ -109,7 +109,7 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
 # -- reports -------------------------------------------------------------------------------------------
 
 def empty_report() -> dict:
-    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}}
+    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {}}
 
 
 def merge_reports(a: dict, b: dict) -> dict:
@@ -118,8 +118,8 @@ def merge_reports(a: dict, b: dict) -> dict:
     executor) reports again what it reported before: counters and metadata are set, not
     added, so they do not double."""
     a["failures"].extend(b["failures"])
-    for k in ("executed", "emitted", "acks"):
-        a[k].update(b.get(k, {}))
+    for k in ("executed", "emitted", "acks", "busy"):
+        a.setdefault(k, {}).update(b.get(k, {}))
     for k, n in b.get("runs", {}).items():
         a["runs"][k] = a["runs"].get(k, 0) + n
     for spout, parts in b["actual"].items():
@@ -128,13 +128,15 @@ def merge_reports(a: dict, b: dict) -> dict:
 
 
 def report(component: str, task: int, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
-           actual: dict | None = None, acks: Any = None) -> dict:
+           actual: dict | None = None, acks: Any = None, busy: float = 0.0) -> dict:
     """One task's report: its failure, or its counters (and an opaque emitter's actual
     metadata, with ``runs``: how many times Spark ran that emitter task; a core task's
-    report to the ackers, ``acks``, kept per task like the counters)."""
+    report to the ackers, ``acks``, kept per task like the counters; ``busy``: the
+    seconds the task ran, for the status page's process latency and capacity)."""
     if failure is not None:
-        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}}
+        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {}}
     return {"failures": [], "executed": {(component, task): executed}, "emitted": {(component, task): emitted},
+            "busy": {(component, task): busy},
             "actual": {component: actual} if actual is not None else {},
             "runs": {(component, task): 1} if actual is not None else {},
             "acks": {(component, task): acks} if acks is not None else {}}
@@ -152,9 +154,9 @@ def rerun_failures(r: dict, attempt: TransactionAttempt) -> list[TaskFailure]:
             for (c, t), n in sorted(r.get("runs", {}).items()) if n > 1]
 
 
-def per_component(counts: dict) -> dict[str, int]:
+def per_component(counts: dict) -> dict[str, Any]:
     """Counters per (component, task) summed per component."""
-    out: dict[str, int] = {}
+    out: dict[str, Any] = {}
     for (component, _), n in counts.items():
         out[component] = out.get(component, 0) + n
     return out
@@ -173,6 +175,7 @@ class ProcessingResult:
     seconds: float = 0.0
     kept: Any = None          # commits on executors: the records, kept where they are
     acks: dict = field(default_factory=dict)   # core topologies: (component, task) -> its report to the ackers
+    busy: dict[str, float] = field(default_factory=dict)   # component -> seconds its tasks ran
 
 
 # -- task functions (run wherever the executor runs them) --------------------------------------------
@@ -205,6 +208,7 @@ def emit_task(shared: Shared, component_id: str, run_id: str, attempt: Transacti
     def run(task: int, _: Iterable) -> Iterator:
         if meta is None:
             return iter(())
+        t0 = time.perf_counter()
         with paused_gc():   # loading the topology and emitting build many small objects
             topology: Topology = shared.value
             spec = topology.component(component_id)
@@ -217,7 +221,7 @@ def emit_task(shared: Shared, component_id: str, run_id: str, attempt: Transacti
             except Exception as e:  # noqa: BLE001 - reported to the driver as data
                 acc.add(report(spec.id, task, failure=TaskFailure.of(e, spec.id, task, attempt)))
                 return iter(())
-        acc.add(report(spec.id, task, 0, router.emitted, actual=actual))
+        acc.add(report(spec.id, task, 0, router.emitted, actual=actual, busy=time.perf_counter() - t0))
         return iter(router.records())
     return run
 
@@ -229,6 +233,7 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
         topology: Topology = shared.value
         spec = topology.component(component_id)
         task_states = None if states is None else states.for_task(component_id, task)
+        t0 = time.perf_counter()
         try:
             with paused_gc():   # also covers unpickling the input, which happens as it is read
                 out, n, e, acks = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
@@ -240,7 +245,7 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
                 task_states.abort()
             acc.add(report(component_id, task, failure=TaskFailure.of(exc, component_id, task, attempt)))
             return iter(())
-        acc.add(report(component_id, task, n, e, acks=acks))
+        acc.add(report(component_id, task, n, e, acks=acks, busy=time.perf_counter() - t0))
         if phase == COMMIT:
             crash_point("commit.after_task", txid=attempt.txid, component=component_id, task=task)
         return iter(out)
@@ -446,7 +451,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
         ex.release(kept)
         kept = None
     return ProcessingResult(attempt, records, r["failures"], per_component(r["executed"]),
-                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept, r["acks"])
+                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept, r["acks"],
+                            per_component(r.get("busy", {})))
 
 
 def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, attempt: TransactionAttempt,
@@ -469,7 +475,8 @@ def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, at
     finally:
         ex.end()
     r = acc.value
-    return {**r, "executed": per_component(r["executed"]), "emitted": per_component(r["emitted"])}
+    return {**r, "executed": per_component(r["executed"]), "emitted": per_component(r["emitted"]),
+            "busy": per_component(r.get("busy", {}))}
 
 
 # -- user state for committer tasks on executors ------------------------------------------------------

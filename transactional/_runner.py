@@ -74,7 +74,8 @@ from transactional.result import RunResult
 from transactional.status import StatusRecorder
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
-from transactional.webui import RunObserver, attach, lag_source
+from transactional.webui import RunObserver, attach, lag_source, spark_ui_url
+from transactional.webui.graph import topology_graph
 
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
@@ -211,7 +212,10 @@ class Engine:
                 if self.observer is not None:
                     self.observer.set_lag_source(lag_source({sid: p.coordinator for sid, p in planner.planners.items()}))
             recorder = StatusRecorder(state, self.topology.kind, owner,
-                                      counts=self._core_counts(planner) if self.topology.core else None)
+                                      counts=self._core_counts(planner) if self.topology.core else None,
+                                      graph=topology_graph(self.topology), spouts=self.result._spout_ids,
+                                      max_attempts=self.config.max_attempts, heartbeat=True,
+                                      spark_ui=spark_ui_url if self.config.executor == "spark" else None)
             self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None
             try:
@@ -330,17 +334,17 @@ class Engine:
         # first note durably that this attempt's commit began (it may write user state).
         store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
         crash_point("commit.before", txid=txid)
-        executed, emitted = dict(r.executed), dict(r.emitted)
+        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
         try:
             # an earlier attempt whose commit began may have written opaque state: roll it back
             self.states.begin(txid, a.attempt, self.plan.writers() if len(a.commit_started) > 1 else ())
             if self.plan.commits_on_executors:
                 rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept,
                                  self.states.for_executors(txid, a.attempt))
-                _add_report(rep, executed, emitted)
+                _add_report(rep, executed, emitted, busy)
             else:
                 with paused_gc():
-                    self._run_commit_components(attempt, r.records, executed, emitted)
+                    self._run_commit_components(attempt, r.records, executed, emitted, busy)
             # Step 4. the maps write what the commit changed: one fenced atomic write each.
             crash_point("commit.before_write", txid=txid)
             with paused_gc():
@@ -364,7 +368,7 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - informational hook
             log.warning("spout coordinator's committed(%d) failed: %r", txid, e)
         info = {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds}
+                "processing_secs": r.seconds, "busy_secs": busy}
         return info
 
     def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
@@ -378,7 +382,7 @@ class Engine:
         # Step 1. micro-batch txid-1 is committed. Step 2. this driver still holds the lock.
         state.check_lock()
         crash_point("commit.before", txid=txid)
-        executed, emitted = dict(r.executed), dict(r.emitted)
+        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
         emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
         run_stages = None
         if self.plan.commit:
@@ -388,7 +392,7 @@ class Engine:
                 else:
                     rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
                                      states)
-                _add_report(rep, executed, emitted)
+                _add_report(rep, executed, emitted, busy)
                 return rep
         # Steps 3-4. the stateful bolts, the acks, a checkpoint when due
         try:
@@ -407,14 +411,14 @@ class Engine:
         if core.checkpointer is not None:
             res.checkpoints = core.checkpointer.checkpoints
         return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds, "acked": dict(res.acked), "failed": dict(res.failed),
+                "processing_secs": r.seconds, "busy_secs": busy, "acked": dict(res.acked), "failed": dict(res.failed),
                 "pending": core.pending()}
 
     def _run_commit_components(self, attempt: TransactionAttempt, records: list,
-                               executed: dict, emitted: dict) -> None:
+                               executed: dict, emitted: dict, busy: dict) -> None:
         """The commit-phase stages on the driver, the maps in the current commit."""
         rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [records], self.states)
-        _add_report(rep, executed, emitted)
+        _add_report(rep, executed, emitted, busy)
 
 
 class _Jobs:
@@ -591,11 +595,13 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
     return hear
 
 
-def _add_report(rep: dict, executed: dict, emitted: dict) -> None:
-    """Raise the report's first failure as ``_Failure``, else add its counters."""
+def _add_report(rep: dict, executed: dict, emitted: dict, busy: dict | None = None) -> None:
+    """Raise the report's first failure as ``_Failure``, else add its counters (and the
+    seconds its tasks ran to ``busy``)."""
     if rep["failures"]:
         raise _Failure(_first(rep["failures"]))
-    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"])):
+    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
+                          (busy if busy is not None else {}, rep.get("busy", {}))):
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
 

@@ -6,8 +6,10 @@
     trident describe FILE [FILE ...] [--format text|dot|svg|png] [-o OUT]
     trident package examples/global_count.py [-o DIR]    (a zip for spark-submit --py-files)
     trident status TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident] [--json]
-    trident list [--coordination zk://127.0.0.1:2181/trident] [--json]
+    trident list [TOPOLOGY_ID ...] [--coordination zk://127.0.0.1:2181/trident] [--json]
     trident deactivate|activate|kill TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident]
+    trident ui [--coordination zk://127.0.0.1:2181/trident] [--port 8080] [--host 127.0.0.1]
+               [--control-token TOKEN]   (the status page of every topology under the root, no driver needed)
     trident --version
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
@@ -179,6 +181,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the status page (/) and Prometheus metrics (/metrics) on this port (0: a free one)")
     parser.add_argument("--metrics-host", metavar="ADDRESS", help="the address they bind (default 127.0.0.1)")
+    parser.add_argument("--control-token", metavar="TOKEN",
+                        help="turn on the status page's deactivate/activate/kill buttons; each request must carry "
+                             "TOKEN (also TRIDENT_CONTROL_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     _log_level_arg(parser)
@@ -194,7 +199,8 @@ _FLAGS = (("master", "spark_master", "--master"), ("coordination", "coordination
           ("coordination_auth", "coordination_auth", "--coordination-auth"), ("state", "state", "--state"),
           ("max_spout_pending", "max_spout_pending", "--max-spout-pending"),
           ("message_timeout", "message_timeout_secs", "--message-timeout"),
-          ("metrics_port", "metrics_port", "--metrics-port"), ("metrics_host", "metrics_host", "--metrics-host"))
+          ("metrics_port", "metrics_port", "--metrics-port"), ("metrics_host", "metrics_host", "--metrics-host"),
+          ("control_token", "control_token", "--control-token"))
 
 
 def cli_layer(args: argparse.Namespace) -> Layer:
@@ -543,7 +549,18 @@ def _parser() -> argparse.ArgumentParser:
     p_status.add_argument("topology_id", help="the topology id (the builder's first argument)")
     _coordination_args(p_status)
     p_list = sub.add_parser("list", help="every topology under the coordination root: last txid, driver, state")
+    p_list.add_argument("topology_ids", nargs="*", metavar="TOPOLOGY_ID",
+                        help="only these (an id that never ran there is an error)")
     _coordination_args(p_list)
+    p_ui = sub.add_parser("ui", help="serve the status page of every topology under the coordination root, "
+                          "from its coordinator state (no driver needed)")
+    _coordination_args(p_ui)
+    p_ui.add_argument("--topology", metavar="TOPOLOGY_ID", help="the topology shown first (default: the first listed)")
+    p_ui.add_argument("--port", type=int, default=8080, help="the port to serve on (default 8080; 0: a free one)")
+    p_ui.add_argument("--host", default="127.0.0.1", metavar="ADDRESS", help="the address to bind (default 127.0.0.1)")
+    p_ui.add_argument("--control-token", metavar="TOKEN",
+                      help="turn on the deactivate/activate/kill buttons; each request must carry TOKEN "
+                           "(also TRIDENT_CONTROL_TOKEN)")
     for action, what in (("deactivate", "stop emitting new batches (those in flight commit); the driver waits"),
                          ("activate", "emit again after deactivate"),
                          ("kill", "stop the running driver after its commit under way; it releases the lock")):
@@ -581,7 +598,7 @@ def _manage(args: argparse.Namespace) -> int:
         from transactional.status import format_list, topology_list
 
         rows = topology_list(config.coordination, auth=config.coordination_auth,
-                             connect_timeout=config.connect_timeout_secs)
+                             connect_timeout=config.connect_timeout_secs, only=args.topology_ids)
         print(json.dumps(rows) if args.json else format_list(rows, config.coordination))
         return 0
     from transactional.control import request
@@ -605,12 +622,45 @@ def _status(args: argparse.Namespace) -> int:
     st = topology_status(config.coordination, args.topology_id, auth=config.coordination_auth,
                          connect_timeout=config.connect_timeout_secs)
     print(json.dumps(st) if args.json else format_status(st))
+    if not st["exists"]:
+        print(f"trident: error: no topology {args.topology_id!r} under {config.coordination}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    """``trident ui``: the status page of the topologies under the root, until Ctrl-C."""
+    from transactional.status import topology_list
+    from transactional.webui.history import HistorySource
+    from transactional.webui.server import Controls, StatusServer
+
+    config = _coordination_config(args)
+    # fail early, naming the address, when the coordinator state cannot be read
+    topology_list(config.coordination, auth=config.coordination_auth, connect_timeout=config.connect_timeout_secs)
+    source = HistorySource(config.coordination, auth=config.coordination_auth,
+                           connect_timeout=config.connect_timeout_secs, topology_id=args.topology)
+    controls = Controls(config.control_token, config.coordination, config.coordination_auth,
+                        config.connect_timeout_secs)
+    server = StatusServer(source, args.host, args.port, controls)
+    try:
+        server.start()
+    except OSError as e:
+        msg = f"cannot serve on {args.host}:{args.port}: {e.strerror or e}; pick another --port (0: a free one)"
+        raise TridentError(msg) from None
+    print(f"trident ui: {server.url} (topologies under {config.redacted()['coordination']}"
+          f"{'; controls on' if controls.enabled else ''}); Ctrl-C to stop", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate`` or ``kill``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill`` or ``ui``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -634,6 +684,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(package)
     if args.command in ("list", "deactivate", "activate", "kill"):
         return _guard(lambda: _manage(args))
+    if args.command == "ui":
+        return _guard(lambda: _ui(args))
     return _guard(lambda: _status(args))
 
 

@@ -67,6 +67,7 @@ class TopologyConfig(BaseModel):
     connect_timeout_secs: float = Field(10.0, description="time allowed to reach ZooKeeper/Redis at start")
     metrics_port: int | None = Field(None, description="serve Prometheus metrics (/metrics) and the status page (/) from the driver on this port (0: a free port, logged; None: off)")
     metrics_host: str = Field("127.0.0.1", description="the address the metrics and status page server binds")
+    control_token: str | None = Field(None, description="a secret that turns on the status page's deactivate, activate and kill buttons; every such request must carry it (None: the buttons are off)")
     progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
     conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")
 

@@ -16,6 +16,7 @@ meant for, which stops after the commit under way and releases the lock (the nex
 emits the cancelled txids again). A kill of a topology no driver runs is refused.
 
 >>> from state.base import MemoryTransactionalState
+>>> MemoryTransactionalState("control-doctest").set("committed", {"txid": 1, "meta": None, "partitions": None})
 >>> request("memory://", "control-doctest", "deactivate", by="ops")["state"]
 'inactive'
 >>> MemoryTransactionalState.reset("control-doctest")

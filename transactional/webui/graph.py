@@ -10,10 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["topology_graph", "NODE_W", "NODE_H"]
+__all__ = ["topology_graph", "edge_label", "label_width", "NODE_W", "NODE_H"]
 
 NODE_W, NODE_H = 190, 64          # a node's box (px)
 COL_GAP, ROW_GAP, PAD = 90, 34, 16
+#: an edge label's width estimate: px per character (11 px sans-serif) and padding
+LABEL_CHAR_W, LABEL_PAD, LABEL_MARGIN = 6.6, 12, 14
+
+
+def edge_label(grouping: str, fields: list[str], stream: str) -> str:
+    """The label of an edge: ``fields(word)``, ``shuffle``; ``stream: ...`` off ``default``."""
+    g = f"{grouping}({', '.join(fields)})" if fields else grouping
+    return f"{stream}: {g}" if stream and stream != "default" else g
+
+
+def label_width(label: str) -> float:
+    """The width (px) the page gives an edge label's box."""
+    return round(len(label) * LABEL_CHAR_W + LABEL_PAD, 1)
 
 
 def topology_graph(topology: Any) -> dict[str, Any]:
@@ -21,7 +34,9 @@ def topology_graph(topology: Any) -> dict[str, Any]:
     ``Topology``. A node: ``id``, ``kind`` (spout, bolt), ``class_name``, ``parallelism``,
     ``committer``, ``phase`` (spout, processing, commit: where it runs, docs/design.md §4),
     ``layer``, ``order``, ``x``, ``y`` (its box's top left). An edge: ``source``, ``target``,
-    ``stream``, ``grouping``, ``fields``.
+    ``stream``, ``grouping``, ``fields``, ``label``. The gap between layers (``col_gap``)
+    is wide enough for the widest label, which the page puts in the gap before the
+    edge's target: labels never cover a node.
 
     >>> from spouts import MemoryTransactionalSpout
     >>> from transactional import Fields, TransactionalTopologyBuilder
@@ -48,9 +63,13 @@ def topology_graph(topology: Any) -> dict[str, Any]:
             ids.sort(key=lambda cid: (sum(pos[s] for s in sources[cid]) / max(1, len(sources[cid])), pos[cid]))
             for i, cid in enumerate(ids):
                 pos[cid] = i
+    edges = [{"source": s.source, "target": c.id, "stream": s.stream, "grouping": s.grouping,
+              "fields": list(s.fields), "label": edge_label(s.grouping, list(s.fields), s.stream)}
+             for c in comps for s in c.inputs]
+    gap = max([COL_GAP] + [label_width(e["label"]) + 2 * LABEL_MARGIN for e in edges])
     rows = max((len(ids) for ids in layers.values()), default=1)
     height = PAD * 2 + rows * NODE_H + (rows - 1) * ROW_GAP
-    width = PAD * 2 + len(layers) * NODE_W + max(0, len(layers) - 1) * COL_GAP
+    width = PAD * 2 + len(layers) * NODE_W + max(0, len(layers) - 1) * gap
     nodes = []
     for c in comps:
         li, n = layer[c.id], len(layers[layer[c.id]])
@@ -60,8 +79,7 @@ def topology_graph(topology: Any) -> dict[str, Any]:
             "committer": bool(c.committer),
             "phase": "spout" if c.kind == "spout" else ("commit" if c.id in commit else "processing"),
             "layer": li, "order": pos[c.id],
-            "x": PAD + li * (NODE_W + COL_GAP), "y": round(top + pos[c.id] * (NODE_H + ROW_GAP), 1),
+            "x": round(PAD + li * (NODE_W + gap), 1), "y": round(top + pos[c.id] * (NODE_H + ROW_GAP), 1),
         })
-    edges = [{"source": s.source, "target": c.id, "stream": s.stream, "grouping": s.grouping,
-              "fields": list(s.fields)} for c in comps for s in c.inputs]
-    return {"nodes": nodes, "edges": edges, "width": width, "height": height, "node_w": NODE_W, "node_h": NODE_H}
+    return {"nodes": nodes, "edges": edges, "width": round(width, 1), "height": height, "node_w": NODE_W,
+            "node_h": NODE_H, "col_gap": round(gap, 1)}

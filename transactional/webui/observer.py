@@ -9,8 +9,11 @@ Transition``) to its listeners; a ``RunObserver`` is one. It keeps, for the stat
 * every txid in flight and its status -- ``processing`` (launched), ``waiting`` (processed,
   waiting for its commit), ``committing`` -- and the last few that ended (``committed``,
   ``failed``, ``cancelled``: a later txid of a failed one, re-emitted with it);
-* per component: tuples executed and emitted in committed batches, failed attempts by
-  kind, and the last error with its traceback;
+* per component: tuples executed and emitted in committed batches, the seconds its tasks
+  ran (``busy_secs`` of committed transitions) and from them Storm's *process latency*
+  (ms per tuple) and *capacity* (the share of the last ``window`` seconds its tasks were
+  busy, per task), failed attempts by kind, and the last error with its traceback and time;
+* the txid being retried (``retrying``: txid, next attempt, ``max_attempts``, because);
 * per spout of a core topology, when committed transitions carry them (``info`` keys
   ``acked``, ``failed``: spout -> tuples acked, failed by the run so far; ``pending``:
   spout -> tuples emitted and not yet acked or failed);
@@ -40,9 +43,9 @@ from transactional._coordinator import Transition
 from transactional.result import Histogram
 from transactional.webui.graph import topology_graph
 from transactional.webui.metrics import RunMetrics
-from transactional.webui.server import StatusServer
+from transactional.webui.server import Controls, StatusServer
 
-__all__ = ["RunObserver", "LagSource"]
+__all__ = ["RunObserver", "LagSource", "process_latency_ms"]
 
 log = logging.getLogger("trident.webui")
 
@@ -61,7 +64,9 @@ class RunObserver:
     ``topology``: the run's ``Topology`` (its graph is drawn from it); ``config_summary``:
     settings to show (a dict of JSON values, e.g. ``TopologyConfig.redacted()``);
     ``history``: points kept per plot; ``recent``: ended txids kept for the pipeline view;
-    ``lag_interval``: the lag source is asked at most this often (seconds).
+    ``lag_interval``: the lag source is asked at most this often (seconds); ``window``:
+    the seconds capacity is measured over (Storm's 10 minutes); ``spark_ui``: a callable
+    giving the Spark UI's address (or None), asked when a snapshot is taken.
 
     >>> from spouts import MemoryTransactionalSpout
     >>> from transactional import Fields, TransactionalTopologyBuilder
@@ -76,7 +81,8 @@ class RunObserver:
 
     def __init__(self, topology: Any, config_summary: Mapping[str, Any] | None = None, *,
                  clock: Callable[[], float] = time.monotonic, history: int = 600, recent: int = 10,
-                 lag_interval: float = 1.0) -> None:
+                 lag_interval: float = 1.0, window: float = 600.0,
+                 spark_ui: Callable[[], str | None] | None = None) -> None:
         self.topology_id: str = topology.topology_id
         self.graph = topology_graph(topology)
         self.spouts = tuple(c.id for c in topology.spouts)
@@ -96,6 +102,13 @@ class RunObserver:
         self.ended: deque[dict[str, Any]] = deque(maxlen=recent)
         self.executed: dict[str, int] = {}
         self.emitted: dict[str, int] = {}
+        self.busy: dict[str, float] = {}
+        self.window = window
+        self._busy_recent: deque[tuple[float, dict[str, float]]] = deque()   # (at, component -> secs)
+        self.parallelism = {n["id"]: int(n["parallelism"]) for n in self.graph["nodes"]}
+        self.retrying: dict[str, Any] | None = None
+        self.control: dict[str, Any] = {"state": "active"}    # `trident deactivate|activate`, as heard
+        self.spark_ui = spark_ui
         self.failures: dict[str, dict[str, int]] = {}   # component -> kind -> failed attempts
         self.errors: dict[str, dict[str, Any]] = {}     # component -> its last error
         self.acked: dict[str, int] = {}
@@ -113,12 +126,13 @@ class RunObserver:
         self._complained = False
 
     # -- serving ----------------------------------------------------------------------------------
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> StatusServer:
+    def start(self, host: str = "127.0.0.1", port: int = 0, controls: Controls | None = None) -> StatusServer:
         """Serve the status page, ``/api/status`` and ``/metrics`` on ``host``:``port`` (0: a
-        free port) and time this process's ZooKeeper and Redis calls; returns the server
-        (``server.url``). Raises ``OSError`` when the address is taken."""
+        free port), with the page's controls when ``controls`` has a token, and time this
+        process's ZooKeeper and Redis calls; returns the server (``server.url``). Raises
+        ``OSError`` when the address is taken."""
         if self.server is None:
-            self.server = StatusServer(self, host, port).start()
+            self.server = StatusServer(self, host, port, controls).start()
             _timing.add_sink(self.state_call)
         return self.server
 
@@ -128,6 +142,16 @@ class RunObserver:
         server, self.server = self.server, None
         if server is not None:
             server.stop()
+
+    def topologies(self) -> list[dict[str, Any]]:
+        """This run's topology (a driver serves its own run only)."""
+        with self._lock:
+            return [{"topology_id": self.topology_id, "last_committed_txid": self.committed_txid,
+                     "run": self.phase}]
+
+    def exposition(self) -> bytes:
+        """The run's metrics in Prometheus text format."""
+        return self.metrics.exposition()
 
     @property
     def url(self) -> str | None:
@@ -154,9 +178,13 @@ class RunObserver:
                 self._committed(t)
             elif t.kind == "failed":
                 self._failed(t)
+            elif t.kind in ("deactivated", "activated"):
+                self.control = {"state": "inactive" if t.kind == "deactivated" else "active",
+                                "by": str(t.info.get("by") or "")}
             elif t.kind == "stopped":
                 self.phase = "stopped"
                 self.stopped_because = str(t.info.get("reason", ""))
+                self.retrying = None
                 for b in self.inflight.values():
                     self.ended.append({**b, "status": "cancelled", "since": t.at})
                 self.inflight.clear()
@@ -186,6 +214,13 @@ class RunObserver:
         for total, counts in ((self.executed, info.get("executed")), (self.emitted, info.get("emitted"))):
             for k, v in (counts or {}).items():
                 total[k] = total.get(k, 0) + int(v)
+        busy = {str(k): float(v) for k, v in (info.get("busy_secs") or {}).items()}
+        for k, v in busy.items():
+            self.busy[k] = self.busy.get(k, 0.0) + v
+        if busy:
+            self._busy_recent.append((t.at, busy))
+        if self.retrying is not None and self.retrying["txid"] == t.txid:
+            self.retrying = None
         # core topologies: the run's totals so far (acked, failed) and the pending now
         for now, counts in ((self.acked, info.get("acked")), (self.failed_tuples, info.get("failed")),
                             (self.pending, info.get("pending"))):
@@ -214,9 +249,13 @@ class RunObserver:
             "txid": t.txid, "attempt": t.attempt, "task": getattr(f, "task", None), "kind": kind,
             "error_type": getattr(f, "error_type", type(f).__name__.lstrip("_")),
             "message": str(getattr(f, "message", f)), "traceback": str(getattr(f, "traceback", "") or ""),
-            "at": round(t.at - self.started, 3), "count": sum(by_kind.values()),
+            "at": round(t.at - self.started, 3), "at_unix": round(time.time(), 3), "count": sum(by_kind.values()),
         }
         self.errors[component] = error
+        if kind != "fatal":
+            self.retrying = {"txid": t.txid, "attempt": t.attempt + 1, "max_attempts": self.config.get("max_attempts"),
+                             "because": f"{component}: {error['error_type']}: {error['message']}"[:500],
+                             "since": t.at}
         # the coordinator fails this txid and every later one in flight (docs/design.md §4.6)
         for txid in sorted(x for x in self.inflight if x >= t.txid):
             b = self.inflight.pop(txid)
@@ -265,19 +304,40 @@ class RunObserver:
 
     # -- reading ------------------------------------------------------------------------------------
     def counts(self) -> dict[str, dict[str, Any]]:
-        """Per component: ``executed``, ``emitted``, ``failures`` (by kind), and for spouts of
-        core topologies ``acked``, ``failed``, ``pending`` when reported."""
+        """Per component: ``executed``, ``emitted``, ``failures`` (by kind),
+        ``process_latency_ms`` and ``capacity`` (None before the first commit), and for
+        spouts of core topologies ``acked``, ``failed``, ``pending`` when reported."""
         with self._lock:
             out: dict[str, dict[str, Any]] = {}
+            capacity = self.capacity()
             for n in self.graph["nodes"]:
                 c = n["id"]
                 row: dict[str, Any] = {"executed": self.executed.get(c, 0), "emitted": self.emitted.get(c, 0),
-                                       "failures": dict(self.failures.get(c, {}))}
+                                       "failures": dict(self.failures.get(c, {})),
+                                       "process_latency_ms": process_latency_ms(
+                                           self.busy.get(c), self.executed.get(c, 0) or self.emitted.get(c, 0)),
+                                       "capacity": capacity.get(c)}
                 for key, d in (("acked", self.acked), ("failed", self.failed_tuples), ("pending", self.pending)):
                     if c in d:
                         row[key] = d[c]
                 out[c] = row
             return out
+
+    def capacity(self, now: float | None = None) -> dict[str, float]:
+        """Per component that reported busy time: Storm's capacity, the seconds its tasks
+        ran in committed attempts of the last ``window`` seconds over ``window`` times its
+        parallelism (the window shortened to the run's age) -- near 1 (or above: tasks
+        of one component ran at once on more cores) the component is the bottleneck."""
+        with self._lock:
+            now = self.clock() if now is None else now
+            while self._busy_recent and self._busy_recent[0][0] < now - self.window:
+                self._busy_recent.popleft()
+            span = max(min(self.window, now - self.started), 1e-3)
+            total: dict[str, float] = {}
+            for _, busy in self._busy_recent:
+                for c, v in busy.items():
+                    total[c] = total.get(c, 0.0) + v
+            return {c: round(v / (span * max(1, self.parallelism.get(c, 1))), 3) for c, v in total.items()}
 
     def totals(self) -> dict[str, Any]:
         """The counts and gauges the metrics export, read at once: ``committed_txid``,
@@ -303,9 +363,16 @@ class RunObserver:
             got = {s: n for s, n in self._per_second}
             return [[float(s), float(got.get(s, 0))] for s in range(first, end + 1)]
 
-    def snapshot(self) -> dict[str, Any]:
-        """Everything the status page shows, as JSON values (``/api/status``)."""
+    def snapshot(self, topology: str | None = None) -> dict[str, Any] | None:
+        """Everything the status page shows, as JSON values (``/api/status``); None when
+        ``topology`` names another topology than this run's."""
+        if topology not in (None, "", self.topology_id):
+            return None
         lag = self.lag()
+        try:
+            spark_ui = self.spark_ui() if self.spark_ui is not None else None
+        except Exception:  # noqa: BLE001 - a link, not worth failing the page for
+            spark_ui = None
         with self._lock:
             now = self.clock()
             counts = self.counts()
@@ -321,8 +388,13 @@ class RunObserver:
             elapsed = max(now - self.started, 1e-9)
             recent = self.throughput(now)[-10:]
             p50, p99 = self.latencies.percentile(50), self.latencies.percentile(99)
+            retrying = None
+            if self.retrying is not None:
+                retrying = {**self.retrying, "since": round(now - self.retrying["since"], 3)}
             return {
-                "topology": self.topology_id, "phase": self.phase, "stopped_because": self.stopped_because,
+                "mode": "live", "topology": self.topology_id, "phase": self.phase,
+                "stopped_because": self.stopped_because, "spark_ui": spark_ui, "retrying": retrying,
+                "control": dict(self.control),
                 "uptime_secs": round(now - self.started, 3), "config": self.config,
                 "committed_txid": self.committed_txid, "batches_committed": self.batches_committed,
                 "attempts": self.attempts, "failed_attempts": self.failed_attempts,
@@ -344,6 +416,18 @@ class RunObserver:
 
 def _ms(secs: float | None) -> float | None:
     return None if secs is None else round(secs * 1000, 1)
+
+
+def process_latency_ms(busy_secs: float | None, tuples: int) -> float | None:
+    """Milliseconds a component's tasks ran per tuple they executed (a spout: emitted),
+    None without both figures.
+
+    >>> process_latency_ms(0.5, 1000), process_latency_ms(None, 3), process_latency_ms(1.0, 0)
+    (0.5, None, None)
+    """
+    if busy_secs is None or not tuples:
+        return None
+    return round(busy_secs * 1000 / tuples, 4)
 
 
 def lag_source(coordinators: Mapping[str, Any]) -> LagSource:

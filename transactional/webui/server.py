@@ -1,57 +1,119 @@
-"""The driver's HTTP server: the status page, its JSON, and the Prometheus metrics.
+"""The status page's HTTP server: the page, its JSON, the Prometheus metrics, the controls.
 
-``StatusServer(observer, host, port)`` serves, from a daemon thread
+``StatusServer(source, host, port, controls=None)`` serves, from a daemon thread
 (``http.server.ThreadingHTTPServer``, one thread per request):
 
-* ``/``            the status page: one self-contained HTML page (its CSS and script are
-                   package files inlined when served; nothing is loaded from elsewhere),
-                   polling ``/api/status`` every second;
-* ``/api/status``  ``RunObserver.snapshot()`` as JSON;
-* ``/metrics``     the run's metrics in Prometheus text format.
+* ``/``               the status page: one self-contained HTML page (its CSS and script are
+                      package files inlined when served; nothing is loaded from elsewhere),
+                      with the status as it is now embedded in it (the first render shows
+                      it, before any request of the page's own), then polling
+                      ``/api/status`` every second; ``/?topology=ID`` picks a topology when
+                      the source has several (``trident ui``);
+* ``/api/status``     ``source.snapshot(topology)`` as JSON (``?topology=ID``);
+* ``/api/topologies`` the topologies the source knows (``trident ui``: all under its root);
+* ``/metrics``        a live run's metrics in Prometheus text format;
+* ``POST /api/control`` ``{"topology": ID, "action": "deactivate" | "activate" | "kill"}``:
+                      the same control record ``trident deactivate|activate|kill`` writes
+                      (``transactional.control``). Off (403) unless ``controls`` has a
+                      token; a request without that token (``Authorization: Bearer TOKEN``
+                      or ``X-Trident-Token: TOKEN``) is refused with 401 and never acted on.
 
-Port 0 binds a free port; ``address`` and ``url`` tell which. Nothing here changes the
-run: a request only reads the observer.
+A source is a ``RunObserver`` (a driver serving its own run) or a ``HistorySource``
+(``trident ui``: what the coordinator state keeps). Port 0 binds a free port;
+``address`` and ``url`` tell which. A GET only reads.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
+from dataclasses import dataclass
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 from transactional.redaction import redact, redact_text
 from transactional.webui.metrics import CONTENT_TYPE
 
-if TYPE_CHECKING:
-    from transactional.webui.observer import RunObserver
-
-__all__ = ["StatusServer", "status_page"]
+__all__ = ["StatusServer", "StatusSource", "Controls", "status_page", "render_page"]
 
 log = logging.getLogger("trident.webui")
 
+#: the largest control request read (bytes)
+MAX_BODY = 4096
+
+
+class StatusSource(Protocol):
+    """What a ``StatusServer`` serves."""
+
+    @property
+    def topology_id(self) -> str | None:
+        """The topology served by default (None: several, none by default)."""
+
+    def snapshot(self, topology: str | None = None) -> dict[str, Any] | None:
+        """The status of ``topology`` (None: the source's default) as the page shows it;
+        None for a topology the source does not know."""
+
+    def topologies(self) -> list[dict[str, Any]]:
+        """The topologies to offer (``topology_id`` and a few figures each)."""
+
+    def exposition(self) -> bytes | None:
+        """Prometheus metrics, or None when the source has none."""
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The page's deactivate, activate and kill buttons: off without ``token``; each
+    request must carry ``token``; they write the control record of the topology under
+    ``coordination`` (``transactional.control.request``)."""
+
+    token: str | None
+    coordination: str
+    auth: str | None = None
+    connect_timeout: float = 10.0
+
+    @property
+    def enabled(self) -> bool:
+        """True when a token is configured."""
+        return bool(self.token)
+
+    def allows(self, given: str | None) -> bool:
+        """Whether ``given`` is the token (compared in constant time)."""
+        return bool(self.token) and given is not None and hmac.compare_digest(given.encode(), str(self.token).encode())
+
 
 @cache
-def status_page() -> bytes:
-    """The status page: ``status.html`` with ``status.css`` and ``status.js`` inlined."""
+def status_page() -> str:
+    """The status page's template: ``status.html`` with ``status.css`` and ``status.js`` inlined."""
     files = resources.files("transactional.webui")
     html = (files / "status.html").read_text("utf-8")
     css = (files / "status.css").read_text("utf-8")
     js = (files / "status.js").read_text("utf-8")
-    return html.replace("/*STATUS_CSS*/", css).replace("/*STATUS_JS*/", js).encode("utf-8")
+    return html.replace("/*STATUS_CSS*/", css).replace("/*STATUS_JS*/", js)
+
+
+def render_page(initial: dict[str, Any] | None) -> bytes:
+    """The status page with ``initial`` (the status now) embedded as JSON, safe inside a
+    ``<script>`` element (``<``, ``>`` and ``&`` escaped)."""
+    data = json.dumps(initial, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return status_page().replace("/*STATUS_INITIAL*/null", data).encode("utf-8")
 
 
 class StatusServer:
-    """Serves one observer's page, JSON and metrics on ``host``:``port`` (0: a free port).
-    ``start()`` binds and serves from a daemon thread; ``stop()`` closes the socket."""
+    """Serves one source's page, JSON and metrics on ``host``:``port`` (0: a free port),
+    and its controls when ``controls`` has a token. ``start()`` binds and serves from a
+    daemon thread; ``stop()`` closes the socket."""
 
-    def __init__(self, observer: RunObserver, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.observer = observer
+    def __init__(self, source: StatusSource, host: str = "127.0.0.1", port: int = 0,
+                 controls: Controls | None = None) -> None:
+        self.source = source
         self.host = host
         self.port = port
+        self.controls = controls
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -75,14 +137,21 @@ class StatusServer:
         """Bind and serve (returns self). Raises ``OSError`` when the address is taken."""
         if self._httpd is not None:
             return self
-        handler = type("_BoundHandler", (_Handler,), {"observer": self.observer})
+        handler = type("_BoundHandler", (_Handler,), {"source": self.source, "controls": self.controls})
         httpd = ThreadingHTTPServer((self.host, self.port), handler)
         httpd.daemon_threads = True
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name=f"trident-status-{self.observer.topology_id}", daemon=True)
+                                        name=f"trident-status-{self.source.topology_id or 'ui'}", daemon=True)
         self._thread.start()
         return self
+
+    def serve_forever(self) -> None:
+        """Serve until interrupted (``trident ui``): the serving thread is joined."""
+        self.start()
+        assert self._thread is not None
+        while self._thread.is_alive():
+            self._thread.join(0.5)
 
     def stop(self) -> None:
         """Stop serving and close the socket (requests in progress finish on their threads)."""
@@ -97,32 +166,113 @@ class StatusServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    observer: RunObserver
+    source: StatusSource
+    controls: Controls | None
     server_version = "trident"
 
+    def _snapshot(self, topology: str | None) -> dict[str, Any] | None:
+        snap = self.source.snapshot(topology)
+        if snap is not None:
+            snap["controls"] = bool(self.controls is not None and self.controls.enabled)
+        return snap
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        path = self.path.split("?", 1)[0]
+        parts = urlsplit(self.path)
+        path, query = parts.path, parse_qs(parts.query)
+        topology = next(iter(query.get("topology", [])), None)
         try:
             if path in ("/", "/index.html"):
-                self._send(200, "text/html; charset=utf-8", status_page())
+                snap = self._snapshot(topology)
+                if snap is None and topology:
+                    self._text(404, f"no topology {topology!r} here: see /api/topologies\n")
+                    return
+                initial = {"status": snap, "topologies": self.source.topologies()}
+                self._send(200, "text/html; charset=utf-8", render_page(redact(initial)))
             elif path == "/api/status":
-                body = json.dumps(redact(self.observer.snapshot()), default=str).encode("utf-8")
-                self._send(200, "application/json", body)
+                snap = self._snapshot(topology)
+                if snap is None:
+                    self._json(404, {"error": f"no topology {topology!r} here", "topologies": self.source.topologies()})
+                else:
+                    self._json(200, snap)
+            elif path == "/api/topologies":
+                self._json(200, self.source.topologies())
             elif path == "/metrics":
-                text = self.observer.metrics.exposition().decode("utf-8")
-                self._send(200, CONTENT_TYPE, redact_text(text).encode("utf-8"))
+                body = self.source.exposition()
+                if body is None:
+                    self._text(404, "no metrics here: a driver serves its run's (trident run --metrics-port)\n")
+                else:
+                    self._send(200, CONTENT_TYPE, redact_text(body.decode("utf-8")).encode("utf-8"))
             elif path == "/favicon.ico":
                 self._send(204, "image/x-icon", b"")
             else:
-                self._send(404, "text/plain; charset=utf-8", b"not found: try /, /api/status or /metrics\n")
+                self._text(404, "not found: try /, /api/status, /api/topologies or /metrics\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as e:  # noqa: BLE001 - a request must not take the server down
-            log.warning("status server: %s failed: %r", path, e)
-            try:
-                self._send(500, "text/plain; charset=utf-8", redact_text(f"{type(e).__name__}: {e}\n").encode())
-            except OSError:
-                pass
+            self._failed(path, e)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        path = urlsplit(self.path).path
+        try:
+            if path != "/api/control":
+                self._json(404, {"error": "not found: POST /api/control"})
+                return
+            self._control()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as e:  # noqa: BLE001 - a request must not take the server down
+            self._failed(path, e)
+
+    def _control(self) -> None:
+        from transactional.control import ACTIONS, request
+        from transactional.exceptions import TridentError
+
+        controls = self.controls
+        if controls is None or not controls.enabled:
+            self._json(403, {"error": "the controls are off: start with --control-token (or TRIDENT_CONTROL_TOKEN) "
+                                      "to turn them on"})
+            return
+        auth = self.headers.get("Authorization") or ""
+        given = auth[7:] if auth.startswith("Bearer ") else self.headers.get("X-Trident-Token")
+        if not controls.allows(given):
+            self._json(401, {"error": "a control request needs the control token (Authorization: Bearer TOKEN)"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._json(413, {"error": f"a control request is at most {MAX_BODY} bytes"})
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            self._json(400, {"error": 'the body must be JSON: {"topology": ID, "action": ACTION}'})
+            return
+        action = body.get("action") if isinstance(body, dict) else None
+        topology = (body.get("topology") if isinstance(body, dict) else None) or self.source.topology_id
+        if action not in ACTIONS or not isinstance(topology, str):
+            self._json(400, {"error": f"action must be one of {', '.join(ACTIONS)}, with a topology id"})
+            return
+        who = f"status page ({self.client_address[0]})"
+        try:
+            done = request(controls.coordination, topology, action, auth=controls.auth,
+                           connect_timeout=controls.connect_timeout, by=who)
+        except TridentError as e:
+            self._json(409, {"error": str(e)})
+            return
+        log.info("%s: %s by the %s", topology, action, who)
+        self._json(200, done)
+
+    def _failed(self, path: str, e: Exception) -> None:
+        log.warning("status server: %s failed: %r", path, e)
+        try:
+            self._text(500, f"{type(e).__name__}: {e}\n")
+        except OSError:
+            pass
+
+    def _json(self, code: int, value: Any) -> None:
+        self._send(code, "application/json", json.dumps(redact(value), default=str).encode("utf-8"))
+
+    def _text(self, code: int, text: str) -> None:
+        self._send(code, "text/plain; charset=utf-8", redact_text(text).encode("utf-8"))
 
     def _send(self, code: int, ctype: str, body: bytes) -> None:
         self.send_response(code)

@@ -1,4 +1,5 @@
-// The status page: polls /api/status every second and draws what it says.
+// The status page: draws the status embedded in the page at once, then polls /api/status
+// (every second for a driver's run, every 2 s for `trident ui`) and draws what it says.
 // Everything a run reports (ids, messages, tracebacks) is set as text, never as HTML.
 "use strict";
 
@@ -6,12 +7,16 @@ const SVGNS = "http://www.w3.org/2000/svg";
 const PHASE_COLOR = { spout: "--spout", processing: "--processing", commit: "--commit" };
 const STATUS_TEXT = {
   processing: "processing", waiting: "waiting", committing: "committing",
-  committed: "committed", failed: "failed", cancelled: "cancelled",
+  committed: "committed", failed: "failed", cancelled: "cancelled", uncommitted: "uncommitted",
 };
 let last = null;           // the last status received
 let graphKey = null;       // the graph drawn (redrawn only when it changes)
 let errorsKey = null;
 let configKey = null;
+let runsKey = null;
+const INITIAL = JSON.parse(document.getElementById("initial").textContent || "null") || {};
+const QUERY = new URLSearchParams(location.search);
+let topology = QUERY.get("topology");          // null: the server's default
 
 const $ = (id) => document.getElementById(id);
 const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -49,6 +54,25 @@ function fmtSecs(s) {
 
 function fmtMs(ms) { return ms === null || ms === undefined ? "–" : fmtSecs(ms / 1000); }
 
+function fmtLatency(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 0.01) return `${(ms * 1000).toFixed(1)} µs`;
+  if (ms < 10) return `${ms.toFixed(3)} ms`;
+  return `${ms.toFixed(0)} ms`;
+}
+
+function fmtWhen(unix) {                      // a wall-clock time: "14:03:07", with the date when not today
+  if (!unix) return "–";
+  const d = new Date(unix * 1000), now = new Date();
+  const time = d.toLocaleTimeString("en-GB");
+  return d.toDateString() === now.toDateString() ? time : `${d.toISOString().slice(0, 10)} ${time}`;
+}
+
+function retryingText(r) {
+  const of = r.max_attempts ? ` of ${r.max_attempts}` : "";
+  return `retrying txid ${r.txid} (attempt ${r.attempt}${of}) because ${r.because}`;
+}
+
 // -- header ---------------------------------------------------------------------------------
 function renderHeader(s) {
   $("topology").textContent = s.topology;
@@ -56,8 +80,23 @@ function renderHeader(s) {
   const failed = s.phase === "stopped" && s.stopped_because === "error";
   const phase = $("phase");
   phase.textContent = failed ? "stopped: error" : s.phase;
-  phase.className = "badge " + (failed ? "failed" : s.phase);
-  $("stopped-because").textContent = s.phase === "stopped" && !failed ? s.stopped_because || "" : "";
+  phase.className = "badge " + (failed ? "failed" : String(s.phase).replace(/ /g, "-"));
+  let said = ["stopped", "ended", "dead"].includes(s.phase) && !failed ? s.stopped_because || "" : "";
+  if (s.control && s.control.state === "inactive" && !["stopped", "ended", "dead"].includes(s.phase)) {
+    said = `deactivated${s.control.by ? ` by ${s.control.by}` : ""}: no new batches until activated`;
+  }
+  $("stopped-because").textContent = said;
+  const spark = $("spark-ui");
+  spark.hidden = !s.spark_ui;
+  if (s.spark_ui) spark.href = s.spark_ui;
+  const retry = $("retrying");
+  retry.hidden = !s.retrying;
+  retry.textContent = s.retrying ? retryingText(s.retrying)
+    + (s.retrying.since !== undefined && s.retrying.since !== null ? ` · for ${fmtSecs(s.retrying.since)}` : "") : "";
+  const why = $("run-state-why");
+  const bad = s.run_state && ["dead", "stale"].includes(s.run_state.state);
+  why.hidden = !bad;
+  why.textContent = bad ? `${s.run_state.state}: ${s.run_state.why}` : "";
   $("committed-txid").textContent = s.committed_txid === null ? "–" : s.committed_txid;
   $("in-flight").textContent = s.in_flight;
   $("batches").textContent = fmt(s.batches_committed);
@@ -67,8 +106,22 @@ function renderHeader(s) {
   $("uptime").textContent = fmtSecs(s.uptime_secs);
 }
 
+function renderTopologies(rows, current) {
+  const select = $("topology-select");
+  select.hidden = !(rows && rows.length > 1);
+  if (select.hidden) return;
+  const key = JSON.stringify(rows.map((r) => r.topology_id));
+  if (select.dataset.key !== key) {
+    select.replaceChildren(...rows.map((r) => el("option", { value: r.topology_id },
+      `${r.topology_id}${r.run ? ` (${r.run})` : ""}`)));
+    select.dataset.key = key;
+  }
+  select.value = current;
+}
+
 // -- the topology graph -----------------------------------------------------------------------
 function edgeLabel(e) {
+  if (e.label) return e.label;
   let g = e.grouping;
   if (e.fields && e.fields.length) g += `(${e.fields.join(", ")})`;
   return e.stream && e.stream !== "default" ? `${e.stream}: ${g}` : g;
@@ -85,17 +138,32 @@ function drawGraph(g) {
   defs.appendChild(marker);
   svg.appendChild(defs);
   const at = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
+  const gap = g.col_gap || 90;
   const labels = [];
   for (const e of g.edges) {
     const a = at[e.source], b = at[e.target];
+    if (!a || !b) continue;
     const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x - 2, y2 = b.y + H / 2;
     const dx = Math.max(30, (x2 - x1) / 2);
     const grp = sv("g", { class: "edge", "data-source": e.source, "data-target": e.target });
     grp.appendChild(sv("path", { d: `M ${x1} ${y1} C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`,
                                  "marker-end": "url(#arrow)" }));
-    labels.push([grp, edgeLabel(e), (x1 + x2) / 2, (y1 + y2) / 2]);
+    // the label sits on the curve in the middle of the gap before the target: between
+    // two columns of nodes, whatever layers the edge spans
+    const lx = b.x - gap / 2;
+    labels.push([grp, edgeLabel(e), lx, curveY([x1, y1], [x1 + dx, y1], [x2 - dx, y2], [x2, y2], lx)]);
     svg.appendChild(grp);
   }
+  // labels in one gap never overlap: pushed apart downwards, in order of height
+  const LH = 19;
+  labels.sort((p, q) => p[2] - q[2] || p[3] - q[3]);
+  for (let i = 1; i < labels.length; i++) {
+    const prev = labels[i - 1], cur = labels[i];
+    if (cur[2] === prev[2] && cur[3] < prev[3] + LH) cur[3] = prev[3] + LH;
+  }
+  const bottom = Math.max(g.height, ...labels.map((l) => l[3] + LH));
+  svg.setAttribute("height", bottom);
+  svg.setAttribute("viewBox", `0 0 ${g.width} ${bottom}`);
   for (const n of g.nodes) {
     const color = css(PHASE_COLOR[n.phase] || "--muted");
     const grp = sv("g", { class: `node phase-${n.phase}`, "data-id": n.id, transform: `translate(${n.x},${n.y})` });
@@ -120,7 +188,7 @@ function drawGraph(g) {
   }
   for (const [edge, text, x, y] of labels) {            // grouping labels above edges and nodes
     const grp = sv("g", { class: "edge label", "data-source": edge.dataset.source, "data-target": edge.dataset.target });
-    const w = text.length * 6.3 + 10;
+    const w = text.length * 6.6 + 12;
     grp.appendChild(sv("rect", { x: x - w / 2, y: y - 9, width: w, height: 17, rx: 4 }));
     grp.appendChild(sv("text", { x, y: y + 4, "text-anchor": "middle" }, text));
     svg.appendChild(grp);
@@ -128,6 +196,13 @@ function drawGraph(g) {
   const box = $("graph");
   box.replaceChildren(svg);
   for (const t of svg.querySelectorAll("text.fit")) fit(t, W - (t.classList.contains("name") ? 44 : 22));
+}
+
+function curveY(p0, p1, p2, p3, x) {           // y of a cubic Bézier (x increasing in t) at x
+  const at = (t, i) => (1 - t) ** 3 * p0[i] + 3 * (1 - t) ** 2 * t * p1[i] + 3 * (1 - t) * t * t * p2[i] + t ** 3 * p3[i];
+  let lo = 0, hi = 1;
+  for (let k = 0; k < 40; k++) { const m = (lo + hi) / 2; if (at(m, 0) < x) lo = m; else hi = m; }
+  return at((lo + hi) / 2, 1);
 }
 
 function fit(text, width) {                             // shorten a label to the node's width
@@ -161,18 +236,19 @@ function renderPipeline(s) {
   const items = [];
   let sepDone = false;
   for (const t of s.pipeline) {
-    const ended = !["processing", "waiting", "committing"].includes(t.status);
+    const ended = !["processing", "waiting", "committing", "uncommitted"].includes(t.status);
     if (!ended && !sepDone && items.length) { items.push(el("div", { class: "sep" })); sepDone = true; }
     const d = el("div", { class: `tx st-${t.status}${ended ? " ended" : ""}`, "data-txid": t.txid,
                           "data-status": t.status });
     d.appendChild(el("div", { class: "n" }, t.txid));
     const what = STATUS_TEXT[t.status] || t.status;
     d.appendChild(el("div", { class: "s" }, t.attempt > 1 ? `${what} · a${t.attempt}` : what));
-    d.title = `txid ${t.txid}, attempt ${t.attempt}: ${what}` + (ended ? ` ${fmtSecs(t.secs)} ago` : ` for ${fmtSecs(t.secs)}`)
+    d.title = `txid ${t.txid}, attempt ${t.attempt}: ${what}`
+      + (t.secs === null || t.secs === undefined ? "" : ended ? ` ${fmtSecs(t.secs)} ago` : ` for ${fmtSecs(t.secs)}`)
       + (t.component ? ` (in ${t.component})` : "");
     items.push(d);
   }
-  if (!items.length) items.push(el("p", { class: "muted" }, "no txid yet"));
+  if (!items.length) items.push(el("p", { class: "muted" }, s.mode === "history" ? "no uncommitted txid" : "no txid yet"));
   box.replaceChildren(...items);
 }
 
@@ -293,10 +369,13 @@ function renderPlots(s) {
 // -- tables ---------------------------------------------------------------------------------------
 function renderComponents(s) {
   const cols = [["component", "id"], ["kind", "kind"], ["phase", "phase"], ["×", "parallelism", true],
-                ["executed", "executed", true], ["emitted", "emitted", true], ["failed attempts", "failures", true]];
+                ["executed", "executed", true], ["emitted", "emitted", true],
+                ["process latency", "process_latency_ms", true], ["capacity", "capacity", true]];
+  if (s.mode !== "history") cols.push(["failed attempts", "failures", true]);
   for (const [title, key] of [["acked", "acked"], ["tuples failed", "failed"], ["pending", "pending"], ["lag", "lag"]]) {
     if (s.components.some((c) => c[key] !== undefined)) cols.push([title, key, true]);
   }
+  cols.push(["last error", "error"]);
   const table = $("components");
   const head = el("tr");
   for (const [title, , num] of cols) head.appendChild(el("th", num ? { class: "num" } : {}, title));
@@ -305,7 +384,17 @@ function renderComponents(s) {
     const tr = el("tr", { "data-id": c.id });
     for (const [, key, num] of cols) {
       const v = c[key];
-      if (key === "phase") {
+      if (key === "error") {
+        const e = (s.errors || {})[c.id];
+        const td = el("td", e ? { class: "err" } : {}, e ? `${fmtWhen(e.at_unix)} · ${e.error_type}: ${e.message}` : "–");
+        if (e) td.title = `txid ${e.txid}, attempt ${e.attempt}: ${e.error_type}: ${e.message}`;
+        tr.appendChild(td);
+      } else if (key === "process_latency_ms") {
+        tr.appendChild(el("td", { class: "num" }, fmtLatency(v)));
+      } else if (key === "capacity") {
+        tr.appendChild(el("td", { class: v !== null && v !== undefined && v >= 0.8 ? "num hot" : "num" },
+                          v === null || v === undefined ? "–" : v.toFixed(3)));
+      } else if (key === "phase") {
         const td = el("td");
         const tag = el("span", { class: "phase-tag" }, c.committer ? `${v} · committer` : v);
         tag.style.background = css(PHASE_COLOR[v] || "--muted");
@@ -336,7 +425,7 @@ function renderLag(s) {
 
 function renderErrors(s) {
   const entries = Object.entries(s.errors || {});
-  const key = JSON.stringify(entries.map(([c, e]) => [c, e.txid, e.attempt, e.count]));
+  const key = JSON.stringify(entries.map(([c, e]) => [c, e.txid, e.attempt, e.count, e.at_unix]));
   if (key === errorsKey) return;
   errorsKey = key;
   const open = new Set([...document.querySelectorAll("#errors details[open]")].map((d) => d.dataset.component));
@@ -349,8 +438,8 @@ function renderErrors(s) {
     sum.append(el("b", {}, c), document.createTextNode(` ${e.error_type}: ${e.message} `),
                el("span", { class: "where" },
                   `— txid ${e.txid}, attempt ${e.attempt}` + (e.task !== null && e.task >= 0 ? `, task ${e.task}` : "")
-                  + ` · ${e.kind} · ${e.count} failed attempt${e.count === 1 ? "" : "s"} in this component`
-                  + ` · at ${clock(e.at)}`));
+                  + (e.count ? ` · ${e.kind} · ${e.count} failed attempt${e.count === 1 ? "" : "s"} in this component` : "")
+                  + ` · at ${e.at_unix ? fmtWhen(e.at_unix) : clock(e.at)}`));
     d.append(sum, el("pre", {}, e.traceback || "(no traceback)"));
     return d;
   }));
@@ -383,13 +472,67 @@ function renderConfig(s) {
   }));
 }
 
+function renderRuns(s) {
+  const runs = s.runs || [];
+  $("runs-section").hidden = runs.length === 0;
+  const key = JSON.stringify(runs);
+  if (key === runsKey) return;
+  runsKey = key;
+  $("runs").tBodies[0].replaceChildren(...runs.map((r) => {
+    const tr = el("tr", { "data-owner": r.owner || "", "data-ended": r.ended || "" });
+    const txids = r.first_committed === null || r.first_committed === undefined ? "none"
+      : r.first_committed === r.last_committed ? String(r.first_committed) : `${r.first_committed}..${r.last_committed}`;
+    const how = el("td", { class: r.ended === "died" ? "err" : "" }, r.ended);
+    const link = el("td");
+    if (r.spark_ui) link.appendChild(el("a", { href: r.spark_ui, target: "_blank", rel: "noopener" }, "Spark UI ↗"));
+    tr.append(el("td", {}, fmtWhen(r.started_at)), el("td", {}, fmtWhen(r.updated_at)), el("td", {}, r.owner || "?"),
+              how, el("td", { class: "num" }, fmt(r.batches)), el("td", {}, txids),
+              el("td", { class: "num" }, `${fmt(r.attempts)} · ${fmt(r.failed_attempts)}`),
+              el("td", {}, r.stopped_because || ""), link);
+    return tr;
+  }));
+}
+
+function renderControls(s) {
+  $("controls-section").hidden = !s.controls;
+}
+
+async function control(action) {
+  const out = $("control-result");
+  const token = $("control-token").value;
+  if (action === "kill" && !window.confirm(`Kill the driver of ${last.topology}? It stops after its commit under way.`)) return;
+  out.className = "muted";
+  out.textContent = `${action}…`;
+  try {
+    const r = await fetch("/api/control", {
+      method: "POST", cache: "no-store",
+      headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token}` },
+      body: JSON.stringify({ topology: last.topology, action }),
+    });
+    const body = await r.json().catch(() => ({}));
+    out.className = r.ok ? "ok" : "bad";
+    out.textContent = r.ok ? `${action}: done (state ${body.state}${body.lock_holder ? `, driver ${body.lock_holder}` : ""})`
+      : `${action} refused (HTTP ${r.status}): ${body.error || ""}`;
+  } catch (e) {
+    out.className = "bad";
+    out.textContent = `${action} failed: ${e}`;
+  }
+}
+
 // -- the loop ---------------------------------------------------------------------------------------
 function render(s) {
   last = s;
+  const fromState = s.mode === "history";
+  $("plots").hidden = fromState;
+  $("footer-live").hidden = fromState;
+  $("footer-history").hidden = !fromState;
+  if (fromState) $("coordination").textContent = s.coordination || "";
   renderHeader(s);
+  renderControls(s);
   updateGraph(s);
   renderPipeline(s);
-  renderPlots(s);
+  if (!fromState) renderPlots(s);
+  renderRuns(s);
   renderComponents(s);
   renderLag(s);
   renderErrors(s);
@@ -399,9 +542,13 @@ function render(s) {
   document.body.dataset.ready = "1";
 }
 
+function statusUrl() {
+  return "/api/status" + (topology ? `?topology=${encodeURIComponent(topology)}` : "");
+}
+
 async function refresh() {
   try {
-    const r = await fetch("/api/status", { cache: "no-store" });
+    const r = await fetch(statusUrl(), { cache: "no-store" });
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
     render(await r.json());
   } catch (e) {
@@ -411,6 +558,31 @@ async function refresh() {
   }
 }
 
-window.addEventListener("resize", () => { if (last) renderPlots(last); });
-refresh();
-setInterval(refresh, 1000);
+async function refreshTopologies() {
+  try {
+    const r = await fetch("/api/topologies", { cache: "no-store" });
+    if (r.ok && last) renderTopologies(await r.json(), last.topology);
+  } catch (e) { /* the next refresh says whether the server is gone */ }
+}
+
+window.addEventListener("resize", () => { if (last && last.mode !== "history") renderPlots(last); });
+$("topology-select").addEventListener("change", (ev) => {
+  topology = ev.target.value;
+  history.replaceState(null, "", `?topology=${encodeURIComponent(topology)}`);
+  graphKey = errorsKey = configKey = runsKey = null;
+  refresh();
+});
+$("controls").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  control(ev.submitter ? ev.submitter.dataset.action : "");
+});
+// the first render: the status embedded in the page, before any request
+if (INITIAL.status) {
+  if (!topology) topology = INITIAL.status.topology;
+  render(INITIAL.status);
+  renderTopologies(INITIAL.topologies || [], INITIAL.status.topology);
+}
+const EVERY = INITIAL.status && INITIAL.status.mode === "history" ? 2000 : 1000;
+if (!INITIAL.status) refresh();
+setInterval(refresh, EVERY);
+if (INITIAL.status && INITIAL.status.mode === "history") setInterval(refreshTopologies, 5000);
