@@ -214,7 +214,7 @@ def test_a_hung_driver_is_stale_a_killed_one_dead_and_the_next_run_keeps_its_his
     with open(tmp_path / "driver.err", "wb") as err:
         driver = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/transactional_words.py",
                                    "--set", "executor=in-process", "--coordination", coordination,
-                                   "--idle-timeout", "-1", "-q"],
+                                   "--accept-state-loss", "--idle-timeout", "-1", "-q"],
                                   cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         def status() -> dict:
@@ -268,7 +268,7 @@ def test_a_hung_driver_is_stale_a_killed_one_dead_and_the_next_run_keeps_its_his
 
     # the next run: ends normally; the runs record has it first, then the killed one as died
     p = _cli("run", "examples/transactional_words.py", "--set", "executor=in-process", "--coordination", coordination,
-             "--max-batches", "1", "-q")
+             "--accept-state-loss", "--max-batches", "1", "-q")
     assert p.returncode == 0, p.stderr
     st = status()
     assert st["run_state"]["state"] == "ended"

@@ -260,7 +260,7 @@ def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser
     the runs of the topology id, newest first; the controls off without a token."""
     tid = f"words-{uuid.uuid4().hex[:6]}"
     base = dict(executor="in-process", progress=False, max_spout_pending=3, retry_backoff_secs=0.1,
-                coordination=zk_url)
+                coordination=zk_url, accept_state_loss=True)   # memory:// state: the history is what is shown
     first = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(8)
     second = Engine(paced_words(tid, per_partition=100), TopologyConfig(**base)).run(4)
     other = transactional_words.build_topology(f"other-{uuid.uuid4().hex[:6]}").build()
