@@ -335,3 +335,34 @@ def test_the_page_links_the_spark_ui_of_the_run(browser):
     finally:
         page.close()
         o.stop()
+
+
+def test_trident_stages_show_their_operations_and_the_states_they_write(browser):
+    """A Trident topology's stages are named by the user's operations, and each shows the
+    states it updates (issue: stages carry the user's names)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import trident_word_count
+    from transactional.webui import RunObserver
+
+    o = RunObserver(trident_word_count.build_topology().build())
+    o.start()
+    page = browser.new_page()
+    try:
+        page.goto(o.url)
+        # a long name is cut to the box, whole in its tooltip
+        names = page.eval_on_selector_all("#graph .node", "gs => gs.map(g => g.dataset.id)")
+        assert sorted(names) == sorted([
+            "sentences", "queries", "each(Split) -> aggregate(Count)", "each(Split)",
+            "persistent_aggregate(word-counts)", "state_query(word-counts) -> filter(KnownWord) -> aggregate(Sum)",
+            "persistent_aggregate(query-results)"]), names
+        node = '#graph .node[data-id="persistent_aggregate(word-counts)"]'
+        assert page.text_content(f"{node} text.sub").startswith("×2 → word-counts · Trident")
+        title = page.eval_on_selector(
+            '#graph .node[data-id="persistent_aggregate(query-results)"]',
+            "g => [...g.children].filter(c => c.tagName === 'title').map(c => c.textContent).join()")
+        assert "writes query-results" in title, title
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "status_page_trident.png"), full_page=True)
+    finally:
+        page.close()
+        o.stop()

@@ -19,8 +19,11 @@ LABEL_CHAR_W, LABEL_PAD, LABEL_MARGIN = 6.6, 12, 14
 
 
 def edge_label(grouping: str, fields: list[str], stream: str) -> str:
-    """The label of an edge: ``fields(word)``, ``shuffle``; ``stream: ...`` off ``default``."""
+    """The label of an edge: ``fields(word)``, ``shuffle``; ``stream: ...`` off ``default``;
+    ``Arrow batches`` for a Trident stage's columns (routed by the sending task)."""
     g = f"{grouping}({', '.join(fields)})" if fields else grouping
+    if stream.startswith("arrow-"):   # a Trident stage's Arrow buffers, sent to the tasks they are for
+        return "Arrow batches"
     return f"{stream}: {g}" if stream and stream != "default" else g
 
 
@@ -76,7 +79,7 @@ def topology_graph(topology: Any) -> dict[str, Any]:
         top = PAD + (rows - n) * (NODE_H + ROW_GAP) / 2
         nodes.append({
             "id": c.id, "kind": c.kind, "class_name": c.class_name, "parallelism": c.parallelism,
-            "committer": bool(c.committer),
+            "committer": bool(c.committer), "writes": list(c.writes),
             "phase": "spout" if c.kind == "spout" else ("commit" if c.id in commit else "processing"),
             "layer": li, "order": pos[c.id],
             "x": round(PAD + li * (NODE_W + gap), 1), "y": round(top + pos[c.id] * (NODE_H + ROW_GAP), 1),

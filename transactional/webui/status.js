@@ -170,7 +170,8 @@ function drawGraph(g) {
     grp.appendChild(sv("rect", { class: "box", width: W, height: H, rx: 8, stroke: color }));
     grp.appendChild(sv("rect", { width: 7, height: H, rx: 3, fill: color }));
     grp.appendChild(sv("text", { class: "name fit", x: 16, y: 20 }, n.id));
-    grp.appendChild(sv("text", { class: "sub fit", x: 16, y: 37 }, `${n.class_name || n.kind} ×${n.parallelism}`));
+    const writes = (n.writes || []).length ? ` → ${n.writes.join(", ")}` : "";   // the states the stage updates
+    grp.appendChild(sv("text", { class: "sub fit", x: 16, y: 37 }, `×${n.parallelism}${writes} · ${n.class_name || n.kind}`));
     grp.appendChild(sv("text", { class: "counts", x: 16, y: 54 }, ""));
     if (n.committer) {
       const c = sv("g", { class: "committer", transform: `translate(${W - 14},14)` });
@@ -183,6 +184,7 @@ function drawGraph(g) {
                                visibility: "hidden" });
     grp.appendChild(err);
     grp.appendChild(sv("title", {}, `${n.id}: ${n.kind}, ${n.phase} phase, parallelism ${n.parallelism}`
+                       + ((n.writes || []).length ? `, writes ${n.writes.join(", ")}` : "")
                                      + (n.committer ? ", committer" : "")));
     svg.appendChild(grp);
   }
