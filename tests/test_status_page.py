@@ -342,6 +342,7 @@ def test_trident_stages_show_their_operations_and_the_states_they_write(browser)
     states it updates (issue: stages carry the user's names)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
     import trident_word_count
+
     from transactional.webui import RunObserver
 
     o = RunObserver(trident_word_count.build_topology().build())
