@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from transactional.exceptions import LockHeldError
+from state.errors import LockHeldError
 
 JSON = Any
 

@@ -48,8 +48,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
 from state.keys import decode_key, encode_key
-from transactional.exceptions import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
@@ -125,7 +125,7 @@ def fence_error(reason: str, what: str, stored_epoch: int, stored_txid: int, fen
 
 def conflict_error(what: str, key: str, other: str, fence: Fence) -> Exception:
     """The error for a key two writers of one attempt wrote (see ``Fence.writer``)."""
-    from transactional.exceptions import ConflictingWriteError
+    from state.errors import ConflictingWriteError
 
     return ConflictingWriteError(
         f"{what}: key {decode_key(key)!r} is updated by {other} and by {fence.writer} in txid "
