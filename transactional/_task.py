@@ -304,6 +304,18 @@ def _payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
+def new_bolt(component: ComponentSpec) -> Any:
+    """A fresh instance of a bolt as the task runner runs it: ``component.new_instance()``,
+    and for a core bolt (``component.core``) its batch-path adapter
+    (``transactional._core_task.adapter``)."""
+    bolt = component.new_instance()
+    if component.core and component.kind == "bolt":
+        from transactional._core_task import adapter
+
+        return adapter(component.core, bolt)
+    return bolt
+
+
 def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
              payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
@@ -316,7 +328,7 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     order), so a task run again emits the same tuples to the same tasks (``transactional.routing``).
     """
     payloads = sorted(payloads, key=_payload_order)
-    bolt = component.new_instance()
+    bolt = new_bolt(component)
     context = TaskContext(topology, component, task, phase, states)
     if topology.core:
         from transactional._core_task import CoreRouter, feed, task_seed
