@@ -42,7 +42,9 @@ SHUFFLE, FIELDS, GLOBAL, ALL, NONE, DIRECT, LOCAL_OR_SHUFFLE = (
 GOLDEN = 0x9E3779B1
 #: 2**16 divided by the golden ratio (Knuth's multiplicative-hashing constant for 16 bits):
 #: task ``t`` of a component starts its round robin at ``t * SHUFFLE_SPREAD + txid``, so
-#: the tasks of one component begin at consumer tasks far apart, not all at the same one
+#: the tasks of one component begin at consumer tasks far apart, not all at the same one.
+#: 40503 = 3 * 23 * 587: for 3 consumer tasks (or 23, 69, ...) every task starts at the same
+#: one (the txid still moves it). Changing it would move tuples: routing stays as it was.
 SHUFFLE_SPREAD = 40503
 #: a record's key is ``consumer_index * KEY_STRIDE + consumer_task`` (the consumer's position
 #: in ``Topology.components`` and its task): the key Spark's ``partitionBy`` routes on
