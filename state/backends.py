@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlparse
 
-from transactional.exceptions import ConfigError
+from state.errors import ConfigError
 
 __all__ = ["Backend", "COORDINATION", "USER_STATE", "backend_for", "check_url", "opener", "store_identity"]
 

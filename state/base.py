@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from transactional.exceptions import LockHeldError, StateError, StateValueError
+from state.errors import LockHeldError, StateError, StateValueError
 
 JSON = Any
 #: the largest value a znode takes (ZooKeeper's jute.maxbuffer, less room for the request);

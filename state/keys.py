@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from transactional.exceptions import ConfigError
+from state.errors import ConfigError
 
 __all__ = ["encode_key", "decode_key", "hashable_key", "check_state_name"]
 
@@ -86,7 +86,7 @@ def check_state_name(name: Any) -> str:
     >>> check_state_name("counts:x")
     Traceback (most recent call last):
     ...
-    transactional.exceptions.ConfigError: map state name 'counts:x' contains ':'; ...
+    state.errors.ConfigError: map state name 'counts:x' contains ':'; ...
     """
     if not isinstance(name, str) or not name:
         msg = f"map state name must be a non-empty str such as 'counts'; got {name!r}"

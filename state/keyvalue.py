@@ -41,8 +41,8 @@ import json
 import threading
 from typing import Any
 
+from state.errors import LeadershipLostError, StateCorruptError
 from state.keys import decode_key, encode_key, hashable_key
-from transactional.exceptions import LeadershipLostError, StateCorruptError
 
 _DELETED = object()        # a pending or prepared delete
 _TOMBSTONE = b"\x00deleted"  # a prepared delete in Redis (not valid JSON: never a value)

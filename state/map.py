@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
 from state.keys import decode_key, encode_key
-from transactional.exceptions import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
@@ -138,7 +138,7 @@ def fence_error(reason: str, what: str, stored_epoch: int, stored_txid: int, fen
 
 def conflict_error(what: str, key: str, other: str, fence: Fence) -> Exception:
     """The error for a key two writers of one attempt wrote (see ``Fence.writer``)."""
-    from transactional.exceptions import ConflictingWriteError
+    from state.errors import ConflictingWriteError
 
     return ConflictingWriteError(
         f"{what}: key {decode_key(key)!r} is updated by {other} and by {fence.writer} in txid "

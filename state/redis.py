@@ -48,10 +48,10 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from state._timing import timed
+from state.errors import ConfigError, StateCorruptError, StateUnavailableError
 from state.keys import decode_key, encode_key, hashable_key
 from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, conflict_error, fence_error
-from transactional.exceptions import ConfigError, StateCorruptError, StateUnavailableError
-from transactional.redaction import redact_url
+from state.redaction import redact_url
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
            "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD"]

@@ -59,7 +59,7 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Pe
 
 from state._timing import timed
 from state.base import JSON, TransactionalState, encode_json
-from transactional.exceptions import (
+from state.errors import (
     ConfigError,
     LeadershipLostError,
     LockHeldError,

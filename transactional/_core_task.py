@@ -23,13 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transactional._acker import TupleIds, new_id
-from transactional._task import KEY_STRIDE, stable_hash
 from transactional.bolt import BaseBatchBolt
 from transactional.exceptions import FailedException, InvalidTupleError
+from transactional.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, Tuple
-
-Chooser = Callable[[tuple], Sequence[int]]
 
 
 class CoreTuple(Tuple):
@@ -45,32 +43,11 @@ class CoreTuple(Tuple):
         self.key = key
 
 
-def chooser(grouping: str, n: int, field_idx: list[int], seed: int) -> Chooser:
-    """The consumer tasks (indexes) a tuple goes to under ``grouping``; every choice is a
-    function of the task's input and ``seed`` (see ``transactional._task._route``)."""
-    if grouping == "global" or n == 1:
-        first = (0,)
-        return lambda v: first
-    if grouping == "all":
-        every = tuple(range(n))
-        return lambda v: every
-    if grouping == "fields":
-        if len(field_idx) == 1:
-            fi = field_idx[0]
-            return lambda v: (stable_hash(v[fi]) % n,)
-        return lambda v: (stable_hash(tuple(v[i] for i in field_idx)) % n,)
-    state = [seed % n]
-
-    def round_robin(v: tuple) -> tuple[int]:
-        i = state[0] = (state[0] + 1) % n
-        return (i,)
-    return round_robin
-
-
-def _same_task(task: int) -> Chooser:
-    """``local_or_shuffle`` where it is local: task i sends to task i."""
-    same = (task,)
-    return lambda v: same
+def _unchosen(values: tuple) -> Sequence[int]:
+    """The chooser of a direct subscription: never called (``Outputs.stream`` sends an emit on
+    a direct stream to ``direct_task``, the task ``emit_direct`` names)."""
+    msg = "a direct subscription's task is named by emit_direct, not chosen"
+    raise InvalidTupleError(msg)
 
 
 class _Route:
@@ -104,11 +81,10 @@ class Outputs:
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
                     continue
                 n = consumer.parallelism
-                if sub.grouping == "local_or_shuffle" and topology.is_local(consumer):
-                    choose: Chooser = _same_task(task)
-                else:
-                    choose = chooser(sub.grouping, n, [spec.fields.index(f) for f in sub.fields],
-                                     task * 40503 + seed)
+                # a direct subscription's tasks are named by emit_direct (direct_task), never chosen
+                choose = _unchosen if sub.grouping == DIRECT else choose_tasks(
+                    sub.grouping, n, [spec.fields.index(f) for f in sub.fields], task=task,
+                    start=shuffle_start(task, seed), local=topology.is_local(consumer))
                 r = _Route(choose, n, topology.task_ids(consumer.id).start, sub.grouping == "direct")
                 routes.append(r)
                 self._records.append((index[consumer.id], stream, r))

@@ -9,7 +9,7 @@ latest metadata) that each planned batch advances; a batch's metadata holds only
 partitions it reads.
 
 Where a partition with no batch yet begins is decided once per topology, not once per
-driver: for a coordinator with ``initial_meta`` (spouts/base.py) the planner stores it in
+driver: for a coordinator with ``initial_meta`` (transactional/spout.py) the planner stores it in
 the coordinator state (``TransactionalState``) at::
 
     starts/<spout_id>  {"initial_partitions": n, "partitions": {"<p>": <empty meta where p begins>}}
@@ -30,6 +30,7 @@ from typing import Any
 
 from state.base import JSON_TYPES, json_problem
 from transactional.exceptions import SpoutError, StateCorruptError, TopologyError
+from transactional.spout import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout, TransactionalSpout
 from transactional.tuples import TransactionAttempt
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,6 @@ class SpoutContext:
 
 def spout_kind(spout: Any) -> str:
     """"opaque", "partitioned" or "plain"."""
-    # imported here: spouts.base imports transactional.tuples, which loads this package
-    from spouts.base import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout, TransactionalSpout
-
     if isinstance(spout, OpaquePartitionedTransactionalSpout) or (
             isinstance(spout, PartitionedTransactionalSpout) and getattr(spout, "opaque", False)):
         return "opaque"

@@ -13,7 +13,7 @@ from typing import Any
 from state.keys import check_state_name
 from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, map_class, open_map_backing
 from transactional._plan import ExecutorStates
-from transactional._task import TaskContext
+from transactional._task import TaskContext, new_bolt
 from transactional.config import TopologyConfig
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
@@ -143,7 +143,7 @@ class StateRegistry:
                 continue
             ctx = _DeclaringContext(topology, c)
             try:
-                c.new_instance().prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
+                new_bolt(c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
             except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
             for name, opaque in ctx.asked:

@@ -1,4 +1,5 @@
-"""The one task runner: prepare -> execute* -> finish_batch, with routing by grouping.
+"""The one task runner: prepare -> execute* -> finish_batch, with routing by grouping
+(``transactional.routing``).
 
 Spark stages (processing phase, in executors) and the commit phase (on the driver) both
 run tasks through ``run_task``. A task's input is a sequence of *payloads*
@@ -11,7 +12,6 @@ records ``(key, payload)`` where ``key = consumer_index * KEY_STRIDE + consumer_
 from __future__ import annotations
 
 import traceback
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,38 +29,16 @@ from transactional.exceptions import (
     StateCorruptError,
     TopologyFailedError,
 )
+from transactional.routing import KEY_STRIDE, direct, grouper, shuffle_start
+from transactional.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
-KEY_STRIDE = 1 << 20
 Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
          ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError)
-
-
-_GOLDEN = 0x9E3779B1
-
-
-def stable_hash(value: Any) -> int:
-    """A hash equal in every process and run (unlike ``hash`` of a str).
-
-    CRC-32 of the value's bytes, spread by Fibonacci hashing (CRC-32 alone maps "w0" ..
-    "w4" to one residue mod 3)."""
-    if isinstance(value, str):
-        h = zlib.crc32(value.encode())
-    elif isinstance(value, bool) or not isinstance(value, (int, bytes, tuple)):
-        h = zlib.crc32(repr(value).encode())
-    elif isinstance(value, int):
-        h = value & 0xFFFFFFFF
-    elif isinstance(value, bytes):
-        h = zlib.crc32(value)
-    else:
-        h = 17
-        for v in value:
-            h = (h * 31 + stable_hash(v)) & 0xFFFFFFFF
-    return ((h * _GOLDEN) & 0xFFFFFFFF) >> 7
 
 
 @dataclass
@@ -109,12 +87,12 @@ class Router:
         self.emitted = 0
         self._outputs: list[tuple[int, str, list[list]]] = []   # (consumer index, stream, per-task lists)
         self._emit: dict[str, Callable[[tuple], None]] = {}
-        self._direct: dict[str, list[list[list]]] = {}
+        self._direct: dict[str, list[tuple[int, Callable[[int, tuple], Any]]]] = {}   # stream -> (tasks, send)
         self._columns: dict[str, tuple[int, list[list]]] = {}   # stream -> (fields, lists taking columns)
         index = {c.id: i for i, c in enumerate(topology.components)}
         for stream, spec in component.streams.items():
             routes: list[Callable[[tuple], None]] = []
-            direct_targets: list[list[list]] = []
+            direct_targets: list[tuple[int, Callable[[int, tuple], Any]]] = []
             columnar: list[list] | None = []
             for consumer, sub in topology.consumers(component.id):
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
@@ -127,12 +105,11 @@ class Router:
                 else:
                     columnar = None
                 if sub.grouping == "direct":
-                    direct_targets.append(lists)
-                elif local:
-                    routes.append(lists[task].append)   # the same task index, no shuffle
+                    direct_targets.append((len(lists), direct([l.append for l in lists])))
                 else:
-                    routes.append(_route(sub.grouping, lists, [spec.fields.index(f) for f in sub.fields],
-                                         task * 40503 + attempt.txid))
+                    routes.append(grouper(sub.grouping, [l.append for l in lists],
+                                          [spec.fields.index(f) for f in sub.fields], task=task,
+                                          start=shuffle_start(task, attempt.txid), local=local))
             self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)
             if columnar and not spec.direct:
                 self._columns[stream] = (len(spec.fields) - 1, columnar)
@@ -186,14 +163,14 @@ class Router:
             )
             raise InvalidTupleError(msg)
         self._check(values, stream)
-        for lists in targets:
-            if not 0 <= task < len(lists):
+        for n, send in targets:
+            if not 0 <= task < n:
                 msg = (
                     f"{self.component!r} emit_direct to task {task}, but the "
-                    f"consumer has tasks 0..{len(lists) - 1}"
+                    f"consumer has tasks 0..{n - 1}"
                 )
                 raise InvalidTupleError(msg)
-            lists[task].append(values)
+            send(task, values)
         self.emitted += rows
 
     def report_error(self, error: BaseException) -> None:
@@ -228,43 +205,6 @@ class Router:
                 if vals:
                     out.append((base + t, (self.component, stream, self.task, vals)))
         return out
-
-
-def _route(grouping: str, lists: list[list], field_idx: list[int], seed: int) -> Callable[[tuple], None]:
-    """How one output stream reaches a consumer's tasks. Every grouping is a function of
-    the task's input (and ``seed``: the task and txid): a task Spark runs again after a
-    lost executor sends each tuple where the first run did, so consumers that already
-    read the first run's output and those reading the new run's see one batch."""
-    n = len(lists)
-    if grouping == "global" or n == 1:
-        return lists[0].append
-    if grouping == "all":
-        def to_all(v: tuple) -> None:
-            for l in lists:
-                l.append(v)
-        return to_all
-    if grouping == "fields":
-        appends = [l.append for l in lists]
-        if len(field_idx) == 1:
-            fi = field_idx[0]
-
-            def by_field(v: tuple, h=stable_hash, crc=zlib.crc32, g=_GOLDEN) -> None:
-                x = v[fi]
-                appends[((((crc(x.encode()) * g) & 0xFFFFFFFF) >> 7) if type(x) is str else h(x)) % n](v)
-            return by_field
-
-        def by_fields(v: tuple) -> None:
-            appends[stable_hash(tuple(v[i] for i in field_idx)) % n](v)
-        return by_fields
-    # shuffle / none: round robin from a start that differs per task and txid -- an even
-    # spread that is the same when the task runs again (its input order is fixed: run_task)
-    state = [seed % n]
-    appends = [l.append for l in lists]
-
-    def shuffle(v: tuple) -> None:
-        i = state[0] = (state[0] + 1) % n
-        appends[i](v)
-    return shuffle
 
 
 def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
@@ -364,6 +304,18 @@ def _payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
+def new_bolt(component: ComponentSpec) -> Any:
+    """A fresh instance of a bolt as the task runner runs it: ``component.new_instance()``,
+    and for a core bolt (``component.core``) its batch-path adapter
+    (``transactional._core_task.adapter``)."""
+    bolt = component.new_instance()
+    if component.core and component.kind == "bolt":
+        from transactional._core_task import adapter
+
+        return adapter(component.core, bolt)
+    return bolt
+
+
 def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
              payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
@@ -373,10 +325,10 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
-    order), so a task run again emits the same tuples to the same tasks (``_route``).
+    order), so a task run again emits the same tuples to the same tasks (``transactional.routing``).
     """
     payloads = sorted(payloads, key=_payload_order)
-    bolt = component.new_instance()
+    bolt = new_bolt(component)
     context = TaskContext(topology, component, task, phase, states)
     if topology.core:
         from transactional._core_task import CoreRouter, feed, task_seed

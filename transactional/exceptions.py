@@ -1,22 +1,28 @@
-"""Errors of spark-trident: one root, messages that name the thing and the fix."""
+"""Errors of spark-trident: one root, messages that name the thing and the fix. The root,
+``ConfigError`` and the state errors are defined by the bottom layer (``state.errors``) and
+re-exported here: import any of them from this module."""
 
 from __future__ import annotations
 
-from typing import Any
+from state.errors import (
+    ConfigError,
+    ConflictingWriteError,
+    LeadershipLostError,
+    LockHeldError,
+    StateAheadError,
+    StateCorruptError,
+    StateError,
+    StateLossError,
+    StateUnavailableError,
+    StateValueError,
+    TridentError,
+)
+from state.redaction import redact_text
 
-from transactional.redaction import redact_text
-
-
-class TridentError(Exception):
-    """Root of every error raised by spark-trident. Its message is redacted as it is made
-    (``transactional.redaction``): no password or token a URL or setting carried shows in it."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
-
-
-class ConfigError(TridentError, ValueError):
-    """A configuration value is invalid; raised before anything runs."""
+__all__ = ["TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "FailedException",
+           "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError", "StateAheadError",
+           "StateValueError", "ConflictingWriteError", "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError",
+           "AggregateOverflowError"]
 
 
 class TopologyError(TridentError, ValueError):
@@ -50,50 +56,6 @@ class TopologyFailedError(TridentError):
         self.component = component
         self.task = task
         self.cause = redact_text(cause) if cause is not None else None
-
-
-class StateError(TridentError):
-    """User or coordinator state is unusable: unreachable, corrupt, or ahead of the coordinator."""
-
-
-class StateValueError(StateError, TypeError):
-    """A value given to the coordinator state is not JSON (a set, an object, NaN...); the
-    message names the path and the field. Nothing of it is stored."""
-
-
-class StateUnavailableError(StateError):
-    """A state server (ZooKeeper, Redis) cannot be reached; the message names its address."""
-
-
-class StateCorruptError(StateError):
-    """A stored value is not in the form the wrapper expects; the message names the key."""
-
-
-class StateAheadError(StateError):
-    """A stored txid is newer than the batch being committed: a second writer, or a reused
-    topology id. The run stops rather than corrupting counts."""
-
-
-class ConflictingWriteError(StateError):
-    """Two writers of one attempt (committer tasks on executors) updated the same key of a
-    map; the second write is refused before anything of it is stored. The run stops: route
-    the key to one task (fields grouping) or commit on the driver."""
-
-
-class StateLossError(StateError, ConfigError):
-    """A run would silently drop state an earlier run committed: its user state is not the
-    store the coordinator's committed txids were written to, durable coordination is paired
-    with state that dies with the process, or a stateful bolt's state cannot be moved to
-    its new parallelism. Raised before anything is written; the message names both sides
-    and the fix (``accept_state_loss`` / ``--accept-state-loss`` accepts a loss knowingly)."""
-
-
-class LockHeldError(StateError):
-    """Another driver holds the lock of this topology id; the message names the holder."""
-
-
-class LeadershipLostError(StateError):
-    """This driver lost its lock (session expired): it must not commit any more."""
 
 
 class SpoutError(TridentError):

@@ -115,9 +115,7 @@ class ComponentSpec:
             raise TopologyError(msg)
         obj = pickle.loads(self.driver_blob if table is not None else self.blob)
         if self.core and self.kind == "bolt":
-            from transactional._core_task import adapter
-
-            return adapter(self.core, obj)
+            return obj      # the engine runs it through its batch-path adapter (``_task.new_bolt``)
         return BasicBoltAdapter(obj) if self.basic else obj
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from transactional import routing
 from transactional.bolt import BaseBatchBolt, Committer
 from transactional.columns import ColumnBatch, batch_of, rows_of
 from transactional.exceptions import AggregateOverflowError, InvalidTupleError
@@ -978,49 +979,19 @@ class EmitProc(Proc):
     def _send(self, b: Any, out: ArrowOut, counted: bool) -> None:
         if b.num_rows == 0:
             return
-        direct, att, task = self.bolt.collector.emit_direct, self.attempt, self.bolt.task
-
-        def emit(t: int, part: Any, buf: bytes | None = None) -> None:
-            direct(t, (att, to_ipc(part) if buf is None else buf), out.stream, rows=0 if counted else part.num_rows)
-
-        if out.grouping == "global" or out.tasks == 1:
-            emit(0, b)
-        elif out.grouping == "all":
-            buf = to_ipc(b)
-            for t in range(out.tasks):
-                emit(t, b, buf)
-                counted = True
-        elif out.grouping == "local" and self.bolt.num_tasks == out.tasks:
-            emit(task, b)
-        elif out.grouping == "fields":
-            for t, part in enumerate(partition_by_keys(b, list(out.keys), out.tasks)):
-                if part.num_rows:
-                    emit(t, part)
-        else:                        # shuffle: contiguous slices, starting at this task's turn
-            n = out.tasks
-            step = -(-b.num_rows // n)
-            for i in range(n):
-                part = b.slice(i * step, step)
-                if part.num_rows:
-                    emit((task + i) % n, part)
-
-
-def partition_by_keys(b: Any, keys: list[str], n: int) -> list[Any]:
-    """``b`` split into ``n`` batches by the stable hash of its key columns (the same
-    placement as a fields grouping of rows: ``transactional._task.stable_hash``)."""
-    import pyarrow as pa
-
-    from transactional._task import stable_hash
-
-    cols = [b.column(k).to_pylist() for k in keys]
-    if len(cols) == 1:
-        target = [stable_hash(v) % n for v in cols[0]]
-    else:
-        target = [stable_hash(v) % n for v in zip(*cols, strict=True)]
-    t = pa.array(target, type=pa.int32())
-    import pyarrow.compute as pc
-
-    return [b.filter(pc.equal(t, i)) for i in range(n)]
+        direct, att = self.bolt.collector.emit_direct, self.attempt
+        grouping = routing.LOCAL_OR_SHUFFLE if out.grouping == "local" else out.grouping
+        parts = routing.split_batch(grouping, b, out.tasks, out.keys, task=self.bolt.task,
+                                    local=self.bolt.num_tasks == out.tasks)
+        uncounted = 0 if counted else b.num_rows      # a row counts once, however many tasks get it
+        buffers: dict[int, bytes] = {}                # one IPC buffer for a part sent to several tasks
+        for t, part in parts:
+            buf = buffers.get(id(part))
+            if buf is None:
+                buf = buffers[id(part)] = to_ipc(part)
+            rows = min(part.num_rows, uncounted)
+            uncounted -= rows
+            direct(t, (att, buf), out.stream, rows=rows)
 
 
 PROCS: dict[str, type[Proc]] = {

@@ -116,9 +116,7 @@ class TridentState:
     def new_values_stream(self) -> Any:
         """The stream of ``(key fields..., new value)`` this state's updates produce (in the
         commit phase, after each update)."""
-        from trident.topology import Stream
-
-        return Stream(self.topology, self._node)
+        return self.topology.stream_of(self._node)
 
     def parallelism_hint(self, n: int) -> TridentState:
         """The number of tasks updating this state."""

@@ -485,6 +485,11 @@ class TridentTopology:
         self.nodes.append(node)
         return Stream(self, node)
 
+    def stream_of(self, node: Node) -> Stream:
+        """The stream of ``node``, a node of this topology (e.g. a state's updates:
+        ``TridentState.new_values_stream``)."""
+        return Stream(self, node)
+
     def _state(self, factory: MapStateFactory, node: Node) -> TridentState:
         old = self.states.get(factory.name)
         if old is not None and old.factory != factory:
