@@ -114,13 +114,15 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         conf.set("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
         if not config.spark_master.startswith("local"):
             conf.set("spark.executor.extraJavaOptions", LOCAL_JAVA_OPTIONS)
-    if config.spark_master.startswith("local"):
-        # workers run this very interpreter (a virtualenv's python need not be the python3 on
-        # PATH, which Spark would start: cron, systemd and IDEs run .venv/bin/trident without
-        # activating it), unless PYSPARK_PYTHON or spark.pyspark.python says otherwise
-        # (pyspark reads only the environment variable for its workers' interpreter)
+    if _loopback_master(config.spark_master):
+        # workers on this machine run this very interpreter (a virtualenv's python need not be
+        # the python3 on PATH, which Spark would start: cron, systemd and IDEs run
+        # .venv/bin/trident without activating it), unless PYSPARK_PYTHON or
+        # spark.pyspark.python says otherwise (pyspark reads only the environment variable,
+        # and sends it with every task: executors start that interpreter)
         chosen = config.spark_conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
+    if config.spark_master.startswith("local"):
         conf.set("spark.python.daemon.module", "transactional._daemon")   # import once, fork
         if log.isEnabledFor(logging.DEBUG):        # the workers' broken pipes, when jobs are cancelled
             os.environ["TRIDENT_WORKER_DEBUG"] = "1"
