@@ -27,6 +27,7 @@ from transactional.exceptions import (
     StateAheadError,
     StateCorruptError,
     TopologyFailedError,
+    UnstorableValueError,
 )
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
@@ -36,7 +37,7 @@ Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
-         ConfigError, LeadershipLostError, ConflictingWriteError)
+         ConfigError, LeadershipLostError, ConflictingWriteError, UnstorableValueError)
 
 
 _GOLDEN = 0x9E3779B1
