@@ -21,6 +21,14 @@ committers sharing the map -- applies to the value so far; ``flush`` writes ever
 changed key in one atomic ``multi_put``. So a key is stored at most once per txid and
 map, and a failure anywhere in the commit phase before ``flush`` leaves nothing behind.
 
+**One txid in all of its maps or in none.** ``commit_maps`` commits several maps of a
+txid as one: each map's write (``prepare_write``) is checked storable and encoded for its
+backing before any is written (``UnstorableValueError`` names the map, key and value),
+then the writes of the maps sharing a store (a backing's ``write_group``: one Redis
+server, the memory maps of one fence) go in one atomic, fenced step (the backing's
+``write``). The engine commits every map of a txid this way, on the driver and in each
+committer task on executors.
+
 **Fencing.** Each write carries a ``Fence(epoch, txid)``: the epoch of the driver (every
 new holder of a topology's lock takes a higher one, durably) and the batch's txid. The
 backing refuses, atomically and writing nothing, a write from an older epoch whatever
@@ -335,8 +343,15 @@ class MemoryMapBacking:
 
     def encode_values(self, values: list[Any]) -> list[Any]:
         """``values`` as this backing stores them (as they are), once checked JSON
-        encodable as the Redis backing's default serializer needs: a value the memory
-        backing would keep but Redis could not store fails here too."""
+        encodable as the Redis backing's default serializer needs (``orjson`` when
+        installed, else ``json``): a value the memory backing would keep but Redis could
+        not store fails here too."""
+        if _orjson is not None:
+            try:
+                _orjson.dumps(values, option=_orjson.OPT_NON_STR_KEYS)
+                return values
+            except TypeError:
+                pass
         json.dumps(values)
         return values
 
@@ -412,6 +427,12 @@ class MemoryMapBacking:
                     b._add(keys, deltas, p.fence)
             for b, p in todo:
                 b.fence.raise_to(p.fence, p.keys if p.op == "put" else (), b.namespace)
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the redis-fast extra is optional
+    _orjson = None   # type: ignore[assignment]
 
 
 # -- the rules, as pure functions over stored values ------------------------------------

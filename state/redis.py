@@ -4,12 +4,15 @@ The only module that imports ``redis``. I/O only: the exactly-once rules live in
 ``state/map.py`` (``TransactionalMap`` / ``OpaqueMap``) and this backing just stores what
 they hand it.
 
-Key layout, for a map namespaced ``<topology_id>:<state_name>``::
+Key layout, for a map namespaced ``<topology_id>:<state_name>`` (``<prefix>`` is
+``state.keys.key_prefix(namespace)``: ``<topology_id>:<state_name>:`` for a name without
+``:``, ``<topology_id>:~<name, % and : percent-encoded>:`` otherwise)::
 
-    <namespace>:<key>          one Redis string per map key; the value is the serialized
+    <prefix><key>              one Redis string per map key; the value is the serialized
                                wrapper value, e.g. {"txid": 7, "val": 42} (TransactionalMap)
                                or {"txid": 7, "curr": 42, "prev": 40} (OpaqueMap)
-    <namespace>:~written       OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <prefix>~written:<writer>  OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <prefix>~applied           CounterMap only: the last txid whose additions it holds
     <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
                                (the engine's fence scope is the topology id, shared by its maps;
                                a backing made by hand fences its own namespace)
@@ -17,11 +20,13 @@ Key layout, for a map namespaced ``<topology_id>:<state_name>``::
 The backing receives keys already encoded by the wrappers (``state.keys.encode_key``, the
 one definition of key identity): ``str`` keys are used as they are (``wc:counts:apple``)
 unless they start with ``~``; every other key is encoded deterministically, so the same
-key always lands on the same Redis key from any process.
+key always lands on the same Redis key from any process, and no two (map, key) pairs
+share one (``state.keys.stored_key``).
 
 Round trips: ``multi_get`` is one ``MGET``; ``multi_put`` is one ``EVALSHA`` of
 ``LUA_FENCED_MSET``, which checks and writes every key of the batch atomically on the
-server. A batch of 10,000 keys costs two round trips, never one per key.
+server. A batch of 10,000 keys costs two round trips, never one per key. ``write`` writes
+several maps' parts of a txid in one ``EVALSHA`` of ``LUA_FENCED_MULTI`` (all or none).
 
 Fencing: ``multi_put(keys, values, Fence(epoch, txid))`` refuses, atomically and writing
 nothing, a write from an older driver epoch whatever its txid (``LeadershipLostError``: a
@@ -812,8 +817,8 @@ class RedisMapBacking:
     # -- inspection --------------------------------------------------------------------------------
     def scan(self, count: int = 1000) -> dict[Any, Any]:
         """Every stored ``key -> value`` of this namespace (SCAN; for tools and tests, not
-        for the commit path). Keys of namespaces nested under this one (``ns:x:...``) are
-        included if they decode; keep state names free of ``:`` to avoid that."""
+        for the commit path). Another map's keys never match: a name with ``:`` has a key
+        prefix of its own (``state.keys.key_prefix``)."""
         rkeys = self._io("scanning", lambda: [
             _s(k) for k in self.client.scan_iter(match=_glob_escape(self._prefix) + "*", count=count)])
         rkeys = [k for k in rkeys if k != self._fence_key and _is_data_key(k[len(self._prefix):])]
