@@ -226,12 +226,13 @@ return {0}
 # return {0} when every part was written (an "add" part whose txid was added before writes
 #        nothing, as its script's {5}); {i, <reply of part i>} when part i refused (its
 #        script's codes): part i wrote nothing, and what the parts before it wrote is put
-#        back (every key a part may write is saved before the part runs: a string's value,
-#        an absent key, or another type's DUMP and TTL), so nothing of the write stays.
+#        back (every key a part but the last may write is saved before the part runs: a
+#        string's value, an absent key, or another type's DUMP and TTL), so nothing of the
+#        write stays. The caller puts the largest part last: it is not saved.
 LUA_FENCED_MULTI = (
     "local function put_part(KEYS, ARGV)\n" + LUA_FENCED_MSET + "\nend\n"
     + "local function add_part(KEYS, ARGV)\n" + LUA_FENCED_ADD + "\nend\n" + """
-local saved, order = {}, {}
+local saved, order = {}, {}    -- key -> its string, false (absent) or {dump, pttl}
 local function save(names)
   local fresh = {}
   for _, k in ipairs(names) do
@@ -245,11 +246,9 @@ local function save(names)
     local vals = redis.call('MGET', unpack(chunk))
     for j, k in ipairs(chunk) do
       if vals[j] then
-        saved[k] = {'s', vals[j]}
-      elseif redis.call('TYPE', k)['ok'] == 'none' then
-        saved[k] = {'n'}
-      else
-        saved[k] = {'d', redis.call('DUMP', k), redis.call('PTTL', k)}
+        saved[k] = vals[j]
+      elseif redis.call('TYPE', k)['ok'] ~= 'none' then
+        saved[k] = {redis.call('DUMP', k), redis.call('PTTL', k)}
       end
       order[#order + 1] = k
     end
@@ -258,12 +257,12 @@ end
 local function restore()
   for _, k in ipairs(order) do
     local s = saved[k]
-    if s[1] == 'n' then
+    if s == false then
       redis.call('DEL', k)
-    elseif s[1] == 's' then
-      redis.call('SET', k, s[2])
+    elseif type(s) == 'string' then
+      redis.call('SET', k, s)
     else
-      redis.call('RESTORE', k, math.max(s[3], 0), s[2], 'REPLACE')
+      redis.call('RESTORE', k, math.max(s[2], 0), s[1], 'REPLACE')
     end
   end
 end
@@ -274,12 +273,17 @@ for i, p in ipairs(parts) do
   for j = 1, p[2] do ks[j] = KEYS[ki + j] end
   for j = 1, p[3] do as[j] = ARGV[ai + j] end
   ki, ai = ki + p[2], ai + p[3]
-  save(ks)
+  -- the last part needs no saving: a refused part writes nothing, and nothing follows it
+  if i < #parts then
+    save(ks)
+    if p[1] == 'add' then
+      save(cjson.decode(as[3])[1])
+    end
+  end
   local r
   if p[1] == 'put' then
     r = put_part(ks, as)
   else
-    save(cjson.decode(as[3])[1])
     r = add_part(ks, as)
   end
   if r[1] ~= 0 and r[1] ~= 5 then
@@ -752,6 +756,7 @@ class RedisMapBacking:
                 if int(reply[0]) != 5:
                     b._raise_for(reply, p.fence if b.fenced else None)
             return
+        calls.sort(key=lambda c: len(c[0].keys))       # the largest part last: the script saves the others
         header = json.dumps([[op, len(keys), len(args)] for _, _, op, keys, args in calls])
         all_keys = [k for c in calls for k in c[3]]
         all_args = [header, *(a for c in calls for a in c[4])]
