@@ -7,7 +7,7 @@ memory backing's dict key), so a key means the same thing in memory and in Redis
 * ``str`` keys are themselves (``"apple"``); one starting with ``~`` gets ``~s`` in front;
 * ``bytes`` are ``~b<hex>``;
 * everything else JSON can hold (int, float, bool, None, tuples and lists of those) is
-  ``~j<compact JSON>``.
+  ``~j<compact JSON>``; a dict is refused (``{1: 2}`` and ``{"1": 2}`` would be one key).
 
 So ``1``, ``1.0``, ``True`` and ``"1"`` are four different keys (as in Trident, where keys
 are compared with Java's ``equals``: ``Integer(1)``, ``Double(1.0)``, ``Boolean(true)``

@@ -309,3 +309,10 @@ def test_a_memory_map_named_with_the_separator_is_its_own_map():
     assert reg.existing("a:b").get("x") == 1 and reg.existing("a").get("b:x") == 2
     with pytest.raises(ConfigError, match="map namespace must be '<scope>:<name>'"):
         open_memory_backing("memory://", "counts", fence_scope="counts")
+
+
+@pytest.mark.parametrize("key", [{1: 2}, {"1": 2}, ("a", {"b": 1})])
+def test_a_key_holding_a_dict_is_refused(key):
+    """``{1: 2}`` and ``{"1": 2}`` were one stored key (JSON object keys are strings)."""
+    with pytest.raises(TypeError, match=re.escape(f"map key {key!r} of type {type(key).__name__} cannot be stored")):
+        encode_key(key)
