@@ -28,6 +28,7 @@ from transactional.exceptions import (
     StateAheadError,
     StateCorruptError,
     TopologyFailedError,
+    UnstorableValueError,
 )
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
@@ -37,7 +38,8 @@ Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
-         ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError)
+         ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError,
+         UnstorableValueError)
 
 
 _GOLDEN = 0x9E3779B1

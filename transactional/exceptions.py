@@ -69,6 +69,13 @@ class StateCorruptError(StateError):
     """A stored value is not in the form the wrapper expects; the message names the key."""
 
 
+class UnstorableValueError(StateError, TypeError):
+    """A map was handed a value it cannot store (not encodable by the backing's serializer,
+    e.g. a set for JSON; not a number for a counter map). Found before anything of the
+    commit is written; the message names the map, the key and the value. The run stops:
+    the same batch would produce the same value again."""
+
+
 class StateAheadError(StateError):
     """A stored txid is newer than the batch being committed: a second writer, or a reused
     topology id. The run stops rather than corrupting counts."""
