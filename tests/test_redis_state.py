@@ -759,6 +759,77 @@ class TestMapsOfATxid:
         assert _delta(_cmdstats(redis_server.client()), stats).get("evalsha", 0) == 0
         assert _stored(redis_server.client(), f"{tid}:*") == before
 
+    def test_a_counter_part_written_before_a_refused_part_is_put_back_with_its_record(self, redis_server,
+                                                                                      redis_url):
+        """Txid 2 of a counter map (1 key: its part runs first) and a transactional map (3
+        keys, one of them a hash: refused, run last). The counter's keys, its applied
+        marker and its record of txid 1's before-values (``~prior``) are all put back: a
+        read in txid 1 still sees the values before txid 1, and the replay of txid 2
+        reads the values before txid 2."""
+        client = redis_server.client()
+        tid = f"prior-{uuid.uuid4().hex[:6]}"
+
+        def on(name: str) -> RedisMapBacking:
+            return RedisMapBacking.from_url(redis_url, f"{tid}:{name}", fence_scope=tid)
+
+        n, big = CounterMap(on("n"), "n"), TransactionalMap(on("big"), "big")
+
+        def txid(t: int) -> None:
+            for m in (n, big):
+                m._cache = {}            # a map that read nothing trusts nothing (the type check runs)
+                m.begin_commit(t, 1, epoch=1)
+            n.add(["c"], [t * 10])
+            big.multi_combine(["x", "y", "z"], [t, t, t])
+            try:
+                commit_maps([n, big], t)
+            except BaseException:
+                for m in (n, big):
+                    m.abort()
+                raise
+
+        txid(1)
+        client.delete(f"{tid}:big:z")
+        client.hset(f"{tid}:big:z", "not", "ours")
+        before = _stored(client, f"{tid}:*")
+        assert before[f"{tid}:n:~applied"] == b"1" and before[f"{tid}:n:~prior"][0] == "hash"
+        with pytest.raises(StateCorruptError, match=rf"'{tid}:big:z'.* holds a hash") as e:
+            txid(2)
+        assert e.value.trident_map == "big"
+        assert _stored(client, f"{tid}:*") == before
+        n.begin_commit(1, 1, epoch=1)    # the record of txid 1 is intact
+        assert n.multi_get_committed(["c"]) == [None]
+        n.abort()
+        client.delete(f"{tid}:big:z")
+        txid(2)
+        assert n.get("c") == 30 and client.get(f"{tid}:n:~applied") == b"2"
+        n.begin_commit(2, 2, epoch=1)    # a replay of txid 2 reads the values before it
+        assert n.multi_get_committed(["c"]) == [10]
+        n.abort()
+
+    def test_counter_maps_whose_names_hold_the_separator_keep_their_own_record(self, redis_server, redis_url):
+        """The record of map "c:x" is not map "c"'s key "x:~prior": every counter map's
+        marker and record use its own key prefix."""
+        client = redis_server.client()
+        for url in ("memory://", redis_url):
+            reset_memory_maps("csep:")
+            maps = [CounterMap(open_map_backing(url, f"csep:{name}", fence_scope="csep"), name) for name in ("c:x", "c")]
+            for t in (1, 2):
+                for m in maps:
+                    m.begin_commit(t, 1, epoch=1)
+                maps[0].add(["k"], [t])
+                maps[1].add(["x:~prior", "x:~applied"], [10 * t, 100 * t])
+                commit_maps(maps, t)
+            for m in maps:
+                m.begin_commit(2, 2, epoch=1)    # a replay of txid 2: the values before it
+            assert maps[0].multi_get_committed(["k"]) == [1], url
+            assert maps[1].multi_get_committed(["x:~prior", "x:~applied"]) == [10, 100], url
+            for m in maps:
+                m.abort()
+            assert (maps[0].get("k"), maps[1].get("x:~prior"), maps[1].get("x:~applied")) == (3, 30, 300), url
+        assert sorted(k.decode() for k in client.keys("csep:*")) == sorted([
+            "csep:~c%3Ax:k", "csep:~c%3Ax:~applied", "csep:~c%3Ax:~prior",
+            "csep:c:x:~prior", "csep:c:x:~applied", "csep:c:~applied", "csep:c:~prior", "csep:~fence"])
+
     def test_maps_whose_names_hold_the_separator_keep_their_own_keys(self, redis_server, redis_url):
         """Map "a:b" key "x" and map "a" key "b:x" were one Redis key; names with ':' or
         '%' now have a segment of their own, and every other name keeps its layout."""
@@ -776,8 +847,8 @@ class TestMapsOfATxid:
             assert [fresh[n].get(k) for n, k, _ in pairs] == [1, 2, 3, 4, 5], url
         assert sorted(k.decode() for k in client.keys("sep:*")) == sorted([
             "sep:~a%3Ab:x", "sep:a:b:x", "sep:a%3Ab:x", "sep:~a%3Ab%3Ax:y", "sep:a:b:x:y", "sep:~fence"])
-        assert RedisMapBacking.from_url(redis_url, "sep:a").scan() == {"b:x": {"txid": 1, "val": 2},
-                                                                        "b:x:y": {"txid": 1, "val": 5}}
+        assert RedisMapBacking.from_url(redis_url, "sep:a").scan() == {"b:x": {"txid": 1, "val": 2, "prev": None},
+                                                                        "b:x:y": {"txid": 1, "val": 5, "prev": None}}
 
     @pytest.mark.parametrize("namespace", ["counts", ":counts", "wc:"])
     def test_a_namespace_that_is_not_scope_and_name_is_refused(self, redis_url, namespace):
