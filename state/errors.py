@@ -10,8 +10,8 @@ from typing import Any
 from state.redaction import redact_text
 
 __all__ = ["TridentError", "ConfigError", "StateError", "StateUnavailableError", "StateCorruptError",
-           "StateAheadError", "StateValueError", "ConflictingWriteError", "StateLossError", "LockHeldError",
-           "LeadershipLostError"]
+           "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
+           "StateLossError", "LockHeldError", "LeadershipLostError"]
 
 
 class TridentError(Exception):
@@ -41,6 +41,13 @@ class StateUnavailableError(StateError):
 
 class StateCorruptError(StateError):
     """A stored value is not in the form the wrapper expects; the message names the key."""
+
+
+class UnstorableValueError(StateError, TypeError):
+    """A map was handed a value it cannot store (not encodable by the backing's serializer,
+    e.g. a set for JSON; not a number for a counter map). Found before anything of the
+    commit is written; the message names the map, the key and the value. The run stops:
+    the same batch would produce the same value again."""
 
 
 class StateAheadError(StateError):

@@ -30,6 +30,14 @@ committers sharing the map -- applies to the value so far; ``flush`` writes ever
 changed key in one atomic ``multi_put``. So a key is stored at most once per txid and
 map, and a failure anywhere in the commit phase before ``flush`` leaves nothing behind.
 
+**One txid in all of its maps or in none.** ``commit_maps`` commits several maps of a
+txid as one: each map's write (``prepare_write``) is checked storable and encoded for its
+backing before any is written (``UnstorableValueError`` names the map, key and value),
+then the writes of the maps sharing a store (a backing's ``write_group``: one Redis
+server, the memory maps of one fence) go in one atomic, fenced step (the backing's
+``write``). The engine commits every map of a txid this way, on the driver and in each
+committer task on executors.
+
 **Fencing.** Each write carries a ``Fence(epoch, txid)``: the epoch of the driver (every
 new holder of a topology's lock takes a higher one, durably) and the batch's txid. The
 backing refuses, atomically and writing nothing, a write from an older epoch whatever
@@ -52,14 +60,17 @@ and no bookkeeping grows with the run.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
-from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError
-from state.keys import decode_key, encode_key
+from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateCorruptError, UnstorableValueError
+from state.keys import decode_key, encode_key, key_prefix
 
 V = TypeVar("V")
 Updater = Callable[[Any], Any]
@@ -149,32 +160,138 @@ def conflict_error(what: str, key: str, other: str, fence: Fence) -> Exception:
 
 class FenceCell:
     """An in-process fence: the highest (epoch, txid) written through it, and the claims
-    of the newest attempt, under a lock."""
+    of the newest attempt (``(namespace, key) -> writer``), under a lock."""
 
     def __init__(self) -> None:
         self.epoch = 0
         self.txid = 0
-        self.claims: dict[str, dict[str, str]] = {}
+        self.claims: dict[str, dict[tuple[str, str], str]] = {}
         self.lock = threading.Lock()
 
-    def check_and_raise(self, fence: Fence, what: str, keys: Sequence[str] = ()) -> None:
-        """Raise ``fence_error`` (or ``conflict_error``) if ``fence`` is refused, else raise
-        the cell to it. Call with ``self.lock`` held, together with the write it guards."""
+    def check(self, fence: Fence, what: str, keys: Sequence[str] = (), namespace: str = "") -> None:
+        """Raise ``fence_error`` (or ``conflict_error`` for a key of ``namespace`` another
+        writer of the attempt claimed) if ``fence`` is refused; changes nothing."""
         reason = fence_refusal(self.epoch, self.txid, fence)
         if reason is not None:
             raise fence_error(reason, what, self.epoch, self.txid, fence)
         if fence.claims is not None:
             claims = self.claims.get(fence.claims, {})
             for k in keys:
-                other = claims.get(k)
+                other = claims.get((namespace, k))
                 if other is not None and other != fence.writer:
                     raise conflict_error(what, k, other, fence)
+
+    def raise_to(self, fence: Fence, keys: Sequence[str] = (), namespace: str = "") -> None:
+        """Raise the cell to ``fence`` (checked), claiming ``keys`` of ``namespace`` for its writer."""
+        if fence.claims is not None:
+            claims = self.claims.get(fence.claims, {})
             self.claims = {fence.claims: claims}   # only the newest attempt's are kept
             writer = fence.writer
             assert writer is not None   # a fence has claims only with a writer
-            claims.update((k, writer) for k in keys if not k.startswith(WRITTEN_KEY))
+            claims.update(((namespace, k), writer) for k in keys if not k.startswith(WRITTEN_KEY))
         self.epoch = max(self.epoch, fence.epoch or 0)
         self.txid = max(self.txid, fence.txid or 0)
+
+    def check_and_raise(self, fence: Fence, what: str, keys: Sequence[str] = (), namespace: str = "") -> None:
+        """``check``, then ``raise_to``. Call with ``self.lock`` held, together with the
+        write it guards."""
+        self.check(fence, what, keys, namespace)
+        self.raise_to(fence, keys, namespace)
+
+
+# -- one txid's writes, checked, then written together -----------------------------------------
+
+@dataclass
+class MapWrite:
+    """One map's write of a txid (``MapState.prepare_write``): checked storable, and
+    encoded for its backing, before anything of the txid is written.
+
+    ``op`` is ``"put"`` (store ``values`` at ``keys``) or ``"add"`` (a counter map's numbers,
+    added once per txid). ``values`` is what the backing's ``encode_values`` /
+    ``encode_deltas`` / ``encode_columns`` made (a backing without them gets the raw values
+    through ``multi_put`` / ``multi_add``); ``stored``: the raw values of a put, for the
+    map's cache."""
+
+    name: str
+    backing: Any
+    op: str
+    keys: Any
+    values: Any
+    fence: Fence
+    trusted: int = 0
+    stored: list[Any] | None = None
+
+
+@contextlib.contextmanager
+def tagged(name: str) -> Iterator[None]:
+    """Tag an exception raised while reading or writing map ``name`` with its name
+    (``trident_map``, which the engine's failure reports show), unless tagged already."""
+    try:
+        yield
+    except Exception as e:
+        if not hasattr(e, "trident_map"):
+            e.trident_map = name  # type: ignore[attr-defined]
+        raise
+
+
+def write_maps(parts: Sequence[MapWrite]) -> None:
+    """Write ``parts`` (each checked storable already): the parts whose backings share a
+    ``write_group`` (one Redis server; the memory maps of one fence) in one atomic step,
+    through the group's ``write``; a backing without ``write`` through its own calls."""
+    groups: dict[Hashable, list[MapWrite]] = {}
+    for p in parts:
+        group = getattr(p.backing, "write_group", None)
+        groups.setdefault(("own", id(p)) if group is None else group, []).append(p)
+    for ps in groups.values():
+        write = getattr(ps[0].backing, "write", None)
+        if write is not None:
+            write(ps)
+            continue
+        for p in ps:
+            with tagged(p.name):
+                if p.op == "put":
+                    p.backing.multi_put(p.keys, p.values, p.fence, trusted=p.trusted)
+                else:
+                    p.backing.multi_add(p.keys, p.values, p.fence)
+
+
+def commit_maps(maps: Sequence[MapState[Any]], txid: int) -> None:
+    """``commit(txid)`` of several maps at once, so that txid is visible in all of them or
+    in none (docs/design.md §5):
+
+    1. every map makes its write of ``txid`` and checks it storable: a value its backing
+       cannot store raises ``UnstorableValueError`` naming the map, the key and the value,
+       and nothing of any of the maps is written;
+    2. the writes go out, the maps on one store (one Redis; the memory maps of a topology)
+       in one atomic, fenced step (``write_maps``): a refusal there (fence, claims, a
+       corrupt key) leaves every one of them as it was;
+    3. the maps end the commit.
+
+    A failure leaves the maps in their commit: the caller ``abort``-s them."""
+    for m in maps:
+        if m.scope is None or m.scope.txid != txid:
+            msg = f"commit({txid}) of map {m.name!r} without begin_commit({txid})"
+            raise RuntimeError(msg)
+    # Step 1. every write made and checked storable
+    parts: list[tuple[MapState[Any], MapWrite]] = []
+    for m in maps:
+        with tagged(m.name):
+            part = m.prepare_write()
+        if part is not None:
+            parts.append((m, part))
+    # Step 2. written: one atomic step per store
+    try:
+        write_maps([part for _, part in parts])
+    except BaseException:
+        for m in maps:
+            m._cache = {}        # written or not: unknown
+        raise
+    for m, part in parts:
+        m._written(part)
+    # Step 3. the commit ends
+    for m in maps:
+        m.scope = None
+        m._reset()
 
 
 # -- backings ------------------------------------------------------------------------------
@@ -219,34 +336,69 @@ class MemoryMapBacking:
         self.namespace = namespace
         self.round_trips = 0  # multi_get/multi_put calls, like a remote store's
 
+    @property
+    def write_group(self) -> Hashable:
+        """Backings with the same ``write_group`` are written together by ``write``: the
+        memory maps of one fence (the engine's: one topology), under its lock."""
+        return ("memory", id(self.fence))
+
     def multi_get(self, keys: list[str]) -> list[Any]:
         """Stored values for ``keys``, in order; None where absent (one counted round trip)."""
         self.round_trips += 1
         get = self.data.get
         return [get(k) for k in keys]
 
+    def encode_values(self, values: list[Any]) -> list[Any]:
+        """``values`` as this backing stores them (as they are), once checked JSON
+        encodable as the Redis backing's default serializer needs (``orjson`` when
+        installed, else ``json``): a value the memory backing would keep but Redis could
+        not store fails here too."""
+        if _orjson is not None:
+            try:
+                _orjson.dumps(values, option=_orjson.OPT_NON_STR_KEYS)
+                return values
+            except TypeError:
+                pass
+        json.dumps(values)
+        return values
+
+    def encode_deltas(self, keys: list[str], deltas: list[Any]) -> tuple[list[str], list[Any]]:
+        """A counter map's additions as ``write`` takes them."""
+        return keys, deltas
+
     def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
         """Add numbers once for ``fence.txid`` (see ``RedisMapBacking.multi_add``); False
         when the txid was added before (nothing written)."""
         self.round_trips += 1
         with self.fence.lock:
-            applied = self.data.get(APPLIED_KEY) or 0
-            self.fence.check_and_raise(fence, f"memory map {self.namespace!r}")
-            if fence.txid is not None and applied >= fence.txid:
+            what = f"memory map {self.namespace!r}"
+            self.fence.check(fence, what)
+            if not self._check_add(keys, fence):
                 return False
-            bad = [(k, v) for k, v in ((k, self.data.get(k)) for k in keys)
-                   if v is not None and (type(v) not in (int, float))]
-            if bad:
-                msg = f"memory map {self.namespace!r} key {bad[0][0]!r} holds {bad[0][1]!r}, not a number"
-                raise StateCorruptError(msg)
-            data = self.data
-            before = {k: data.get(k) for k in keys}
-            for k, d in zip(keys, deltas, strict=True):
-                data[k] = data.get(k, 0) + d
-            if fence.txid is not None:
-                data[APPLIED_KEY] = fence.txid
-                data[PRIOR_KEY] = {"txid": fence.txid, "before": before}
+            self._add(keys, deltas, fence)
+            self.fence.raise_to(fence)
             return True
+
+    def _check_add(self, keys: list[str], fence: Fence) -> bool:
+        """False when ``fence.txid`` was added before; ``StateCorruptError`` when a key
+        holds something that is not a number."""
+        if fence.txid is not None and (self.data.get(APPLIED_KEY) or 0) >= fence.txid:
+            return False
+        get = self.data.get
+        bad = [(k, v) for k, v in ((k, get(k)) for k in keys) if v is not None and (type(v) not in (int, float))]
+        if bad:
+            msg = f"memory map {self.namespace!r} key {bad[0][0]!r} holds {bad[0][1]!r}, not a number"
+            raise StateCorruptError(msg)
+        return True
+
+    def _add(self, keys: list[str], deltas: list[Any], fence: Fence) -> None:
+        data = self.data
+        before = {k: data.get(k) for k in keys}
+        for k, d in zip(keys, deltas, strict=True):
+            data[k] = data.get(k, 0) + d
+        if fence.txid is not None:
+            data[APPLIED_KEY] = fence.txid
+            data[PRIOR_KEY] = {"txid": fence.txid, "before": before}
 
     def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
         """Stored numbers of ``keys`` and the counter map's record of its last added txid
@@ -270,8 +422,39 @@ class MemoryMapBacking:
         self.round_trips += 1
         with self.fence.lock:
             if fence is not None:
-                self.fence.check_and_raise(fence, f"memory map {self.namespace!r}", keys)
+                self.fence.check_and_raise(fence, f"memory map {self.namespace!r}", keys, self.namespace)
             self.data.update(zip(keys, values, strict=True))
+
+    def write(self, parts: Sequence[MapWrite]) -> None:
+        """Write several maps' parts (backings of this ``write_group``) as one step: under
+        the fence's lock, every part is checked (fence, claims, counters' stored numbers)
+        before any is applied, so a refusal leaves every map as it was."""
+        self.round_trips += 1
+        with self.fence.lock:
+            # Step 1. check every part; nothing changes
+            todo = []
+            for p in parts:
+                b = cast(MemoryMapBacking, p.backing)
+                with tagged(p.name):
+                    b.fence.check(p.fence, f"memory map {b.namespace!r}", p.keys if p.op == "put" else (),
+                                  b.namespace)
+                    if p.op == "put" or b._check_add(p.keys, p.fence):
+                        todo.append((b, p))
+            # Step 2. apply every part
+            for b, p in todo:
+                if p.op == "put":
+                    b.data.update(zip(p.keys, p.values, strict=True))
+                else:
+                    keys, deltas = p.values
+                    b._add(keys, deltas, p.fence)
+            for b, p in todo:
+                b.fence.raise_to(p.fence, p.keys if p.op == "put" else (), b.namespace)
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the redis-fast extra is optional
+    _orjson = None   # type: ignore[assignment]
 
 
 # -- the rules, as pure functions over stored values ------------------------------------
@@ -368,6 +551,17 @@ def counter_base(key: str, stored: Any, record: CounterRecord, txid: int) -> Any
     return stored
 
 
+def unstorable_error(name: str, txid: int, key: str, value: Any, why: str) -> UnstorableValueError:
+    """The error for a value of map ``name`` (at encoded ``key``) its backing cannot store."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 200 else shown[:200] + "..."
+    return UnstorableValueError(
+        f"map {name!r}, txid {txid}: the value {shown} ({type(value).__name__}) of key "
+        f"{decode_key(key)!r} cannot be stored ({why}); found before writing: none of the maps "
+        "committed with it was written. Store what the state's serializer encodes (JSON: "
+        "dict, list, str, int, float, bool, None), e.g. convert it in the aggregator or updater")
+
+
 def _ahead(key: Any, stored_txid: int, txid: int) -> str:
     return (f"key {key!r} was written by txid {stored_txid}, newer than the batch being "
             f"committed (txid {txid}): another driver is writing this state, or the "
@@ -412,7 +606,7 @@ class MapState(Generic[V]):
 
     def __init__(self, backing: MapBacking, name: str | None = None, writer: str = "driver") -> None:
         self.backing = backing
-        self.name = name or getattr(backing, "namespace", type(self).__name__)
+        self.name: str = cast(str, name or getattr(backing, "namespace", type(self).__name__))
         #: who writes through this map object (one committer task, or the driver): names
         #: the record of what it wrote, for ``rollback``
         self.writer = writer
@@ -453,27 +647,66 @@ class MapState(Generic[V]):
         self._reset()
 
     def flush(self) -> None:
-        """Write every key changed in this txid in one atomic, fenced ``multi_put``."""
+        """Write every key changed in this txid in one atomic, fenced ``multi_put`` (checked
+        storable first: ``UnstorableValueError`` names the key and value, nothing written)."""
+        part = self.prepare_write()
+        if part is None:
+            return
+        try:
+            write_maps([part])
+        except BaseException:
+            self._cache = {}        # written or not: unknown
+            raise
+        self._written(part)
+
+    def prepare_write(self) -> MapWrite | None:
+        """This txid's write of the map (None: nothing changed), checked storable and
+        encoded for the backing; nothing is written (``write_maps`` writes it)."""
         scope = self._require_scope("flushed")
         keys, values = self._writes(scope)
-        if keys:
-            writer = self.writer if self.shared_writes else None
-            trusted = 0
-            cache = self._cache
-            if cache:      # keys the cache knows go last: the backing need not check them
-                # (a key read as absent may hold a non-string value MGET cannot show)
-                fresh = [i for i, k in enumerate(keys) if cache.get(k) is None]
-                if len(fresh) < len(keys):
-                    order = fresh + [i for i, k in enumerate(keys) if cache.get(k) is not None]
-                    trusted = len(keys) - len(fresh)
-                    keys, values = [keys[i] for i in order], [values[i] for i in order]
-            try:
-                self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid, scope.attempt, writer),
-                                       trusted=trusted)
-            except BaseException:
-                self._cache = {}        # written or not: unknown
-                raise
-            self._remember(keys, values)
+        if not keys:
+            return None
+        writer = self.writer if self.shared_writes else None
+        trusted = 0
+        cache = self._cache
+        if cache:      # keys the cache knows go last: the backing need not check them
+            # (a key read as absent may hold a non-string value MGET cannot show)
+            fresh = [i for i, k in enumerate(keys) if cache.get(k) is None]
+            if len(fresh) < len(keys):
+                order = fresh + [i for i, k in enumerate(keys) if cache.get(k) is not None]
+                trusted = len(keys) - len(fresh)
+                keys, values = [keys[i] for i in order], [values[i] for i in order]
+        encode = getattr(self.backing, "encode_values", None)
+        encoded = values if encode is None else self._encoded(encode, keys, values, scope)
+        return MapWrite(self.name, self.backing, "put", keys, encoded,
+                        Fence(scope.epoch, scope.txid, scope.attempt, writer), trusted, values)
+
+    def _encoded(self, encode: Callable[[list[Any]], Any], keys: list[str], values: list[Any],
+                 scope: CommitScope) -> Any:
+        """``encode(values)``; a value it cannot encode raises ``UnstorableValueError``
+        naming the key and the user's value."""
+        try:
+            return encode(values)
+        except Exception:
+            for k, v in zip(keys, values, strict=True):
+                try:
+                    encode([v])
+                except Exception as e:  # noqa: BLE001 - whatever the serializer raises
+                    user = v
+                    if type(v) is dict and self._user_fields:
+                        for f in self._user_fields:
+                            try:
+                                encode([v.get(f)])
+                            except Exception:  # noqa: BLE001
+                                user = v.get(f)
+                                break
+                    raise unstorable_error(self.name, scope.txid, k, user, f"{type(e).__name__}: {e}") from None
+            raise
+
+    def _written(self, part: MapWrite) -> None:
+        """``part`` is stored: remember what the backing now holds, nothing is dirty."""
+        if part.stored is not None:
+            self._remember(part.keys, part.stored)
         self._dirty = {}
 
     def _remember(self, keys: list[str], stored: list[Any]) -> None:
@@ -503,13 +736,9 @@ class MapState(Generic[V]):
         return 0
 
     def commit(self, txid: int) -> None:
-        """``flush``, then end the commit of ``txid``."""
-        if self.scope is None or self.scope.txid != txid:
-            msg = f"commit({txid}) of map {self.name!r} without begin_commit({txid})"
-            raise RuntimeError(msg)
-        self.flush()
-        self.scope = None
-        self._reset()
+        """``flush``, then end the commit of ``txid`` (``commit_maps`` commits several
+        maps as one)."""
+        commit_maps([self], txid)
 
     def abort(self) -> None:
         """End the current commit without writing anything buffered."""
@@ -922,8 +1151,8 @@ class CounterMap(MapState[V]):
         deltas = self._deltas
         for e, v in zip(enc, values, strict=True):
             if type(v) not in (int, float):
-                msg = f"a counter map adds numbers; got {v!r} for key {decode_key(e)!r}"
-                raise TypeError(msg)
+                raise unstorable_error(self.name, self._require_scope("updated").txid, e, v,
+                                       "a counter map adds numbers; use a transactional or opaque map")
             deltas[e] = deltas.get(e, 0) + v
         return self._current(enc)
 
@@ -994,23 +1223,35 @@ class CounterMap(MapState[V]):
     def _number(self, key: str, value: Any) -> Any:
         return None if value is None else self._committed_value(decode_key(key), value)
 
-    def flush(self) -> None:
-        """Add this txid's numbers in one atomic, fenced write (skipped if added before)."""
+    def prepare_write(self) -> MapWrite | None:
+        """This txid's additions (None: none), checked to be numbers (``UnstorableValueError``
+        names the first that is not) and encoded for the backing; nothing is written."""
         scope = self._require_scope("flushed")
-        add_columns = getattr(self.backing, "multi_add_columns", None)
-        if self._columns is not None and add_columns is not None:
-            keys, deltas = self._columns
-            add_columns(keys, deltas, Fence(scope.epoch, scope.txid, scope.attempt))
-            self._columns = None
-            return
+        fence = Fence(scope.epoch, scope.txid, scope.attempt)
+        encode_columns = getattr(self.backing, "encode_columns", None)
+        if self._columns is not None and encode_columns is not None:
+            keys, deltas = self._columns      # integers, checked by add_columns
+            return MapWrite(self.name, self.backing, "add", keys, encode_columns(keys, deltas), fence)
         self._take_columns()
-        if self._deltas:
-            add = getattr(self.backing, "multi_add", None)
-            if add is None:
-                msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
-                raise ConfigError(msg)
-            add(list(self._deltas), list(self._deltas.values()), Fence(scope.epoch, scope.txid, scope.attempt))
+        if not self._deltas:
+            return None
+        keys, deltas = list(self._deltas), list(self._deltas.values())
+        kinds = set(map(type, deltas))        # one pass in C; bool is not a number here
+        if not kinds <= {int, float} or (float in kinds and not all(map(math.isfinite, deltas))):
+            k, d = next((k, d) for k, d in zip(keys, deltas, strict=True)
+                        if type(d) not in (int, float) or not math.isfinite(d))
+            raise unstorable_error(self.name, scope.txid, k, d, "a counter map adds finite numbers (int or "
+                                   "float); use a transactional or opaque map for other values")
+        encode = getattr(self.backing, "encode_deltas", None)
+        if encode is None and getattr(self.backing, "multi_add", None) is None:
+            msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
+            raise ConfigError(msg)
+        return MapWrite(self.name, self.backing, "add", keys, deltas if encode is None else encode(keys, deltas),
+                        fence)
+
+    def _written(self, part: MapWrite) -> None:
         self._deltas = {}
+        self._columns = None
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
         if type(stored) not in (int, float):
@@ -1073,7 +1314,9 @@ def open_map_backing(url: str, namespace: str, *, fence_scope: str | None = None
 
 
 def open_memory_backing(url: str, namespace: str, *, fence_scope: str, **options: Any) -> MemoryMapBacking:
-    """``memory://``: the one ``MemoryMapBacking`` of ``namespace`` in this process."""
+    """``memory://``: the one ``MemoryMapBacking`` of ``namespace`` in this process (a
+    namespace is ``<scope>:<name>`` here as in every backing: ``state.keys.key_prefix``)."""
+    key_prefix(namespace)
     with _memory_guard:
         fence = _memory_fences.setdefault(fence_scope, FenceCell())
         b = _memory_backings.get(namespace)

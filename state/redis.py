@@ -4,15 +4,17 @@ The only module that imports ``redis``. I/O only: the exactly-once rules live in
 ``state/map.py`` (``TransactionalMap`` / ``OpaqueMap``) and this backing just stores what
 they hand it.
 
-Key layout, for a map namespaced ``<topology_id>:<state_name>``::
+Key layout, for a map namespaced ``<topology_id>:<state_name>`` (``<prefix>`` is
+``state.keys.key_prefix(namespace)``: ``<topology_id>:<state_name>:`` for a name without
+``:``, ``<topology_id>:~<name, % and : percent-encoded>:`` otherwise)::
 
-    <namespace>:<key>          one Redis string per map key; the value is the serialized
+    <prefix><key>              one Redis string per map key; the value is the serialized
                                wrapper value, e.g. {"txid": 7, "val": 42, "prev": 40}
                                (TransactionalMap) or {"txid": 7, "curr": 42, "prev": 40}
                                (OpaqueMap), or a plain number (CounterMap)
-    <namespace>:~written       OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
-    <namespace>:~applied       CounterMap only: the last txid it added
-    <namespace>:~prior         CounterMap only: a hash, for that txid, of its keys and their
+    <prefix>~written:<writer>  OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <prefix>~applied           CounterMap only: the last txid whose additions it holds
+    <prefix>~prior             CounterMap only: a hash, for that txid, of its keys and their
                                values before it (what reads of the txid see, state/map.py)
     <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
                                (the engine's fence scope is the topology id, shared by its maps;
@@ -21,11 +23,13 @@ Key layout, for a map namespaced ``<topology_id>:<state_name>``::
 The backing receives keys already encoded by the wrappers (``state.keys.encode_key``, the
 one definition of key identity): ``str`` keys are used as they are (``wc:counts:apple``)
 unless they start with ``~``; every other key is encoded deterministically, so the same
-key always lands on the same Redis key from any process.
+key always lands on the same Redis key from any process, and no two (map, key) pairs
+share one (``state.keys.stored_key``).
 
 Round trips: ``multi_get`` is one ``MGET``; ``multi_put`` is one ``EVALSHA`` of
 ``LUA_FENCED_MSET``, which checks and writes every key of the batch atomically on the
-server. A batch of 10,000 keys costs two round trips, never one per key.
+server. A batch of 10,000 keys costs two round trips, never one per key. ``write`` writes
+several maps' parts of a txid in one ``EVALSHA`` of ``LUA_FENCED_MULTI`` (all or none).
 
 Fencing: ``multi_put(keys, values, Fence(epoch, txid))`` refuses, atomically and writing
 nothing, a write from an older driver epoch whatever its txid (``LeadershipLostError``: a
@@ -40,7 +44,8 @@ import importlib
 import json
 import threading
 import types
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol, cast, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 import redis
@@ -49,12 +54,12 @@ from redis.retry import Retry
 
 from state._timing import timed
 from state.errors import ConfigError, StateCorruptError, StateUnavailableError
-from state.keys import decode_key, encode_key, hashable_key
-from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, conflict_error, fence_error
+from state.keys import decode_key, encode_key, hashable_key, key_prefix
+from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, MapWrite, conflict_error, fence_error, tagged
 from state.redaction import redact_url
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
-           "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD"]
+           "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD", "LUA_FENCED_MULTI"]
 
 #: Pairs written per ``MSET`` inside the write script (Lua's ``unpack`` has a stack limit).
 MSET_CHUNK = 1000
@@ -224,6 +229,87 @@ end
 return {0}
 """
 
+# Several maps' writes in one atomic step (``RedisMapBacking.write``): a txid's maps on one
+# Redis are all written or none is.
+# KEYS           the parts' KEYS, one part after another
+# ARGV[1]        the parts as JSON: [["put" | "add", #KEYS, #ARGV], ...]; each part's KEYS
+#                and ARGV are what LUA_FENCED_MSET ("put") or LUA_FENCED_ADD ("add") takes
+# ARGV[2..]      the parts' ARGV, one part after another
+# return {0} when every part was written (an "add" part whose txid was added before writes
+#        nothing, as its script's {5}); {i, <reply of part i>} when part i refused (its
+#        script's codes): part i wrote nothing, and what the parts before it wrote is put
+#        back (every key a part but the last may write is saved before the part runs: a
+#        string's value, an absent key, or another type's DUMP and TTL -- a part's KEYS,
+#        so a counter part's applied marker and ~prior record hash too, and a counter
+#        part's data keys), so nothing of the write stays. The caller puts the largest
+#        part last: it is not saved.
+LUA_FENCED_MULTI = (
+    "local function put_part(KEYS, ARGV)\n" + LUA_FENCED_MSET + "\nend\n"
+    + "local function add_part(KEYS, ARGV)\n" + LUA_FENCED_ADD + "\nend\n" + """
+local saved, order = {}, {}    -- key -> its string, false (absent) or {dump, pttl}
+local function save(names)
+  local fresh = {}
+  for _, k in ipairs(names) do
+    if saved[k] == nil then
+      saved[k] = false
+      fresh[#fresh + 1] = k
+    end
+  end
+  for c = 1, #fresh, 1000 do
+    local chunk = {unpack(fresh, c, math.min(c + 999, #fresh))}
+    local vals = redis.call('MGET', unpack(chunk))
+    for j, k in ipairs(chunk) do
+      if vals[j] then
+        saved[k] = vals[j]
+      elseif redis.call('TYPE', k)['ok'] ~= 'none' then
+        saved[k] = {redis.call('DUMP', k), redis.call('PTTL', k)}
+      end
+      order[#order + 1] = k
+    end
+  end
+end
+local function restore()
+  for _, k in ipairs(order) do
+    local s = saved[k]
+    if s == false then
+      redis.call('DEL', k)
+    elseif type(s) == 'string' then
+      redis.call('SET', k, s)
+    else
+      redis.call('RESTORE', k, math.max(s[2], 0), s[1], 'REPLACE')
+    end
+  end
+end
+local parts = cjson.decode(ARGV[1])
+local ki, ai = 0, 1
+for i, p in ipairs(parts) do
+  local ks, as = {}, {}
+  for j = 1, p[2] do ks[j] = KEYS[ki + j] end
+  for j = 1, p[3] do as[j] = ARGV[ai + j] end
+  ki, ai = ki + p[2], ai + p[3]
+  -- the last part needs no saving: a refused part writes nothing, and nothing follows it
+  if i < #parts then
+    save(ks)
+    if p[1] == 'add' then
+      save(cjson.decode(as[3])[1])
+    end
+  end
+  local r
+  if p[1] == 'put' then
+    r = put_part(ks, as)
+  else
+    r = add_part(ks, as)
+  end
+  if r[1] ~= 0 and r[1] ~= 5 then
+    restore()
+    local out = {i}
+    for _, x in ipairs(r) do out[#out + 1] = x end
+    return out
+  end
+end
+return {0}
+""")
+
 # The counter read (``counter_get``): values, and the record of the applied txid when a
 # read of that very txid needs it (a replay), in one round trip.
 # KEYS[1]        the map's applied marker; KEYS[2] its record (as above)
@@ -248,6 +334,7 @@ return {applied, rec, vals}
 
 _SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
 _ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
+_MULTI_SHA = hashlib.sha1(LUA_FENCED_MULTI.encode()).hexdigest()
 _COUNTER_GET_SHA = hashlib.sha1(LUA_COUNTER_GET.encode()).hexdigest()
 
 def _dumps_batch(batch: list[list[str]]) -> bytes | str:
@@ -471,7 +558,7 @@ class RedisMapBacking:
         self._url = url
         self._options = options
         self.fence_scope = fence_scope or namespace
-        self._prefix = namespace + ":"
+        self._prefix = key_prefix(namespace)     # ConfigError unless '<scope>:<name>'
         self._fence_key = f"{self.fence_scope}:{FENCE_SUFFIX}"
         self._client = None
         self._lock = threading.Lock()
@@ -541,8 +628,15 @@ class RedisMapBacking:
 
     # -- MapBacking ------------------------------------------------------------------------------
     def redis_key(self, key: Any) -> str:
-        """The full Redis key of a user's map key: ``<namespace>:<encode_key(key)>``."""
+        """The full Redis key of a user's map key: ``state.keys.stored_key(namespace,
+        encode_key(key))``, e.g. ``wc:counts:apple`` (``wc:~a%3Ab:apple`` for map ``a:b``)."""
         return self._prefix + encode_key(key)
+
+    @property
+    def write_group(self) -> Hashable:
+        """Backings with the same ``write_group`` (one server and database) are written
+        together, in one script, by ``write``."""
+        return ("redis", self.address, self._url)
 
     def multi_get(self, keys: list[str]) -> list[Any]:
         """Stored values of ``keys`` (encoded keys, see the module docstring; None where
@@ -585,29 +679,44 @@ class RedisMapBacking:
             fence = None
         if not keys and fence is None:
             return
+        self.round_trips += 1
+        reply = self._io("writing", self._eval, *self._put_call(keys, self.encode_values(values), fence, trusted))
+        self._raise_for(reply, fence)
+
+    def encode_values(self, values: list[Any]) -> list[Any]:
+        """``values`` serialized as ``multi_put`` stores them (what the serializer raises
+        for a value it cannot encode propagates)."""
         dumps = self.serializer.dumps
+        return [dumps(v) for v in values]
+
+    def _put_call(self, keys: list[str], data: list[Any], fence: Fence | None,
+                  trusted: int) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of ``LUA_FENCED_MSET`` storing serialized ``data`` at ``keys``."""
         prefix = self._prefix
         rkeys = [prefix + k for k in keys]
-        data = [dumps(v) for v in values]
         epoch = "" if fence is None or fence.epoch is None else str(fence.epoch)
         txid = "" if fence is None or fence.txid is None else str(fence.txid)
         claims = None if fence is None else fence.claims
         claims_key = self._fence_key if claims is None else f"{self.fence_scope}:{claims}"
         writer = "" if claims is None or fence is None else str(fence.writer)
-        self.round_trips += 1
-        reply = self._io("writing", self._eval, [self._fence_key, claims_key, *rkeys],
-                         [epoch, txid, writer, *data, MSET_CHUNK, min(max(trusted, 0), len(keys))])
-        self._raise_for(reply, fence)
+        return ([self._fence_key, claims_key, *rkeys],
+                [epoch, txid, writer, *data, MSET_CHUNK, min(max(trusted, 0), len(keys))])
 
     def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
         """Add ``deltas[i]`` to the numbers at ``keys[i]`` (absent: 0), once for
         ``fence.txid``: one ``EVALSHA`` that checks the fence and the namespace's applied
-        marker (``<namespace>:~applied``) and writes nothing when the txid was added before
+        marker (``<prefix>~applied``, see the module docstring) and writes nothing when the txid was added before
         (returns False) -- ``CounterMap``'s write. Numbers are stored as Redis integers
         (``INCRBY``) or floats (``INCRBYFLOAT``), readable with ``redis-cli GET``. A key
         holding something that is not a number refuses the whole write, every key left as
         it was. With the txid, the same write records the keys' values before it
-        (``<namespace>:~prior``, see ``counter_get``)."""
+        (``<prefix>~prior``, see ``counter_get``)."""
+        return self._add(*self.encode_deltas(keys, deltas), fence)
+
+    def encode_deltas(self, keys: list[str], deltas: list[Any]) -> tuple[bytes | str, str]:
+        """A counter batch as ``LUA_FENCED_ADD`` takes it: the JSON of the full key names
+        and the numbers, and ``'int'`` or ``'float'``. ``TypeError`` for a delta that is not
+        an int or a float."""
         if len(keys) != len(deltas):
             msg = f"{len(keys)} keys but {len(deltas)} deltas"
             raise ValueError(msg)
@@ -618,7 +727,7 @@ class RedisMapBacking:
             raise TypeError(msg)
         mode = "int" if kinds <= {int} else "float"
         prefix = self._prefix
-        return self._add(_dumps_batch([[prefix + k for k in keys], list(map(str, deltas))]), mode, fence)
+        return _dumps_batch([[prefix + k for k in keys], list(map(str, deltas))]), mode
 
     def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
         """The numbers at ``keys`` (encoded) and the counter map's record of its last added
@@ -651,23 +760,69 @@ class RedisMapBacking:
         """``multi_add`` from a ``pyarrow`` string array of keys (plain: none starting
         with ``~``) and an integer array of deltas: the key names and numbers are made by
         Arrow kernels, not one Python object at a time."""
+        return self._add(*self.encode_columns(keys, deltas), fence)
+
+    def encode_columns(self, keys: Any, deltas: Any) -> tuple[bytes | str, str]:
+        """``encode_deltas`` of ``pyarrow`` arrays (see ``multi_add_columns``)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         names = pc.binary_join_element_wise(pa.scalar(self._prefix, keys.type), keys, pa.scalar("", keys.type))
-        return self._add(_dumps_batch([names.to_pylist(), pc.cast(deltas, pa.string()).to_pylist()]), "int", fence)
+        return _dumps_batch([names.to_pylist(), pc.cast(deltas, pa.string()).to_pylist()]), "int"
 
-    def _add(self, batch: bytes | str, mode: str, fence: Fence) -> bool:
+    def _add_call(self, batch: bytes | str, mode: str, fence: Fence) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of ``LUA_FENCED_ADD``."""
         epoch = "" if fence.epoch is None else str(fence.epoch)
         txid = "" if fence.txid is None else str(fence.txid)
+        return ([self._fence_key, self._prefix + APPLIED_KEY, self._prefix + PRIOR_KEY],
+                [epoch, txid, batch, mode])
+
+    def _add(self, batch: bytes | str, mode: str, fence: Fence) -> bool:
         self.round_trips += 1
-        reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA,
-                         [self._fence_key, self._prefix + APPLIED_KEY, self._prefix + PRIOR_KEY],
-                         [epoch, txid, batch, mode])
+        reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA, *self._add_call(batch, mode, fence))
         if int(reply[0]) == 5:
             return False
         self._raise_for(reply, fence)
         return True
+
+    def write(self, parts: Sequence[MapWrite]) -> None:
+        """Write several maps' parts (``MapWrite``: encoded by ``encode_values`` /
+        ``encode_deltas`` / ``encode_columns``; backings of this ``write_group``) in one
+        atomic step: one ``EVALSHA`` of ``LUA_FENCED_MULTI`` (one part: of its own script).
+        A part refused (fence, claims, a key's type or number) raises its error, tagged
+        with its map's name, and nothing of any part stays written."""
+        calls: list[tuple[MapWrite, RedisMapBacking, str, list[str], list[Any]]] = []
+        for p in parts:
+            b = cast(RedisMapBacking, p.backing)
+            fence = p.fence if b.fenced else None
+            if p.op == "put":
+                if not p.keys and fence is None:
+                    continue
+                calls.append((p, b, "put", *b._put_call(p.keys, p.values, fence, p.trusted)))
+            else:
+                batch, mode = p.values
+                calls.append((p, b, "add", *b._add_call(batch, mode, p.fence)))
+        if not calls:
+            return
+        self.round_trips += 1
+        if len(calls) == 1:
+            p, b, op, keys, args = calls[0]
+            script, sha = (LUA_FENCED_MSET, _SCRIPT_SHA) if op == "put" else (LUA_FENCED_ADD, _ADD_SHA)
+            with tagged(p.name):
+                reply = b._io("writing", b._eval_script, script, sha, keys, args)
+                if int(reply[0]) != 5:
+                    b._raise_for(reply, p.fence if b.fenced else None)
+            return
+        calls.sort(key=lambda c: len(c[0].keys))       # the largest part last: the script saves the others
+        header = json.dumps([[op, len(keys), len(args)] for _, _, op, keys, args in calls])
+        all_keys = [k for c in calls for k in c[3]]
+        all_args = [header, *(a for c in calls for a in c[4])]
+        with tagged(", ".join(c[0].name for c in calls)):
+            reply = self._io("writing", self._eval_script, LUA_FENCED_MULTI, _MULTI_SHA, all_keys, all_args)
+        if int(reply[0]) != 0:
+            p, b, *_ = calls[int(reply[0]) - 1]
+            with tagged(p.name):
+                b._raise_for(reply[1:], p.fence if b.fenced else None)
 
     def _raise_for(self, reply: Any, fence: Fence | None) -> None:
         """Raise what a write script's refusal means (see the scripts' return codes)."""
@@ -724,8 +879,8 @@ class RedisMapBacking:
     # -- inspection --------------------------------------------------------------------------------
     def scan(self, count: int = 1000) -> dict[Any, Any]:
         """Every stored ``key -> value`` of this namespace (SCAN; for tools and tests, not
-        for the commit path). Keys of namespaces nested under this one (``ns:x:...``) are
-        included if they decode; keep state names free of ``:`` to avoid that."""
+        for the commit path). Another map's keys never match: a name with ``:`` has a key
+        prefix of its own (``state.keys.key_prefix``)."""
         rkeys = self._io("scanning", lambda: [
             _s(k) for k in self.client.scan_iter(match=_glob_escape(self._prefix) + "*", count=count)])
         rkeys = [k for k in rkeys if k != self._fence_key and _is_data_key(k[len(self._prefix):])]

@@ -1,6 +1,7 @@
 """The exactly-once holes an adversary found, each against real servers (Redis, ZooKeeper,
 Spark): a stale driver resumed after a takeover, reads in a replay, one key updated
-several times in one txid, colliding map names, and what a failed attempt leaves behind.
+several times in one txid, colliding map names, a txid half written across its maps, and
+what a failed attempt leaves behind.
 
 This file is also a topology file (``trident run tests/test_exactly_once.py``), configured
 by environment, for the tests that run drivers as processes:
@@ -23,6 +24,7 @@ import pytest
 
 from spouts import MemoryTransactionalSpout
 from state.base import MemoryTransactionalState, open_transactional_state
+from state.map import TransactionalMap, open_map_backing
 from state.redis import RedisMapBacking
 from state.zookeeper import ZooKeeperTransactionalState
 from transactional import (
@@ -254,35 +256,89 @@ def test_a_key_updated_by_two_tasks_two_committers_and_repeated_in_a_call_keeps_
     assert writes == 1 + 2   # the epoch raised at start, then one write of the map per txid
 
 
-# -- 5. map names that would share Redis keys are refused -------------------------------------------
+# -- 5. map names never share keys; 6. one txid is visible in all of its maps or in none -------------
 
-class AsksFor(BaseTransactionalBolt, Committer):
-    def __init__(self, name: str) -> None:
-        self.name = name
+class TwoMaps(BaseTransactionalBolt, Committer):
+    """Adds the batch's tuple count to key ``k1`` of map ``m1``, and ten times it to key
+    ``k2`` of map ``m2``; in txid ``bad_at`` it puts ``{"seen": {n}}`` in ``m2`` instead (a
+    set: JSON cannot store it)."""
+
+    def __init__(self, m1: str, k1: str, m2: str, k2: str, bad_at: int | None = None) -> None:
+        self.m1, self.k1, self.m2, self.k2, self.bad_at = m1, k1, m2, k2, bad_at
 
     def prepare(self, conf, context, collector, attempt):
-        self.map = context.map_state(self.name)
+        self.attempt, self.n = attempt, 0
+        self.first, self.second = context.map_state(self.m1), context.map_state(self.m2)
 
     def execute(self, tuple):
-        pass
+        self.n += 1
 
     def finish_batch(self):
-        self.map.multi_combine(["y"], [1])
+        self.first.multi_combine([self.k1], [self.n])
+        if self.attempt.txid == self.bad_at:
+            self.second.multi_combine([self.k2], [{"seen": {self.n}}], "replace")
+        else:
+            self.second.multi_combine([self.k2], [10 * self.n])
 
     def declare_output_fields(self, declarer):
         pass
 
 
-def test_a_map_name_that_could_collide_is_refused_before_anything_is_written(
-        spark_context, redis_server, redis_url):
-    """Map "counts" key "x:y" and map "counts:x" key "y" would be one Redis key."""
+def two_maps(tid: str, bolt: TwoMaps) -> TransactionalTopologyBuilder:
+    """Two batches of 3 tuples into one ``bolt`` task."""
+    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: ["w"] * 6}, Fields("w"), 3), 1)
+    b.set_bolt("c", bolt, 1).global_grouping("spout")
+    return b
+
+
+PLACES = pytest.mark.parametrize(("placement", "state"), [("driver", "memory"), ("driver", "redis"),
+                                                          ("executors", "redis")])
+
+
+def _data_keys(client, tid: str) -> list[str]:
+    return sorted(k.decode() for k in client.keys(f"{tid}:*") if not k.decode().startswith(f"{tid}:~claims:"))
+
+
+@PLACES
+def test_map_names_holding_the_separator_keep_their_own_keys(spark_context, redis_server, redis_url, placement,
+                                                             state):
+    """Map "a:b" key "x" and map "a" key "b:x" were one Redis key (so such names were
+    refused): each now keeps its own, on memory and Redis, on the driver and executors."""
     tid = new_id("names")
-    b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1), 1)
-    b.set_bolt("c", AsksFor("counts:x")).global_grouping("spout")
-    with pytest.raises(TopologyFailedError, match=r"map state name 'counts:x' contains ':'.*'counts-x'"):
-        run_topology(b, config(redis_url), spark_context=spark_context)
-    keys = sorted(k.decode() for k in redis_server.client().keys(f"{tid}:*"))
-    assert keys == [f"{tid}:~fence"]   # only the epoch fence raised at start
+    url = redis_url if state == "redis" else "memory://"
+    r = run_topology(two_maps(tid, TwoMaps("a:b", "x", "a", "b:x")), config(url, commit_placement=placement),
+                     spark_context=spark_context)
+    assert r.batches_committed == 2
+    assert (r.map_state("a:b").get("x"), r.map_state("a").get("b:x")) == (6, 60)
+    if state == "redis":
+        client = redis_server.client()
+        assert _data_keys(client, tid) == sorted([f"{tid}:~a%3Ab:x", f"{tid}:a:b:x", f"{tid}:~fence"])
+        assert json.loads(client.get(f"{tid}:~a%3Ab:x"))["val"] == 6
+        assert json.loads(client.get(f"{tid}:a:b:x"))["val"] == 60
+
+
+@PLACES
+def test_a_txid_whose_second_map_cannot_store_a_value_shows_in_no_map(spark_context, redis_server, redis_url,
+                                                                     placement, state):
+    """Txid 2 adds to map "first" and puts a value JSON cannot store in map "second": the
+    run stops naming the map and the value, and a reader of "first" sees it as txid 1
+    left it -- no trace of txid 2, which the coordinator never committed."""
+    tid = new_id("unstorable")
+    url = redis_url if state == "redis" else "memory://"
+    with pytest.raises(TopologyFailedError) as e:
+        run_topology(two_maps(tid, TwoMaps("first", "a", "second", "k", bad_at=2)),
+                     config(url, commit_placement=placement), spark_context=spark_context)
+    assert ("map 'second', txid 2: the value {'seen': {3}} (dict) of key 'k' cannot be stored (TypeError: "
+            "Object of type set is not JSON serializable)") in str(e.value)
+    assert "none of the maps committed with it was written" in str(e.value)
+    backing = open_map_backing(url, f"{tid}:first", fence_scope=tid)
+    [stored] = backing.multi_get(["a"])
+    assert stored["txid"] == 1 and TransactionalMap(backing).get("a") == 3
+    if state == "redis":
+        client = redis_server.client()
+        assert _data_keys(client, tid) == sorted([f"{tid}:first:a", f"{tid}:second:k", f"{tid}:~fence"])
+        assert [json.loads(client.get(k))["txid"] for k in (f"{tid}:first:a", f"{tid}:second:k")] == [1, 1]
+        assert client.get(f"{tid}:~fence").decode().endswith(":1")     # no write of txid 2 at all
 
 
 # -- 8. what a failed attempt wrote is rolled back, not remembered forever ----------------------------

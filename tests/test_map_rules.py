@@ -9,11 +9,15 @@ write from an older driver epoch is refused whatever its txid.
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from state.keys import encode_key
+from state.keys import check_state_name, encode_key, stored_key
 from state.map import (
     WRITTEN_KEY,
     CounterMap,
@@ -24,8 +28,18 @@ from state.map import (
     OpaqueMap,
     TransactionalMap,
     fence_refusal,
+    open_memory_backing,
+    reset_memory_maps,
 )
-from transactional.exceptions import LeadershipLostError, StateAheadError
+from transactional._states import StateRegistry
+from transactional.config import TopologyConfig
+from transactional.exceptions import (
+    ConfigError,
+    LeadershipLostError,
+    StateAheadError,
+    StateCorruptError,
+    UnstorableValueError,
+)
 
 KEYS = ["a", "b", "c", "d"]
 batches = st.lists(st.dictionaries(st.sampled_from(KEYS), st.integers(1, 9), min_size=1), min_size=1, max_size=6)
@@ -249,3 +263,128 @@ def test_a_counter_read_raises_when_the_map_is_ahead_of_the_batch():
     with pytest.raises(StateAheadError, match="written by txid 2, newer than the batch being committed "
                                               r"\(txid 1\)"):
         m.multi_get_committed(["a"])
+
+
+# -- one txid is visible in all of its maps or in none -------------------------------------------
+
+def _registry(tid: str) -> StateRegistry:
+    """The driver's maps of topology ``tid`` on ``memory://``, with epoch 1."""
+    reset_memory_maps(f"{tid}:")
+    reg = StateRegistry(TopologyConfig(state="memory://"), tid)
+    reg.raise_epoch(1)
+    return reg
+
+
+def _commit(reg: StateRegistry, txid: int, first: int, second_kind: str, second: Any) -> None:
+    """txid adds ``first`` to map "first" key "a" and puts ``second`` in map "second" key "k"."""
+    reg.begin(txid, 1)
+    try:
+        reg.map_state("first").multi_combine(["a"], [first], "sum")
+        m = reg.map_state("second", second_kind)
+        if second_kind == "counter":
+            m.add(["k"], [second])
+        else:
+            m.multi_combine(["k"], [second], "replace")
+        reg.commit(txid)
+    except BaseException:
+        reg.abort()
+        raise
+    reg.committed(txid)
+
+
+@pytest.mark.parametrize(("kind", "bad", "shown", "why"), [
+    ("transactional", {1, 2}, "the value {1, 2} (set) of key 'k'", "TypeError: Object of type set is not JSON"),
+    ("counter", "x", "the value 'x' (str) of key 'k'", "a counter map adds finite numbers"),
+    ("counter", math.nan, "the value nan (float) of key 'k'", "a counter map adds finite numbers"),
+])
+def test_a_value_the_second_map_cannot_store_leaves_the_txid_in_no_map(kind, bad, shown, why):
+    """Txid 2 adds to map "first", then hands map "second" a value it cannot store: the
+    commit stops naming the map and the value, and "first" shows no trace of txid 2."""
+    reg = _registry(f"unstorable-{kind}")
+    _commit(reg, 1, 5, kind, 1)
+    with pytest.raises(UnstorableValueError) as e:
+        _commit(reg, 2, 7, kind, bad)
+    assert str(e.value).startswith(f"map 'second', txid 2: {shown} cannot be stored ({why}")
+    assert "none of the maps committed with it was written" in str(e.value)
+    assert e.value.trident_map == "second"                        # the engine's report names the map
+    stored = reg.maps["first"].backing.data
+    assert list(stored) == ["a"] and stored["a"]["txid"] == 1    # no trace of txid 2
+    assert reg.existing("first").get("a") == 5 and reg.existing("second").get("k") == 1
+
+
+def test_a_refused_write_of_the_second_map_leaves_the_first_unwritten():
+    """The second map's part is refused when written (a key that is not a counter's number):
+    the memory maps of a topology are written as one step, so the first keeps txid 1."""
+    reg = _registry("refused")
+    _commit(reg, 1, 5, "counter", 1)
+    reg.map_state("second", "counter").backing.data["k"] = "junk"   # not a number
+    with pytest.raises(StateCorruptError, match="memory map 'refused:second' key 'k' holds 'junk'"):
+        _commit(reg, 2, 7, "counter", 1)
+    assert reg.maps["first"].backing.data["a"]["txid"] == 1
+    assert reg.existing("first").get("a") == 5
+
+
+def test_a_stale_driver_writes_none_of_the_txids_maps():
+    """Epoch fencing holds for the maps written together: driver 1 (epoch 1) commits txid
+    2 of two maps after driver 2 (epoch 2) started: refused, nothing written."""
+    reg = _registry("stale-pair")
+    _commit(reg, 1, 5, "transactional", 1)
+    StateRegistry(TopologyConfig(state="memory://"), "stale-pair").raise_epoch(2)
+    with pytest.raises(LeadershipLostError, match=r"newer epoch \(2\).*epoch is 1"):
+        _commit(reg, 2, 7, "transactional", 2)
+    assert reg.existing("first").get("a") == 5 and reg.existing("second").get("k") == 1
+
+
+# -- key identity: map names never share keys ------------------------------------------------------
+
+names = st.one_of(st.sampled_from(["a", "a:b", "b", "b:x", "a%3Ab", "a%b", "x:", ":x", "~epoch", "e", "~a%3Ab"]),
+                  st.text(st.sampled_from("ab:%~"), min_size=1, max_size=5))
+map_keys = st.one_of(st.sampled_from(["x", "b:x", "~x", ":", "a:b:x"]), st.text(st.sampled_from("bx:~%"), max_size=4),
+                     st.integers(0, 3))
+
+
+@settings(max_examples=500, deadline=None)
+@given(names, map_keys, names, map_keys)
+def test_two_different_map_keys_never_share_a_stored_key(n1, k1, n2, k2):
+    """``stored_key`` (what the Redis backing stores under) is one string per (map, key):
+    map "a:b" key "x" and map "a" key "b:x" differ, and no map key is the scope's own."""
+    s1, s2 = stored_key(f"t:{n1}", encode_key(k1)), stored_key(f"t:{n2}", encode_key(k2))
+    assert (s1 == s2) == ((n1, encode_key(k1)) == (n2, encode_key(k2)))
+    assert s1 not in ("t:~fence", "t:~kvfence") and not s1.startswith("t:~claims:")
+
+
+def test_old_names_keep_their_layout_and_names_with_the_separator_get_their_own():
+    assert stored_key("wc:counts", "apple") == "wc:counts:apple"          # unchanged for every old name
+    assert stored_key("wc:a:b", "x") == "wc:~a%3Ab:x" != stored_key("wc:a", "b:x") == "wc:a:b:x"
+
+
+@pytest.mark.parametrize(("name", "error"), [
+    ("", "must be a non-empty str"),
+    (7, "must be a non-empty str such as 'counts'; got 7"),
+    ("~counts", "starts with '~', which marks the framework's own keys; use e.g. 'counts'"),
+    ("caf\udce9", "map state name 'caf\\udce9' cannot be stored: surrogates not allowed at position 3"),
+])
+def test_a_name_that_cannot_be_stored_is_refused_naming_it(name, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        check_state_name(name)
+    reg = StateRegistry(TopologyConfig(state="memory://"), "names")
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        reg.map_state(name)
+
+
+def test_a_memory_map_named_with_the_separator_is_its_own_map():
+    reg = _registry("sep")
+    reg.begin(1, 1)
+    reg.map_state("a:b").multi_combine(["x"], [1])
+    reg.map_state("a").multi_combine(["b:x"], [2])
+    reg.commit(1)
+    assert reg.existing("a:b").get("x") == 1 and reg.existing("a").get("b:x") == 2
+    with pytest.raises(ConfigError, match="map namespace must be '<scope>:<name>'"):
+        open_memory_backing("memory://", "counts", fence_scope="counts")
+
+
+@pytest.mark.parametrize("key", [{1: 2}, {"1": 2}, ("a", {"b": 1})])
+def test_a_key_holding_a_dict_is_refused(key):
+    """``{1: 2}`` and ``{"1": 2}`` were one stored key (JSON object keys are strings)."""
+    with pytest.raises(TypeError, match=re.escape(f"map key {key!r} of type {type(key).__name__} cannot be stored")):
+        encode_key(key)

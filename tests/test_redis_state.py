@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 import socket
 import time
 import uuid
@@ -25,15 +26,25 @@ from hypothesis import strategies as st
 
 from state.map import (
     CounterMap,
+    Fence,
     MemoryMapBacking,
     OpaqueMap,
     TransactionalMap,
+    commit_maps,
     opaque_apply,
     open_map_backing,
+    reset_memory_maps,
     transactional_apply,
 )
 from state.redis import JSON, RedisMapBacking, decode_key, encode_key
-from transactional.exceptions import ConfigError, StateAheadError, StateCorruptError, StateUnavailableError
+from transactional.exceptions import (
+    ConfigError,
+    LeadershipLostError,
+    StateAheadError,
+    StateCorruptError,
+    StateUnavailableError,
+    UnstorableValueError,
+)
 from transactional.testing._process import free_port
 
 pytestmark = pytest.mark.integration
@@ -507,8 +518,8 @@ class TestCounterWrites:
 
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         calls = []
-        columns = b.multi_add_columns
-        b.multi_add_columns = lambda *a: calls.append(len(a[0])) or columns(*a)   # type: ignore[method-assign]
+        columns = b.encode_columns
+        b.encode_columns = lambda *a: calls.append(len(a[0])) or columns(*a)   # type: ignore[method-assign]
         m = CounterMap(b)
         cases = [
             (pa.array(["a", "b"]), pa.array([2, 3])),                    # straight from the arrays
@@ -657,3 +668,192 @@ def test_opaque_crash_replays_on_redis(redis_url, batches):
     touched = sorted({k for f, g in batches for k in (*f, *g)})
     assert dict(zip(touched, m.multi_get(touched), strict=True)) == {
         k: sum(g.get(k, 0) for _, g in batches) for k in touched}
+
+
+# -- the maps of one txid: all written or none; names never share keys -------------------------------
+
+def _stored(client, pattern: str) -> dict[str, Any]:
+    """Every key matching ``pattern``: its string value, or its type and contents."""
+    out: dict[str, Any] = {}
+    for k in client.keys(pattern):
+        t = client.type(k).decode()
+        out[k.decode()] = client.get(k) if t == "string" else (t, client.hgetall(k) if t == "hash" else None)
+    return out
+
+
+class TestMapsOfATxid:
+    @staticmethod
+    def maps(url: str, tid: str) -> list:
+        """Map "first" (transactional), "n" (counter) and "second" (opaque) of topology ``tid``."""
+        def on(name: str) -> RedisMapBacking:
+            return RedisMapBacking.from_url(url, f"{tid}:{name}", fence_scope=tid)
+        return [TransactionalMap(on("first"), "first"), CounterMap(on("n"), "n"), OpaqueMap(on("second"), "second")]
+
+    @staticmethod
+    def txid(maps: list, txid: int, epoch: int = 1) -> None:
+        for m in maps:
+            m.begin_commit(txid, 1, epoch=epoch)
+        first, n, second = maps
+        first.multi_combine(["a", "b"], [txid, 1])
+        n.add(["c", "d"], [txid, 2])
+        second.multi_combine(["e"], [txid])
+        try:
+            commit_maps(maps, txid)
+        except BaseException:
+            for m in maps:
+                m.abort()
+            raise
+
+    def test_a_txids_maps_on_one_redis_are_written_in_one_script(self, redis_server, redis_url):
+        tid = f"one-{uuid.uuid4().hex[:6]}"
+        maps = self.maps(redis_url, tid)
+        self.txid(maps, 1)             # (loads the script on first use)
+        assert [m.get(k) for m, k in zip(maps, "ace", strict=True)] == [1, 1, 1]
+        before = _cmdstats(redis_server.client())
+        self.txid(maps, 2)
+        assert _delta(_cmdstats(redis_server.client()), before)["evalsha"] == 1
+        assert [m.get(k) for m, k in zip(maps, "ace", strict=True)] == [3, 3, 3]
+
+    @pytest.mark.parametrize("refusal", ["hash in the opaque map", "not a number in the counter map",
+                                         "a newer epoch"])
+    def test_a_refused_part_leaves_every_map_of_the_txid_as_it_was(self, redis_server, redis_url, refusal):
+        """Txid 2 of three maps on one Redis is refused by its last part (a key of another
+        type), its middle part (a counter key that is not a number: INCRBY fails after the
+        first part was written) or the fence: every key, the fence included, is as txid 1
+        left it."""
+        client = redis_server.client()
+        tid = f"undo-{uuid.uuid4().hex[:6]}"
+        maps = self.maps(redis_url, tid)
+        self.txid(maps, 1)
+        if refusal == "hash in the opaque map":
+            client.delete(f"{tid}:second:e")
+            client.hset(f"{tid}:second:e", "not", "ours")
+            error, match = StateCorruptError, rf"'{tid}:second:e'.* holds a hash"
+        elif refusal == "not a number in the counter map":
+            client.set(f"{tid}:n:d", "junk")
+            error, match = StateCorruptError, rf"'{tid}:n:d'.* holds a string that is not an integer"
+        else:
+            RedisMapBacking.from_url(redis_url, f"{tid}:~epoch", fence_scope=tid).multi_put([], [], Fence(2, None))
+            error, match = LeadershipLostError, r"newer epoch \(2\).*epoch is 1"
+        before = _stored(client, f"{tid}:*")
+        for m in maps:
+            m._cache = {}       # a map that read nothing trusts nothing (the type check runs)
+        with pytest.raises(error, match=match) as e:
+            self.txid(maps, 2)
+        assert e.value.trident_map == {"hash in the opaque map": "second",
+                                       "not a number in the counter map": "n"}.get(refusal, "first")
+        assert _stored(client, f"{tid}:*") == before
+
+    def test_a_value_that_cannot_be_stored_is_found_before_anything_is_sent(self, redis_server, redis_url):
+        tid = f"unstorable-{uuid.uuid4().hex[:6]}"
+        maps = self.maps(redis_url, tid)
+        self.txid(maps, 1)
+        before, stats = _stored(redis_server.client(), f"{tid}:*"), _cmdstats(redis_server.client())
+        for m in maps:
+            m.begin_commit(2, 1, epoch=1)
+        maps[0].multi_combine(["a"], [2])
+        maps[2].multi_combine(["e"], [{"tags": {"x"}}], "replace")
+        with pytest.raises(UnstorableValueError, match=r"^map 'second', txid 2: the value \{'tags': \{'x'\}\} "
+                           r"\(dict\) of key 'e' cannot be stored \(TypeError: .*set"):
+            commit_maps(maps, 2)
+        assert _delta(_cmdstats(redis_server.client()), stats).get("evalsha", 0) == 0
+        assert _stored(redis_server.client(), f"{tid}:*") == before
+
+    def test_a_counter_part_written_before_a_refused_part_is_put_back_with_its_record(self, redis_server,
+                                                                                      redis_url):
+        """Txid 2 of a counter map (1 key: its part runs first) and a transactional map (3
+        keys, one of them a hash: refused, run last). The counter's keys, its applied
+        marker and its record of txid 1's before-values (``~prior``) are all put back: a
+        read in txid 1 still sees the values before txid 1, and the replay of txid 2
+        reads the values before txid 2."""
+        client = redis_server.client()
+        tid = f"prior-{uuid.uuid4().hex[:6]}"
+
+        def on(name: str) -> RedisMapBacking:
+            return RedisMapBacking.from_url(redis_url, f"{tid}:{name}", fence_scope=tid)
+
+        n, big = CounterMap(on("n"), "n"), TransactionalMap(on("big"), "big")
+
+        def txid(t: int) -> None:
+            for m in (n, big):
+                m._cache = {}            # a map that read nothing trusts nothing (the type check runs)
+                m.begin_commit(t, 1, epoch=1)
+            n.add(["c"], [t * 10])
+            big.multi_combine(["x", "y", "z"], [t, t, t])
+            try:
+                commit_maps([n, big], t)
+            except BaseException:
+                for m in (n, big):
+                    m.abort()
+                raise
+
+        txid(1)
+        client.delete(f"{tid}:big:z")
+        client.hset(f"{tid}:big:z", "not", "ours")
+        before = _stored(client, f"{tid}:*")
+        assert before[f"{tid}:n:~applied"] == b"1" and before[f"{tid}:n:~prior"][0] == "hash"
+        with pytest.raises(StateCorruptError, match=rf"'{tid}:big:z'.* holds a hash") as e:
+            txid(2)
+        assert e.value.trident_map == "big"
+        assert _stored(client, f"{tid}:*") == before
+        n.begin_commit(1, 1, epoch=1)    # the record of txid 1 is intact
+        assert n.multi_get_committed(["c"]) == [None]
+        n.abort()
+        client.delete(f"{tid}:big:z")
+        txid(2)
+        assert n.get("c") == 30 and client.get(f"{tid}:n:~applied") == b"2"
+        n.begin_commit(2, 2, epoch=1)    # a replay of txid 2 reads the values before it
+        assert n.multi_get_committed(["c"]) == [10]
+        n.abort()
+
+    def test_counter_maps_whose_names_hold_the_separator_keep_their_own_record(self, redis_server, redis_url):
+        """The record of map "c:x" is not map "c"'s key "x:~prior": every counter map's
+        marker and record use its own key prefix."""
+        client = redis_server.client()
+        for url in ("memory://", redis_url):
+            reset_memory_maps("csep:")
+            maps = [CounterMap(open_map_backing(url, f"csep:{name}", fence_scope="csep"), name) for name in ("c:x", "c")]
+            for t in (1, 2):
+                for m in maps:
+                    m.begin_commit(t, 1, epoch=1)
+                maps[0].add(["k"], [t])
+                maps[1].add(["x:~prior", "x:~applied"], [10 * t, 100 * t])
+                commit_maps(maps, t)
+            for m in maps:
+                m.begin_commit(2, 2, epoch=1)    # a replay of txid 2: the values before it
+            assert maps[0].multi_get_committed(["k"]) == [1], url
+            assert maps[1].multi_get_committed(["x:~prior", "x:~applied"]) == [10, 100], url
+            for m in maps:
+                m.abort()
+            assert (maps[0].get("k"), maps[1].get("x:~prior"), maps[1].get("x:~applied")) == (3, 30, 300), url
+        assert sorted(k.decode() for k in client.keys("csep:*")) == sorted([
+            "csep:~c%3Ax:k", "csep:~c%3Ax:~applied", "csep:~c%3Ax:~prior",
+            "csep:c:x:~prior", "csep:c:x:~applied", "csep:c:~applied", "csep:c:~prior", "csep:~fence"])
+
+    def test_maps_whose_names_hold_the_separator_keep_their_own_keys(self, redis_server, redis_url):
+        """Map "a:b" key "x" and map "a" key "b:x" were one Redis key; names with ':' or
+        '%' now have a segment of their own, and every other name keeps its layout."""
+        client = redis_server.client()
+        pairs = [("a:b", "x", 1), ("a", "b:x", 2), ("a%3Ab", "x", 3), ("a:b:x", "y", 4), ("a", "b:x:y", 5)]
+        for url in ("memory://", redis_url):
+            reset_memory_maps("sep:")
+            maps = {n: TransactionalMap(open_map_backing(url, f"sep:{n}", fence_scope="sep"), n) for n, _, _ in pairs}
+            for m in maps.values():
+                m.begin_commit(1, 1, epoch=1)
+            for n, k, v in pairs:
+                maps[n].multi_combine([k], [v])
+            commit_maps(list(maps.values()), 1)
+            fresh = {n: TransactionalMap(open_map_backing(url, f"sep:{n}", fence_scope="sep")) for n in maps}
+            assert [fresh[n].get(k) for n, k, _ in pairs] == [1, 2, 3, 4, 5], url
+        assert sorted(k.decode() for k in client.keys("sep:*")) == sorted([
+            "sep:~a%3Ab:x", "sep:a:b:x", "sep:a%3Ab:x", "sep:~a%3Ab%3Ax:y", "sep:a:b:x:y", "sep:~fence"])
+        assert RedisMapBacking.from_url(redis_url, "sep:a").scan() == {"b:x": {"txid": 1, "val": 2, "prev": None},
+                                                                        "b:x:y": {"txid": 1, "val": 5, "prev": None}}
+
+    @pytest.mark.parametrize("namespace", ["counts", ":counts", "wc:"])
+    def test_a_namespace_that_is_not_scope_and_name_is_refused(self, redis_url, namespace):
+        for url in ("memory://", redis_url):
+            with pytest.raises(ConfigError, match=re.escape(f"map namespace must be '<scope>:<name>' (the engine's "
+                                                            f"is '<topology_id>:<state name>'), e.g. 'wc:counts'; "
+                                                            f"got {namespace!r}")):
+                open_map_backing(url, namespace)

@@ -542,8 +542,11 @@ class TaskStates:
         return m
 
     def finish(self) -> None:
-        for m in self.maps.values():
-            m.commit(self.spec.txid)
+        """The task ended: write its share of every map it used, all checked storable
+        first, in one atomic step (``state.map.commit_maps``)."""
+        from state.map import commit_maps
+
+        commit_maps(list(self.maps.values()), self.spec.txid)
 
     def abort(self) -> None:
         for m in self.maps.values():

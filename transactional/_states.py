@@ -11,7 +11,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from state.keys import check_state_name
-from state.map import CommitScope, Fence, MapState, OpaqueMap, TransactionalMap, map_class, open_map_backing
+from state.map import (
+    CommitScope,
+    Fence,
+    MapState,
+    OpaqueMap,
+    TransactionalMap,
+    commit_maps,
+    map_class,
+    open_map_backing,
+)
 from transactional._plan import ExecutorStates
 from transactional._task import TaskContext, new_bolt
 from transactional.config import TopologyConfig
@@ -122,10 +131,10 @@ class StateRegistry:
                                  "wrote", txid, n, name)
 
     def commit(self, txid: int) -> None:
-        """Write every map's changes of ``txid`` (one fenced atomic write per map)."""
-        for name, m in self.maps.items():
-            with _naming_map(name):
-                m.commit(txid)
+        """Write every map's changes of ``txid``: all checked storable before any is
+        written, then the maps of one store in one fenced atomic write
+        (``state.map.commit_maps``), so ``txid`` is visible in all of them or in none."""
+        commit_maps(list(self.maps.values()), txid)
         self.scope = None
 
     def for_task(self, component: str, task: int) -> _DriverTask:

@@ -28,6 +28,7 @@ from transactional.exceptions import (
     StateAheadError,
     StateCorruptError,
     TopologyFailedError,
+    UnstorableValueError,
 )
 from transactional.routing import KEY_STRIDE, direct, grouper, shuffle_start
 from transactional.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
@@ -38,7 +39,8 @@ Payload = tuple  # (source, stream, source_task, list[tuple])
 Record = tuple   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
-         ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError)
+         ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError,
+         UnstorableValueError)
 
 
 @dataclass

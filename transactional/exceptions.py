@@ -16,13 +16,14 @@ from state.errors import (
     StateUnavailableError,
     StateValueError,
     TridentError,
+    UnstorableValueError,
 )
 from state.redaction import redact_text
 
 __all__ = ["TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "FailedException",
-           "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError", "StateAheadError",
-           "StateValueError", "ConflictingWriteError", "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError",
-           "AggregateOverflowError"]
+           "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError",
+           "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
+           "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError", "AggregateOverflowError"]
 
 
 class TopologyError(TridentError, ValueError):
