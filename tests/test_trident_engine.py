@@ -332,8 +332,10 @@ def test_a_driver_killed_after_writing_before_recording_resumes_exactly(tmp_path
     assert dict(zip(want, m.multi_get(list(want)), strict=True)) == want
 
 
-@pytest.mark.parametrize("placement", ["driver", "executors"])
-@pytest.mark.parametrize("flavour", ["transactional", "opaque", "counters"])
+# counter maps need commit_placement='driver' (one writer per txid): no executors case
+@pytest.mark.parametrize("flavour,placement", [("transactional", "driver"), ("transactional", "executors"),
+                                               ("opaque", "driver"), ("opaque", "executors"),
+                                               ("counters", "driver")])
 def test_a_replay_after_a_driver_kill_reads_what_its_first_attempt_read(tmp_path: Path, flavour: str,
                                                                         placement: str, zk_url: str,
                                                                         redis_url: str) -> None:
@@ -343,8 +345,6 @@ def test_a_replay_after_a_driver_kill_reads_what_its_first_attempt_read(tmp_path
     ``(word, count)`` and ``(query, seen)`` is stored once, with the first attempt's value."""
     import trident_query_kill_topology as q
 
-    if flavour == "counters" and placement == "executors":
-        pytest.skip("counter maps need commit_placement='driver' (one writer per txid)")
     tid = uid(f"query-kill-{flavour}")
     env = {"TRIDENT_TEST_TOPOLOGY_ID": tid}
     args = ("--set", f'commit_placement="{placement}"')
