@@ -21,3 +21,12 @@ def spark_context():
     sc = get_or_create_context(TopologyConfig(spark_master="local[2]", spark_ui=False))
     yield sc
     sc.stop()
+
+
+@pytest.fixture(params=["in-process", "spark"])
+def executor(request: pytest.FixtureRequest) -> str:
+    """The executor a test runs on, once each (``indirect`` parametrize lists pick some); a
+    module may define its own ``executor`` fixture instead."""
+    if request.param == "spark":
+        request.getfixturevalue("spark_context")
+    return request.param

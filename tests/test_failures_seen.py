@@ -28,12 +28,6 @@ def config(executor: str, **kw: Any) -> TopologyConfig:
     return TopologyConfig(executor=executor, **kw)
 
 
-@pytest.fixture(params=["in-process", "spark"])
-def executor(request: pytest.FixtureRequest) -> str:
-    if request.param == "spark":
-        request.getfixturevalue("spark_context")
-    return request.param
-
 
 class Split(BaseFunction):
     def execute(self, tuple, collector):

@@ -45,12 +45,6 @@ def config(executor: str = "in-process", **kw: Any) -> TopologyConfig:
                           retry_backoff_secs=0.02, max_spout_pending=3, **kw)
 
 
-@pytest.fixture(params=["in-process", "spark"])
-def executor(request: pytest.FixtureRequest) -> str:
-    if request.param == "spark":
-        request.getfixturevalue("spark_context")
-    return request.param
-
 
 class Record(BaseStateUpdater):
     """Counts each tuple it is given in a non-transactional map: the multiset of a stream."""

@@ -64,13 +64,6 @@ def config(executor: str = "in-process", **kw: Any) -> TopologyConfig:
     return TopologyConfig(executor=executor, **kw)
 
 
-@pytest.fixture(params=["in-process", "spark"])
-def executor(request: pytest.FixtureRequest) -> str:
-    """The executor of the test (its parameter; ``indirect`` lists pick some)."""
-    if request.param == "spark":
-        request.getfixturevalue("spark_context")
-    return request.param
-
 
 class Split(BaseFunction):
     """Storm's Split: one tuple per word."""
