@@ -35,9 +35,9 @@ from kafka_wordcount import PARTITIONS, build  # noqa: E402 - the reference topo
 from state.map import TransactionalMap  # noqa: E402
 from state.redis import RedisMapBacking  # noqa: E402
 from transactional import TopologyConfig, run_topology  # noqa: E402
-from transactional._spark import get_or_create_context  # noqa: E402
+from transactional.engine.spark import get_or_create_context  # noqa: E402
+from transactional.ops.ship import code_zip  # noqa: E402
 from transactional.result import percentile  # noqa: E402
-from transactional.ship import code_zip  # noqa: E402
 from transactional.testing import make_corpus  # noqa: E402
 from transactional.testing._process import wait_until  # noqa: E402
 from transactional.testing.kafka import ManagedKafka, create_topic, produce  # noqa: E402

@@ -23,7 +23,7 @@ from collections import Counter
 
 from spouts import MEMORY_SPOUT_LOGS, MemorySpout
 from transactional import BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilder, TopologyConfig, run_topology
-from transactional._spark import get_or_create_context
+from transactional.engine.spark import get_or_create_context
 from transactional.result import percentile
 from transactional.testing import make_corpus
 

@@ -27,7 +27,7 @@ from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout 
 from state.map import OpaqueMap, TransactionalMap  # noqa: E402
 from state.redis import RedisMapBacking  # noqa: E402
 from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology  # noqa: E402
-from transactional._spark import get_or_create_context  # noqa: E402
+from transactional.engine.spark import get_or_create_context  # noqa: E402
 from transactional.result import percentile  # noqa: E402
 from transactional.testing.kafka import ManagedKafka, create_topic, produce  # noqa: E402
 

@@ -42,7 +42,7 @@ from transactional import (
     TransactionalTopologyBuilder,
     run_topology,
 )
-from transactional._spark import get_or_create_context
+from transactional.engine.spark import get_or_create_context
 from transactional.result import percentile
 from transactional.testing import make_corpus
 from trident import BaseFunction, Count, TridentTopology

@@ -126,7 +126,7 @@ if __name__ == "__main__":
     import argparse
     import sys
 
-    from transactional.cli import run_example
+    from transactional.ops.cli import run_example
 
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--bootstrap")

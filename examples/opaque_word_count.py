@@ -102,6 +102,6 @@ def report(result):
 
 
 if __name__ == "__main__":
-    from transactional.cli import run_example
+    from transactional.ops.cli import run_example
 
     run_example(build_topology, report)

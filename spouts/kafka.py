@@ -435,7 +435,7 @@ class KafkaCoordinator(PartitionedCoordinator):
     def lag(self) -> dict[str, int]:
         """Records not yet committed, per partition (``"<partition>" -> high watermark
         minus the end offset of its last committed batch``), for the driver's metrics
-        (``trident_spout_lag``, transactional.webui).
+        (``trident_spout_lag``, transactional.ops.webui).
 
         No I/O: the figures of the last plan and commit, so it may be called from another
         thread at any time. The high watermark is the one seen when the partition was last

@@ -2,7 +2,7 @@
 
 ``state/zookeeper.py`` and ``state/redis.py`` wrap each call to their server in
 ``with timed(backend, op):``. Whoever wants the figures (the driver's metrics,
-``transactional.webui``) registers a *sink*, ``sink(backend, op, seconds)``; with no sink
+``transactional.ops.webui``) registers a *sink*, ``sink(backend, op, seconds)``; with no sink
 registered, ``timed`` returns one shared do-nothing context manager, so an unobserved run
 pays a function call and a truth test per server call, nothing more.
 

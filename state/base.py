@@ -5,7 +5,7 @@ Paths are relative to the topology's root (``/<root>/<topology_id>/``) and use `
 between parts, e.g. ``"committed"`` or ``"meta/12"``. Values are JSON (dict, list, str,
 int, float, bool, None) -- never pickle: nothing read back is ever executed.
 
-The layout the engine keeps (``transactional/_store.py`` writes it; docs/zookeeper.md)::
+The layout the engine keeps (``transactional/engine/store.py`` writes it; docs/zookeeper.md)::
 
     committed      {"txid": 12, "meta": <meta of 12>, "partitions": {p: latest meta}}
     meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}  uncommitted
@@ -39,7 +39,7 @@ JSON_TYPES = "dicts with string keys, lists, strings, finite numbers, booleans a
 def json_problem(value: Any, root: str = "") -> str | None:
     """Where and why JSON cannot hold ``value`` -- e.g. ``"['0']['seen'] is a set ({1, 2})"``
     -- or None when it can. The one rule of what coordinator state stores (``encode_json``)
-    and of what a spout's coordinator may plan (``transactional._spout``); fields are
+    and of what a spout's coordinator may plan (``transactional.engine.planning``); fields are
     named from ``root``. Tuples are stored as lists, and int, float, bool and None keys
     as strings, as ``json`` does.
 

@@ -15,8 +15,8 @@ pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "f
 @pytest.fixture(scope="session")
 def spark_context():
     """One local[2] SparkContext for the whole session (starting one costs ≈5 s)."""
-    from transactional._spark import get_or_create_context
     from transactional.config import TopologyConfig
+    from transactional.engine.spark import get_or_create_context
 
     sc = get_or_create_context(TopologyConfig(spark_master="local[2]", spark_ui=False))
     yield sc

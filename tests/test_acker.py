@@ -1,4 +1,4 @@
-"""Storm's XOR acker (``transactional/_acker.py``): tuple trees complete exactly when every
+"""Storm's XOR acker (``transactional/engine/core/acker.py``): tuple trees complete exactly when every
 tuple is acked, in any order and at any size; fails and timeouts decide once; memory per
 pending spout tuple is fixed. Pure: no Spark, no servers."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transactional._acker import Acker, TupleIds, acker_for, new_id
+from transactional.engine.core.acker import Acker, TupleIds, acker_for, new_id
 
 
 class Tree:

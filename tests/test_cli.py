@@ -46,7 +46,7 @@ def build_topology():
 
 def trident(*args: str, timeout: float = 240, cwd: Path = REPO, env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transactional.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "transactional.ops.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -306,7 +306,7 @@ def test_status_takes_coordination_from_the_environment_or_says_where_to_put_it(
 def test_ctrl_c_during_run_is_one_line_naming_the_last_committed_txid_and_exit_130():
     """A terminal's Ctrl-C: SIGINT to the whole process group (the driver, its JVM, the
     Python workers), once the run has committed a batch; it never ends by itself."""
-    proc = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/global_count.py",
+    proc = subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "run", "examples/global_count.py",
                              "--master", "local[2]", "--idle-timeout", "-1"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     err: list[str] = []

@@ -54,7 +54,7 @@ def trident_run(cluster: ManagedSparkCluster, tmp_path: Path, tid: str, *args: s
     cwd = tmp_path / "elsewhere"
     cwd.mkdir(exist_ok=True)
     out = open(tmp_path / f"{tid}.log", "w")   # noqa: SIM115 - closed by the caller's wait
-    return subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", str(PROJECT / "topology.py"),
+    return subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "run", str(PROJECT / "topology.py"),
                              "--master", cluster.master_url, "--json", "--set", "spark_ui=false", *args],
                             cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -73,7 +73,7 @@ def finished(p: subprocess.Popen, tmp_path: Path, tid: str, cluster: ManagedSpar
 
 def committed(zk_url: str, tid: str) -> int:
     """The topology's last committed txid in ZooKeeper (0 before its first commit)."""
-    from transactional.status import topology_status
+    from transactional.ops.status import topology_status
 
     try:
         return int(topology_status(zk_url, tid).get("last_committed_txid") or 0)
@@ -137,12 +137,12 @@ def test_spark_submit_runs_a_packaged_topology(cluster, redis_url, tmp_path):
     cluster deploy mode for Python)."""
     import pyspark
 
-    from transactional.ship import SUBMIT_SCRIPT
+    from transactional.ops.ship import SUBMIT_SCRIPT
 
     tid = f"submit-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ, CLUSTER_TOPOLOGY_ID=tid, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("PYTHONPATH", None)
-    pkg = subprocess.run([sys.executable, "-m", "transactional.cli", "package", str(PROJECT / "topology.py"),
+    pkg = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "package", str(PROJECT / "topology.py"),
                           "-o", str(tmp_path / "dist")], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert pkg.returncode == 0, pkg.stderr
@@ -195,7 +195,7 @@ def test_a_core_topology_on_the_cluster_through_a_worker_kill_acks_every_sentenc
     cwd = tmp_path / "elsewhere"
     cwd.mkdir(exist_ok=True)
     with open(tmp_path / f"{tid}.log", "w") as out:
-        p = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", str(PROJECT / "core_topology.py"),
+        p = subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "run", str(PROJECT / "core_topology.py"),
                               "--master", cluster.master_url, "--json", "--set", "spark_ui=false", "--state", redis_url,
                               "--coordination", zk_url, "--set", "micro_batch_size=40", "--message-timeout", "20",
                               "--set", "checkpoint_interval_ms=200"],

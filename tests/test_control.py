@@ -22,11 +22,11 @@ import pytest
 from spouts import MemoryTransactionalSpout
 from state.base import open_transactional_state
 from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology
-from transactional._coordinator import Transition
-from transactional._runner import Engine
-from transactional.control import RunControl, request
+from transactional.engine.coordinator import Transition
+from transactional.engine.driver import Engine
 from transactional.exceptions import TridentError
-from transactional.status import topology_list, topology_status
+from transactional.ops.control import RunControl, request
+from transactional.ops.status import topology_list, topology_status
 from transactional.testing import SINKS, ListSink
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,7 +229,7 @@ def test_a_kill_is_seen_by_the_read_after_a_commit_whatever_the_zookeeper_watch_
 
 
 def trident(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transactional.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "transactional.ops.cli", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)
 
 
@@ -238,7 +238,7 @@ def test_the_cli_lists_deactivates_activates_and_kills_a_driver_in_another_proce
                                                                                   tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     err = open(tmp_path / "driver.err", "wb")
-    driver = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/transactional_words.py",
+    driver = subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "run", "examples/transactional_words.py",
                                "--set", "executor=in-process", "--coordination", zk_url, "--accept-state-loss",
                                "--idle-timeout", "-1", "-q"],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, start_new_session=True)

@@ -1,6 +1,6 @@
-"""The transaction coordinator (transactional/_coordinator.py) as a pure state machine.
+"""The transaction coordinator (transactional/engine/coordinator.py) as a pure state machine.
 
-``CoordinatorMachine`` plays the engine's part (``transactional._runner._Attempts`` and
+``CoordinatorMachine`` plays the engine's part (``transactional.engine.driver._Attempts`` and
 ``Engine._loop``) against a ``Coordinator`` with random settings and each replay policy:
 actions are carried out in the order the engine does (one queue; a Plan is answered at once
 by a fake spout, a Commit at once with ``committed`` or ``failed``, a Launch starts a job
@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from transactional._coordinator import (
+from transactional.engine.coordinator import (
     Cancel,
     Commit,
     Coordinator,

@@ -57,7 +57,7 @@ class Driver:
         self.err = tmp / f"{name}.err"
         with open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "transactional.cli", "run", str(TOPOLOGY), "--master", "local[2]",
+                [sys.executable, "-m", "transactional.ops.cli", "run", str(TOPOLOGY), "--master", "local[2]",
                  "--set", f"executor={executor}", "--set", "micro_batch_size=30", "--set", "checkpoint_interval_ms=100",
                  "--set", f"commit_placement={placement}",
                  "--coordination", coordination, "--state", redis_url, "--idle-timeout", "1.5",
@@ -121,7 +121,7 @@ def test_the_reliable_topology_on_spark_processes_every_message(tmp_path: Path, 
     processed = collections.Counter(x.decode() for x in r.lrange(f"{stream}:processed", 0, -1))
     assert processed == {i: 4 for i in ids}                            # no failure: each exactly once
     assert r.xpending(stream, "wc")["pending"] == 0
-    st = subprocess.run([sys.executable, "-m", "transactional.cli", "status", f"core-reliable-{stream}",
+    st = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "status", f"core-reliable-{stream}",
                          "--coordination", zk_url, "--json"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert st.returncode == 0, st.stderr
     run = json.loads(st.stdout)["run"]
@@ -202,7 +202,7 @@ def test_a_changed_parallelism_moves_the_state_to_the_new_tasks_even_if_killed_m
         assert f"crash point {crash_at}" in d.tail()
     d = Driver(tmp_path, "three", redis_url, stream, "stateful", coordination=coordination, count_tasks=3)
     assert d.wait() == 0, d.tail()
-    from transactional._task import stable_hash
+    from transactional.engine.task import stable_hash
 
     tasks = [{k.decode().removeprefix("s:"): int(v) for k, v in r.hgetall(f"core-stateful-{stream}:count:{t}").items()}
              for t in range(3)]

@@ -28,8 +28,8 @@ from transactional import (
     TopologyFailedError,
     run_topology,
 )
-from transactional._checkpoint import Checkpointer
-from transactional._task import stable_hash
+from transactional.engine.core.checkpoint import Checkpointer
+from transactional.engine.task import stable_hash
 from transactional.exceptions import StateLossError
 
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
@@ -579,7 +579,7 @@ def test_a_changed_parallelism_moves_every_count_to_the_task_its_word_now_goes_t
 def test_a_rebalance_that_fails_midway_is_finished_by_the_next_start(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The state move stops at ``point`` (a failure where a SIGKILL would be, in memory; the
     SIGKILL itself: tests/test_core_servers.py); the next start loses and doubles nothing."""
-    import transactional._checkpoint as checkpoint
+    import transactional.engine.core.checkpoint as checkpoint
 
     name = uid("rebalance-fail")
     cfg = config(checkpoint_interval_ms=0, executor="in-process")
@@ -716,7 +716,7 @@ def test_a_spout_that_raises_stops_the_run_naming_it() -> None:
 
 
 def test_trident_status_shows_spout_tuples_counts_and_the_last_error_per_component() -> None:
-    from transactional.status import format_status, topology_status
+    from transactional.ops.status import format_status, topology_status
 
     name = uid("status")
     run_topology(stateful_topology(name, WordCountFailingOnce(), SENTENCES), config(executor="in-process"))

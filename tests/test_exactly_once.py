@@ -115,7 +115,7 @@ class Driver:
                 full_env.pop(k, None)
         with open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "transactional.cli", "run", __file__, "--master", "local[2]",
+                [sys.executable, "-m", "transactional.ops.cli", "run", __file__, "--master", "local[2]",
                  "--state", state, "--coordination", coordination, "--max-spout-pending", "3",
                  "--lock-wait", "60", "-q", *args],
                 cwd=REPO, env=full_env, stdout=subprocess.DEVNULL, stderr=err,

@@ -1,4 +1,4 @@
-"""``transactional.graph``: DOT text of transactional, Trident and core topologies, and
+"""``transactional.ops.graph``: DOT text of transactional, Trident and core topologies, and
 its rendering by Graphviz's ``dot``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from spouts import MemoryTransactionalSpout
 from spouts.core import BaseRichSpout
 from transactional import BaseBasicBolt, BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilder
 from transactional.bolt import BaseBatchBolt, BaseTransactionalBolt, Committer
-from transactional.graph import render, to_dot
+from transactional.ops.graph import render, to_dot
 from transactional.topology import Subscription, TransactionalTopologyBuilder
 from trident import Count, FixedBatchSpout, TridentTopology, state
 

@@ -299,7 +299,7 @@ def start_driver(env_extra: dict, state: str, coordination: str, executor: str =
     if "TRIDENT_CRASH_AT" not in env_extra:
         env.pop("TRIDENT_CRASH_AT", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "transactional.cli", "run", __file__, "--master", "local[2]",
+        [sys.executable, "-m", "transactional.ops.cli", "run", __file__, "--master", "local[2]",
          "--set", f"executor={executor}",
          "--state", state, "--coordination", coordination, "--max-spout-pending", "3",
          "--lock-wait", "60", "--idle-timeout", "0", "-q"],

@@ -40,7 +40,7 @@ from transactional import (
     TransactionalTopologyBuilder,
     run_topology,
 )
-from transactional._spout import SpoutPlanner
+from transactional.engine.planning import SpoutPlanner
 
 # -- SpoutPlanner and its stored starts, with a scripted coordinator ------------------------------
 

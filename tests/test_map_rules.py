@@ -31,8 +31,8 @@ from state.map import (
     open_memory_backing,
     reset_memory_maps,
 )
-from transactional._states import StateRegistry
 from transactional.config import TopologyConfig
+from transactional.engine.maps import StateRegistry
 from transactional.exceptions import (
     ConfigError,
     LeadershipLostError,

@@ -1,4 +1,4 @@
-"""The run observer, its metrics and its server (transactional.webui; docs/operations.md):
+"""The run observer, its metrics and its server (transactional.ops.webui; docs/operations.md):
 exact figures for a known sequence of transitions, the JSON of /api/status, the timing of
 ZooKeeper and Redis calls, and the Kafka spouts' lag."""
 
@@ -27,12 +27,12 @@ from transactional import (
     TopologyConfig,
     TransactionalTopologyBuilder,
 )
-from transactional._coordinator import Transition
-from transactional._runner import Engine
-from transactional._task import TaskFailure
-from transactional.webui import RunObserver, attach, config_summary, lag_source
-from transactional.webui.graph import label_width, topology_graph
-from transactional.webui.server import status_page
+from transactional.engine.coordinator import Transition
+from transactional.engine.driver import Engine
+from transactional.engine.task import TaskFailure
+from transactional.ops.webui import RunObserver, attach, config_summary, lag_source
+from transactional.ops.webui.graph import label_width, topology_graph
+from transactional.ops.webui.server import status_page
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import transactional_words  # noqa: E402
@@ -562,8 +562,8 @@ def test_the_page_controls_are_off_without_a_token_and_never_act_without_it():
     """POST /api/control writes the control record `trident deactivate` writes -- only
     with the configured token; without one configured the controls are off (403)."""
     from state.base import MemoryTransactionalState
-    from transactional.status import topology_status
-    from transactional.webui import Controls
+    from transactional.ops.status import topology_status
+    from transactional.ops.webui import Controls
 
     tid = f"ctl-page-{uuid.uuid4().hex[:6]}"
     MemoryTransactionalState(tid).set("committed", {"txid": 3, "meta": None, "partitions": None})
@@ -596,7 +596,7 @@ def test_the_page_controls_are_off_without_a_token_and_never_act_without_it():
 
 
 def test_the_control_token_is_a_setting_hidden_in_what_is_shown(monkeypatch):
-    from transactional.settings import env_layer
+    from transactional.ops.settings import env_layer
 
     assert TopologyConfig(control_token="s3cret").redacted()["control_token"] == "***"
     assert "control_token" not in config_summary(TopologyConfig(control_token="s3cret"))

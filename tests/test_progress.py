@@ -3,8 +3,8 @@ fake clock (no Spark, no sleeping)."""
 
 from __future__ import annotations
 
-from transactional._coordinator import Transition
-from transactional.progress import Progress
+from transactional.engine.coordinator import Transition
+from transactional.ops.progress import Progress
 
 
 class Clock:
@@ -134,8 +134,8 @@ def test_the_transitions_of_a_real_run_make_the_lines():
 
     from spouts import MemoryTransactionalSpout
     from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
-    from transactional._runner import Engine
     from transactional.bolt import BaseBatchBolt
+    from transactional.engine.driver import Engine
 
     tid = f"progress-{uuid.uuid4().hex[:8]}"
     b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout(

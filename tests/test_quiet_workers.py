@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 CHILD = textwrap.dedent("""
     import sys
-    from transactional._daemon import quiet_broken_pipes
+    from transactional.engine.daemon import quiet_broken_pipes
 
     def worker(sock, authenticated):
         raise BrokenPipeError(32, "Broken pipe")
@@ -64,7 +64,7 @@ TOPOLOGY = textwrap.dedent("""
 
 def test_cancelled_jobs_leave_no_traceback_in_the_terminal(tmp_path: Path) -> None:
     (tmp_path / "slow.py").write_text(TOPOLOGY)
-    p = subprocess.run([sys.executable, "-m", "transactional.cli", "run", "slow.py"], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "run", "slow.py"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert p.stderr.count("its job was cancelled; replaying") == 2, p.stderr[-3000:]   # jobs were cancelled
     assert "BrokenPipeError" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-3000:]

@@ -314,7 +314,7 @@ def test_wrong_password_stops_the_run_before_any_batch_is_processed(spark_contex
 def test_examples_run_against_redis(spark_context, redis_url, example, check):
     from state.base import MemoryTransactionalState
     from state.map import reset_memory_maps
-    from transactional.cli import load_topology_file
+    from transactional.ops.cli import load_topology_file
 
     module = load_topology_file(str(REPO / "examples" / f"{example}.py"))
     tid = module.build_topology().build().topology_id
@@ -336,7 +336,7 @@ def run_driver(tid: str, state: str, coordination: str, crash_at: str | None = N
     if crash_at:
         env["TRIDENT_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "transactional.cli", "run", __file__, "--master", "local[2]",
+        [sys.executable, "-m", "transactional.ops.cli", "run", __file__, "--master", "local[2]",
          "--state", state, "--coordination", coordination, "--max-spout-pending", "3",
          "--lock-wait", "60", "-q"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

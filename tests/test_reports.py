@@ -1,9 +1,9 @@
-"""Task reports (transactional/_plan.py) when Spark runs a task again after losing an
+"""Task reports (transactional/engine/plan.py) when Spark runs a task again after losing an
 executor: counters do not double, and an opaque emitter that ran twice fails the attempt."""
 
 from __future__ import annotations
 
-from transactional._plan import empty_report, merge_reports, per_component, report, rerun_failures
+from transactional.engine.plan import empty_report, merge_reports, per_component, report, rerun_failures
 from transactional.tuples import TransactionAttempt
 
 

@@ -1,4 +1,4 @@
-"""transactional.routing: one function per grouping, the same placement on every path. The
+"""transactional.engine.routing: one function per grouping, the same placement on every path. The
 expected tasks below are what the engine chose before routing was one module (a task run
 again, a restarted topology and a moved stateful bolt all rely on them staying put)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from transactional import routing
+from transactional.engine import routing
 
 WORDS = [(None, f"w{i}", i) for i in range(8)]
 

@@ -29,12 +29,12 @@ from transactional import (
     TransactionalTopologyBuilder,
     Values,
 )
-from transactional._runner import Engine
+from transactional.engine.driver import Engine
 from transactional.exceptions import StateUnavailableError
+from transactional.ops.status import format_status, topology_status
+from transactional.ops.webui import attach
 from transactional.redaction import redact, redact_text, redact_url
-from transactional.status import format_status, topology_status
 from transactional.testing._process import free_port
-from transactional.webui import attach
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "Redis-pw-s3cr3t-77"          # redis-server --requirepass
@@ -190,7 +190,7 @@ def test_passwords_the_servers_need_show_on_no_surface(form, redis_factory, zk_s
     finally:
         raw.close()
     st = topology_status(zk_url, tid, auth=f"app:{ZK_SECRET}")
-    cli = subprocess.run([sys.executable, "-m", "transactional.cli", "status", tid, "--coordination", zk_url,
+    cli = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "status", tid, "--coordination", zk_url,
                           "--coordination-auth", f"app:{ZK_SECRET}"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert cli.returncode == 0 and "last error in count (task" in cli.stdout, cli.stderr
@@ -232,7 +232,7 @@ def test_trident_run_with_secrets_from_the_settings_file_and_the_environment(red
     env = {**os.environ, "TID": uid("cli"), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
            "TRIDENT_STATE": f"redis://127.0.0.1:{redis.port}/0",
            "TRIDENT_COORDINATION": zk_server.url(uid("cli")), "TRIDENT_COORDINATION_AUTH": f"app:{ZK_SECRET}"}
-    p = subprocess.run([sys.executable, "-m", "transactional.cli", "run", str(f), "--log-level", "DEBUG",
+    p = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "run", str(f), "--log-level", "DEBUG",
                         "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.splitlines()[-1])["batches_committed"] == 3

@@ -1,5 +1,5 @@
 """Settings layers of ``trident run``: TopologyConfig defaults < the file's ``CONFIG`` <
-``trident.toml`` / ``--config`` < ``TRIDENT_*`` < flags (``transactional.settings``)."""
+``trident.toml`` / ``--config`` < ``TRIDENT_*`` < flags (``transactional.ops.settings``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from transactional.cli import _parser, config_from_args
 from transactional.exceptions import ConfigError
-from transactional.settings import Layer, env_layer, file_layer, make_config, merge
+from transactional.ops.cli import _parser, config_from_args
+from transactional.ops.settings import Layer, env_layer, file_layer, make_config, merge
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ import pytest
 
 from state.zookeeper import ZooKeeperTransactionalState
 from transactional import Fields, TopologyBuilder, TopologyConfig, TopologyFailedError, run_topology
-from transactional.cli import _parser, config_from_args
 from transactional.exceptions import StateLossError
+from transactional.ops.cli import _parser, config_from_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import trident_word_count  # noqa: E402

@@ -17,10 +17,10 @@ from kazoo.client import KazooClient
 
 from state.base import MemoryTransactionalState
 from state.zookeeper import ZooKeeperTransactionalState, parse_zk_url
-from transactional._store import CoordinatorStore
-from transactional.cli import main as trident
+from transactional.engine.store import CoordinatorStore
 from transactional.exceptions import StateUnavailableError
-from transactional.status import format_status, topology_status
+from transactional.ops.cli import main as trident
+from transactional.ops.status import format_status, topology_status
 from transactional.testing._process import free_port, wait_until
 from transactional.testing.zookeeper import ManagedZooKeeper
 
@@ -168,9 +168,9 @@ def test_the_status_record_keeps_the_last_error_of_a_timed_out_job_and_a_failing
 
     from spouts import MemoryTransactionalSpout
     from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
-    from transactional._coordinator import CoordinatorSettings, Transition, _Timeout
-    from transactional._runner import Engine
-    from transactional.status import StatusRecorder
+    from transactional.engine.coordinator import CoordinatorSettings, Transition, _Timeout
+    from transactional.engine.driver import Engine
+    from transactional.ops.status import StatusRecorder
     from transactional.testing import ListSink
 
     state = MemoryTransactionalState(f"rec-{uuid.uuid4().hex[:6]}")
@@ -197,7 +197,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "transactional.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "transactional.ops.cli", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
 
 
@@ -207,12 +207,12 @@ def test_a_hung_driver_is_stale_a_killed_one_dead_and_the_next_run_keeps_its_his
     SIGSTOP it and `trident status`/`trident list` say stale once 5 intervals passed
     (its session, and lock, still alive); SIGKILL it and they say dead once its session
     expired. The next run lists the killed one as died in the topology's runs."""
-    from transactional.status import STALE_INTERVALS
+    from transactional.ops.status import STALE_INTERVALS
 
     coordination = zk_url + "?session_timeout=15"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with open(tmp_path / "driver.err", "wb") as err:
-        driver = subprocess.Popen([sys.executable, "-m", "transactional.cli", "run", "examples/transactional_words.py",
+        driver = subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "run", "examples/transactional_words.py",
                                    "--set", "executor=in-process", "--coordination", coordination,
                                    "--accept-state-loss", "--idle-timeout", "-1", "-q"],
                                   cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)

@@ -23,9 +23,9 @@ import pytest
 
 from spouts import MemoryTransactionalSpout
 from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, Values
-from transactional._runner import Engine
+from transactional.engine.driver import Engine
+from transactional.ops.webui import attach
 from transactional.testing import FaultPlan, with_faults
-from transactional.webui import attach
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import transactional_words  # noqa: E402
@@ -179,7 +179,7 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         assert page.text_content('#graph .node[data-id="pace"] text.counts').startswith("exec ")
         assert overlapping(page.evaluate(BOXES)) == []
         assert page.is_hidden("#retrying")                 # txid 4 committed since
-        from transactional.webui import spark_ui_url
+        from transactional.ops.webui import spark_ui_url
 
         assert page.is_hidden("#spark-ui") == (spark_ui_url() is None)
         # the txid pipeline: the last committed ones, then the ones in flight
@@ -266,7 +266,7 @@ def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser
     other = transactional_words.build_topology(f"other-{uuid.uuid4().hex[:6]}").build()
     Engine(other, TopologyConfig(**base)).run(2)
     assert (first.last_txid, second.last_txid) == (8, 12)
-    ui = subprocess.Popen([sys.executable, "-m", "transactional.cli", "ui", "--coordination", zk_url, "--port", "0",
+    ui = subprocess.Popen([sys.executable, "-m", "transactional.ops.cli", "ui", "--coordination", zk_url, "--port", "0",
                            "--topology", tid], cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     page = browser.new_page()
@@ -323,7 +323,7 @@ def test_trident_ui_serves_the_history_of_a_root_after_its_drivers_ended(browser
 def test_the_page_links_the_spark_ui_of_the_run(browser):
     """A run on Spark with its UI on: the header links it (the address the driver's
     SparkContext reports, asked when the status is served)."""
-    from transactional.webui import RunObserver
+    from transactional.ops.webui import RunObserver
 
     o = RunObserver(paced_words(f"link-{uuid.uuid4().hex[:6]}"), spark_ui=lambda: "http://127.0.0.1:4040")
     o.start()
@@ -343,7 +343,7 @@ def test_trident_stages_show_their_operations_and_the_states_they_write(browser)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
     import trident_word_count
 
-    from transactional.webui import RunObserver
+    from transactional.ops.webui import RunObserver
 
     o = RunObserver(trident_word_count.build_topology().build())
     o.start()

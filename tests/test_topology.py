@@ -23,7 +23,7 @@ from transactional import (
     Tuple,
     Values,
 )
-from transactional._task import stable_hash
+from transactional.engine.task import stable_hash
 
 
 class Emit2(BaseBatchBolt):
@@ -155,7 +155,7 @@ def test_every_spark_master_form_is_accepted(master):
 
 
 def test_an_unreachable_spark_master_is_named_before_spark_starts():
-    from transactional._spark import check_master_reachable
+    from transactional.engine.spark import check_master_reachable
     from transactional.testing._process import free_port
 
     port = free_port()
@@ -180,7 +180,7 @@ def test_tuple_access_by_index_and_field():
 def test_fields_hash_is_stable_across_processes_and_spreads():
     values = ["w0", "w1", "cat", 42, ("a", 1), b"x", 3.5]
     here = [stable_hash(v) for v in values]
-    code = (f"import sys; sys.path.insert(0, {sys.path[0]!r}); from transactional._task import stable_hash; "
+    code = (f"import sys; sys.path.insert(0, {sys.path[0]!r}); from transactional.engine.task import stable_hash; "
             f"print([stable_hash(v) for v in {values!r}])")
     for seed in ("1", "2"):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -183,8 +183,8 @@ def test_a_spout_of_arrow_tables_counts_exactly_on_both_paths(executor: str, col
 
 def test_arrow_batches_go_as_columns_to_trident_stages_and_as_rows_to_bolts() -> None:
     from transactional import BaseBasicBolt, TransactionalTopologyBuilder
-    from transactional._task import Router
     from transactional.columns import ColumnBatch
+    from transactional.engine.task import Router
     from transactional.exceptions import InvalidTupleError
     from transactional.tuples import TransactionAttempt
 
@@ -299,7 +299,7 @@ def run_child(tmp_path: Path, name: str, flavour: str, zk_url: str, redis_url: s
     if crash_at:
         env["TRIDENT_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "transactional.cli", "run", str(REPO / "tests" / topology),
+        [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / topology),
          # the driver's commit protocol is what a kill tests: its tasks run in-process (no JVM
          # to start for each of the three drivers; Trident on Spark is tested above)
          "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,

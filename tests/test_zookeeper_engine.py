@@ -29,7 +29,7 @@ import pytest
 from state.map import TransactionalMap
 from state.redis import RedisMapBacking
 from state.zookeeper import ZooKeeperTransactionalState
-from transactional.status import topology_status
+from transactional.ops.status import topology_status
 from transactional.testing._process import wait_until
 from transactional.testing.zookeeper import ManagedZooKeeper, TcpProxy
 
@@ -91,7 +91,7 @@ class Driver:
             env["TRIDENT_CRASH_AT"] = crash_at
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "transactional.cli", "run", str(EXAMPLE),
+                [sys.executable, "-m", "transactional.ops.cli", "run", str(EXAMPLE),
                  "--master", "local[2]", "--set", f"executor={executor}",
                  "--coordination", coordination, "--state", state,
                  "--max-spout-pending", "3", "--lock-wait", str(lock_wait), "-q"],

@@ -6,7 +6,6 @@ Build a topology with ``TransactionalTopologyBuilder``, run it with ``run_topolo
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from transactional._runner import run_topology
     from transactional.bolt import (
         BaseBasicBolt,
         BaseBatchBolt,
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
     )
     from transactional.config import TopologyConfig
     from transactional.core import BaseRichBolt, BaseStatefulBolt, OutputCollector, TopologyBuilder
+    from transactional.engine.driver import run_topology
     from transactional.exceptions import (
         ConfigError,
         FailedException,
@@ -42,7 +42,7 @@ __all__ = [
 # Every name is imported on first use (PEP 562), so that ``import transactional.exceptions``
 # (which state/ and spouts/ do) loads neither pyspark nor the engine.
 _WHERE = {
-    "run_topology": "transactional._runner",
+    "run_topology": "transactional.engine.driver",
     "BaseBasicBolt": "transactional.bolt", "BaseBatchBolt": "transactional.bolt",
     "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",

@@ -22,7 +22,7 @@ Storm's ``TopologyBuilder``, as a user writes it::
 How it runs: the spouts' ``next_tuple`` is called on the driver, which feeds the tuples
 to the bolts as micro-batches (one Spark job each, several in flight); every tuple
 emitted with a ``msg_id`` is the root of a tree that the acker tracks with Storm's XOR
-algorithm (``transactional._acker``), and the spout task that emitted it gets
+algorithm (``transactional.engine.core.acker``), and the spout task that emitted it gets
 ``ack(msg_id)`` when the whole tree was acked, ``fail(msg_id)`` when any tuple of it was
 failed or the tree did not complete within ``message_timeout_secs``. Bolt instances live
 for one micro-batch (as in transactional topologies: prepare, execute*, cleanup); state

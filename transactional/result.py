@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from transactional._coordinator import Transition
+from transactional.engine.coordinator import Transition
 from transactional.redaction import redact, redact_text
 
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from transactional import routing
 from transactional.bolt import BaseBatchBolt, Committer
 from transactional.columns import ColumnBatch, batch_of, rows_of
+from transactional.engine import routing
 from transactional.exceptions import AggregateOverflowError, InvalidTupleError
 from transactional.tuples import Fields
 from trident.operation import (

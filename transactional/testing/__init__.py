@@ -6,7 +6,7 @@
   to observe order and overlap across processes.
 * ``ListSink``: a committer that records what reached the commit phase, per txid.
 * Managed servers for integration tests: ``transactional.testing.zookeeper``,
-  ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional._faults``).
+  ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
 """
 
 from __future__ import annotations

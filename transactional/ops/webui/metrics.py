@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from transactional.webui.observer import RunObserver
+    from transactional.ops.webui.observer import RunObserver
 
 __all__ = ["RunMetrics", "CONTENT_TYPE", "LATENCY_BUCKETS", "CALL_BUCKETS"]
 

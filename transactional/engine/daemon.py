@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 PRELOAD = ("pyspark.worker", "pyspark.cloudpickle", "pyarrow", "pyarrow.compute", "pyarrow.ipc",
-           "transactional._plan", "transactional._task", "transactional._spout", "transactional._accumulator",
+           "transactional.engine.plan", "transactional.engine.task", "transactional.engine.planning", "transactional.engine.accumulator",
            "trident._runtime", "trident.builtin", "state.map")
 
 

@@ -5,16 +5,16 @@ coordinator and plan, a micro-batch is a txid.
   opened once, on the driver -- are asked for tuples (``next_tuple``, round after round,
   while they emit, up to ``micro_batch_size`` tuples, ``poll_interval_secs`` of asking,
   and ``max_spout_pending`` tracked tuples per task). Each tuple emitted with a
-  ``msg_id`` becomes a root the ackers track (``transactional._acker``): ``ackers`` tables
+  ``msg_id`` becomes a root the ackers track (``transactional.engine.core.acker``): ``ackers`` tables
   chosen by mod hashing of the root id, each entry the XOR of the ids in the tree. The
   metadata written before the batch runs is only its tuple count per spout; the tuples
   themselves stand for the spouts' stages in the processing job (``fed``).
-* **Processing**: the bolts as Spark stages (``transactional._core_task``); each task's
+* **Processing**: the bolts as Spark stages (``transactional.engine.core.task``); each task's
   acks come back XOR-combined per root.
 * **Commit** of t, in txid order (``CoreDriver.commit``):
   1. check the lock;
   2. run the stateful bolts and everything downstream of them on the driver, their
-     states in ``transactional._checkpoint.Checkpointer``;
+     states in ``transactional.engine.core.checkpoint.Checkpointer``;
   3. give the acks and fails of t's tasks to the ackers -- the stateful tasks' acks are
      held until the next checkpoint -- and tell the spout tasks what was decided;
   4. checkpoint when ``checkpoint_interval_ms`` passed;
@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.base import TransactionalState
-from transactional._acker import Acker, acker_for
-from transactional._checkpoint import Checkpointer
-from transactional._coordinator import Commit, CoreReplay
-from transactional._core_task import Outputs, SpoutCollector
-from transactional._spout import SpoutContext
 from transactional.config import TopologyConfig
+from transactional.engine.coordinator import Commit, CoreReplay
+from transactional.engine.core.acker import Acker, acker_for
+from transactional.engine.core.checkpoint import Checkpointer
+from transactional.engine.core.task import Outputs, SpoutCollector
+from transactional.engine.planning import SpoutContext
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology

@@ -38,7 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
-from transactional._coordinator import (
+from transactional.config import TopologyConfig
+from transactional.engine.coordinator import (
     Action,
     Cancel,
     Commit,
@@ -51,31 +52,30 @@ from transactional._coordinator import (
     Stop,
     Transition,
 )
-from transactional._core import CoreDriver
-from transactional._faults import crash_point
-from transactional._gc import paused_gc
-from transactional._plan import (
+from transactional.engine.core.driver import CoreDriver
+from transactional.engine.faults import crash_point
+from transactional.engine.gc import paused_gc
+from transactional.engine.maps import StateRegistry
+from transactional.engine.plan import (
     InProcessExecutor,
     ProcessingResult,
     compile_plan,
     run_commit,
     run_processing,
 )
-from transactional._spark import SparkExecutor, get_or_create_context, ship, spark_app_name
-from transactional._spout import SpoutsPlanner
-from transactional._states import StateRegistry
-from transactional._store import CoordinatorStore
-from transactional._task import TaskFailure
-from transactional.config import TopologyConfig
-from transactional.control import RunControl
+from transactional.engine.planning import SpoutsPlanner
+from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
+from transactional.engine.store import CoordinatorStore
+from transactional.engine.task import TaskFailure
 from transactional.exceptions import ConfigError, LockHeldError
-from transactional.progress import Progress
+from transactional.ops.control import RunControl
+from transactional.ops.progress import Progress
+from transactional.ops.status import StatusRecorder
+from transactional.ops.webui import RunObserver, attach, lag_source, spark_ui_url
+from transactional.ops.webui.graph import topology_graph
 from transactional.result import RunResult
-from transactional.status import StatusRecorder
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import TransactionAttempt
-from transactional.webui import RunObserver, attach, lag_source, spark_ui_url
-from transactional.webui.graph import topology_graph
 
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
@@ -122,7 +122,7 @@ class Engine:
         self.config = config
         self.sc = sc
         self.conf = {"topology.id": topology.topology_id, **config.conf}
-        if topology.core:   # seeds the tasks' tuple ids (transactional._core_task.task_seed)
+        if topology.core:   # seeds the tasks' tuple ids (transactional.engine.core.task.task_seed)
             self.conf["topology.run.salt"] = int.from_bytes(os.urandom(4), "big")
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
@@ -241,7 +241,7 @@ class Engine:
         return self.result
 
     def _core_driver(self, state: TransactionalState, epoch: int) -> CoreDriver:
-        """The spouts, ackers and checkpoints of a core topology (``transactional._core``)."""
+        """The spouts, ackers and checkpoints of a core topology (``transactional.engine.core.driver``)."""
         stateful = any(c.core == "stateful" for c in self.topology.bolts)
         if stateful and self.config.checkpoint_interval_ms >= self.config.message_timeout_secs * 1000:
             msg = (f"checkpoint_interval_ms={self.config.checkpoint_interval_ms} must be below "
@@ -281,7 +281,7 @@ class Engine:
                      rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
         runner = _Attempts(self, jobs, store, planner, state)
         clock = time.monotonic
-        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.control)
+        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
         pushed = 0.0                                 # when the status page last heard the spouts' figures
         try:
@@ -373,7 +373,7 @@ class Engine:
 
     def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
                      state: TransactionalState, jobs: _Jobs) -> dict:
-        """The commit of a core topology's micro-batch (``transactional._core``): the
+        """The commit of a core topology's micro-batch (``transactional.engine.core.driver``): the
         stateful bolts and what follows them, the acks, a checkpoint when due. Raises
         ``_Failure`` when it fails (the micro-batch's pending trees fail; its spout tuples
         are replayed by their spouts)."""

@@ -1,7 +1,7 @@
 """The maps of a run on the driver (docs/design.md §5): ``StateRegistry`` opens each map
 over the configured backing, fences its writes with the driver's epoch, buffers a txid's
 updates and writes them once per commit, and tells committer tasks on executors which
-maps exist. The engine (``transactional._runner``) owns one per run."""
+maps exist. The engine (``transactional.engine.driver``) owns one per run."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from state.map import (
     map_class,
     open_map_backing,
 )
-from transactional._plan import ExecutorStates
-from transactional._task import TaskContext, new_bolt
 from transactional.config import TopologyConfig
+from transactional.engine.plan import ExecutorStates
+from transactional.engine.task import TaskContext, new_bolt
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
@@ -146,7 +146,7 @@ class StateRegistry:
     def declare(self, topology: Topology, conf: dict) -> None:
         """Find the maps the committers open in ``prepare`` (run on the driver against a
         recording context) and record them, before the first commit: committer tasks on
-        executors open only declared maps (see ``transactional._plan.TaskStates``)."""
+        executors open only declared maps (see ``transactional.engine.plan.TaskStates``)."""
         for c in topology.components:
             if c.id not in topology.commit_components:
                 continue

@@ -1,5 +1,5 @@
 """The one task runner: prepare -> execute* -> finish_batch, with routing by grouping
-(``transactional.routing``).
+(``transactional.engine.routing``).
 
 Spark stages (processing phase, in executors) and the commit phase (on the driver) both
 run tasks through ``run_task``. A task's input is a sequence of *payloads*
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from transactional.columns import ColumnBatch, rows_of
+from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
+from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.exceptions import (
     AggregateOverflowError,
     ConfigError,
@@ -30,8 +32,6 @@ from transactional.exceptions import (
     TopologyFailedError,
     UnstorableValueError,
 )
-from transactional.routing import KEY_STRIDE, direct, grouper, shuffle_start
-from transactional.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
@@ -309,10 +309,10 @@ def _payload_order(p: Payload) -> tuple[str, str, int]:
 def new_bolt(component: ComponentSpec) -> Any:
     """A fresh instance of a bolt as the task runner runs it: ``component.new_instance()``,
     and for a core bolt (``component.core``) its batch-path adapter
-    (``transactional._core_task.adapter``)."""
+    (``transactional.engine.core.task.adapter``)."""
     bolt = component.new_instance()
     if component.core and component.kind == "bolt":
-        from transactional._core_task import adapter
+        from transactional.engine.core.task import adapter
 
         return adapter(component.core, bolt)
     return bolt
@@ -327,13 +327,13 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
-    order), so a task run again emits the same tuples to the same tasks (``transactional.routing``).
+    order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
     payloads = sorted(payloads, key=_payload_order)
     bolt = new_bolt(component)
     context = TaskContext(topology, component, task, phase, states)
     if topology.core:
-        from transactional._core_task import CoreRouter, feed, task_seed
+        from transactional.engine.core.task import CoreRouter, feed, task_seed
 
         core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
                                                                attempt.attempt_id, component.id, task), only)

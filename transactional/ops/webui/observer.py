@@ -1,9 +1,9 @@
 """``RunObserver``: what a run is doing, kept from the coordinator's transitions.
 
-The engine publishes every transition of its coordinator (``transactional._coordinator.
+The engine publishes every transition of its coordinator (``transactional.engine.coordinator.
 Transition``) to its listeners; a ``RunObserver`` is one. It keeps, for the status page
 (``snapshot()``, served as ``/api/status``) and the Prometheus metrics
-(``transactional.webui.metrics``):
+(``transactional.ops.webui.metrics``):
 
 * the run's phase, the last committed txid, attempts launched and failed;
 * every txid in flight and its status -- ``processing`` (launched), ``waiting`` (processed,
@@ -39,11 +39,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from state import _timing
-from transactional._coordinator import Transition
+from transactional.engine.coordinator import Transition
+from transactional.ops.webui.graph import topology_graph
+from transactional.ops.webui.metrics import RunMetrics
+from transactional.ops.webui.server import Controls, StatusServer
 from transactional.result import Histogram
-from transactional.webui.graph import topology_graph
-from transactional.webui.metrics import RunMetrics
-from transactional.webui.server import Controls, StatusServer
 
 __all__ = ["RunObserver", "LagSource", "process_latency_ms"]
 
@@ -70,7 +70,7 @@ class RunObserver:
 
     >>> from spouts import MemoryTransactionalSpout
     >>> from transactional import Fields, TransactionalTopologyBuilder
-    >>> from transactional._coordinator import Transition
+    >>> from transactional.engine.coordinator import Transition
     >>> b = TransactionalTopologyBuilder("doc", "spout", MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1))
     >>> o = RunObserver(b.build(), clock=lambda: 0.0)
     >>> o(Transition("launched", 1, 1, 0.0)); o(Transition("committing", 1, 1, 0.5))

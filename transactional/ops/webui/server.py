@@ -14,7 +14,7 @@
 * ``/metrics``        a live run's metrics in Prometheus text format;
 * ``POST /api/control`` ``{"topology": ID, "action": "deactivate" | "activate" | "kill"}``:
                       the same control record ``trident deactivate|activate|kill`` writes
-                      (``transactional.control``). Off (403) unless ``controls`` has a
+                      (``transactional.ops.control``). Off (403) unless ``controls`` has a
                       token; a request without that token (``Authorization: Bearer TOKEN``
                       or ``X-Trident-Token: TOKEN``) is refused with 401 and never acted on.
 
@@ -36,8 +36,8 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from transactional.ops.webui.metrics import CONTENT_TYPE
 from transactional.redaction import redact, redact_text
-from transactional.webui.metrics import CONTENT_TYPE
 
 __all__ = ["StatusServer", "StatusSource", "Controls", "status_page", "render_page"]
 
@@ -69,7 +69,7 @@ class StatusSource(Protocol):
 class Controls:
     """The page's deactivate, activate and kill buttons: off without ``token``; each
     request must carry ``token``; they write the control record of the topology under
-    ``coordination`` (``transactional.control.request``)."""
+    ``coordination`` (``transactional.ops.control.request``)."""
 
     token: str | None
     coordination: str
@@ -89,7 +89,7 @@ class Controls:
 @cache
 def status_page() -> str:
     """The status page's template: ``status.html`` with ``status.css`` and ``status.js`` inlined."""
-    files = resources.files("transactional.webui")
+    files = resources.files("transactional.ops.webui")
     html = (files / "status.html").read_text("utf-8")
     css = (files / "status.css").read_text("utf-8")
     js = (files / "status.js").read_text("utf-8")
@@ -224,8 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._failed(path, e)
 
     def _control(self) -> None:
-        from transactional.control import ACTIONS, request
         from transactional.exceptions import TridentError
+        from transactional.ops.control import ACTIONS, request
 
         controls = self.controls
         if controls is None or not controls.enabled:

@@ -59,7 +59,7 @@ class Status(enum.Enum):
 
 
 class Failure(Protocol):
-    """What the coordinator needs of a failure (``transactional._task.TaskFailure``)."""
+    """What the coordinator needs of a failure (``transactional.engine.task.TaskFailure``)."""
 
     @property
     def kind(self) -> str:

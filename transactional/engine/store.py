@@ -13,7 +13,7 @@
                    another is refused (``check_user_state``)
     stateful       {"<bolt>": {"parallelism": p, "tasks": n}}: each stateful bolt's
                    parallelism, and how many task namespaces may hold its state (more than
-                   p only while a rebalance is under way; transactional/_checkpoint.py)
+                   p only while a rebalance is under way; transactional/engine/core/checkpoint.py)
 """
 
 from __future__ import annotations

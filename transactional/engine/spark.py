@@ -6,7 +6,7 @@ all-grouping of Storm's batch stream); every bolt is a ``partitionBy`` +
 record per (consumer, consumer task, stream) holding all its tuples for it, so the
 shuffle moves a few large records, not one per tuple. What flows into commit-phase
 components is collected to the driver; failures, counters and opaque spouts' actual
-metadata come back through an accumulator, as data (``transactional/_plan.py``).
+metadata come back through an accumulator, as data (``transactional/engine/plan.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 from pyspark import SparkConf, SparkContext, StorageLevel
 
-from transactional._accumulator import ReportParam
-from transactional._plan import Stage, empty_report, flatten, for_consumers, task_of
 from transactional.config import TopologyConfig
+from transactional.engine.accumulator import ReportParam
+from transactional.engine.plan import Stage, empty_report, flatten, for_consumers, task_of
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 
@@ -123,7 +123,7 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         chosen = config.spark_conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
     if config.spark_master.startswith("local"):
-        conf.set("spark.python.daemon.module", "transactional._daemon")   # import once, fork
+        conf.set("spark.python.daemon.module", "transactional.engine.daemon")   # import once, fork
         if log.isEnabledFor(logging.DEBUG):        # the workers' broken pipes, when jobs are cancelled
             os.environ["TRIDENT_WORKER_DEBUG"] = "1"
     if config.archives:

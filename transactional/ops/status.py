@@ -26,7 +26,7 @@ from typing import Any
 
 from state.base import JSON, TransactionalState, open_transactional_state
 from transactional.exceptions import TridentError
-from transactional.progress import plural
+from transactional.ops.progress import plural
 from transactional.redaction import redact, redact_url
 
 __all__ = ["topology_status", "format_status", "topology_list", "format_list", "StatusRecorder", "run_state",

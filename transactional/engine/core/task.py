@@ -1,10 +1,10 @@
 """The task side of core Storm topologies: tuples with message ids, the collectors of
 spouts and bolts (routing by grouping, anchoring, acks), and the adapters that run rich,
-basic and stateful bolts through the one task runner (``transactional._task.run_task``).
+basic and stateful bolts through the one task runner (``transactional.engine.task.run_task``).
 
 A core record payload is ``(source, stream, source_task, [values, ...], ids)`` where
 ``ids`` is None (no tuple tracked) or one *message id* per tuple: ``{root: id}`` for every
-spout tuple whose tree the tuple is in (``transactional._acker``), or None for an
+spout tuple whose tree the tuple is in (``transactional.engine.core.acker``), or None for an
 untracked tuple. Values carry no TransactionAttempt.
 
 A task's acks are XOR-combined per root before they leave the task (XOR is associative
@@ -22,10 +22,10 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from transactional._acker import TupleIds, new_id
 from transactional.bolt import BaseBatchBolt
+from transactional.engine.core.acker import TupleIds, new_id
+from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.exceptions import FailedException, InvalidTupleError
-from transactional.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, Tuple
 

@@ -8,7 +8,7 @@ subscription: ``send(values)`` hands ``values`` to the chosen task's sink and re
 that sink returned (``all_``: to every sink, returning None). Every topology kind routes
 through these:
 
-- transactional topologies and Trident's row stages: ``transactional._task.Router``, with
+- transactional topologies and Trident's row stages: ``transactional.engine.task.Router``, with
   the sinks appending to the consumer tasks' outputs (the per-tuple hot path is the one
   call to ``send``);
 - core topologies: ``choose_tasks``, Storm's ``chooseTasks`` form (the indexes of the tasks

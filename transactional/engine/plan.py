@@ -7,13 +7,13 @@ strictly in txid order) and its **placement** (``executors``: Spark tasks; ``dri
 the driver process). ``run_processing`` and ``run_commit`` interpret a plan for one
 attempt through an ``Executor``:
 
-* ``transactional._spark.SparkExecutor``: a stage is a ``mapPartitionsWithIndex`` over
+* ``transactional.engine.spark.SparkExecutor``: a stage is a ``mapPartitionsWithIndex`` over
   ``partitionBy(parallelism)`` (partition = task), one Spark job per attempt and phase;
 * ``InProcessExecutor`` (here): the same stages as lists of partitions in this process,
   for the commit phase on the driver and for fast tests without Spark.
 
 Both run the same task functions (``emit_task`` / ``bolt_task``: one spout emitter task,
-one bolt task through ``transactional._task.run_task``), and records move between stages
+one bolt task through ``transactional.engine.task.run_task``), and records move between stages
 in the same form: ``(consumer_index * KEY_STRIDE + consumer_task, payload)``. Failures,
 counters and an opaque spout's actual metadata come back as a *report* (data, merged
 with ``merge_reports``), never as exceptions across the executor boundary.
@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from transactional._faults import crash_point
-from transactional._gc import paused_gc
-from transactional._spout import SpoutContext, emit_spout_task, spout_kind
-from transactional._task import KEY_STRIDE, Router, TaskFailure, run_task
+from transactional.engine.faults import crash_point
+from transactional.engine.gc import paused_gc
+from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
+from transactional.engine.task import KEY_STRIDE, Router, TaskFailure, run_task
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
 

@@ -67,10 +67,10 @@ from typing import Any
 
 from state.base import TransactionalState
 from state.keyvalue import KeyValueState, open_key_value_state
-from transactional._faults import crash_point
-from transactional._store import CoordinatorStore
+from transactional.engine.faults import crash_point
+from transactional.engine.routing import stable_hash
+from transactional.engine.store import CoordinatorStore
 from transactional.exceptions import StateLossError, TopologyFailedError
-from transactional.routing import stable_hash
 from transactional.topology import Topology
 
 log = logging.getLogger("trident")

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from transactional.webui.observer import LagSource, RunObserver, lag_source
-from transactional.webui.server import Controls, StatusServer
+from transactional.ops.webui.observer import LagSource, RunObserver, lag_source
+from transactional.ops.webui.server import Controls, StatusServer
 
 __all__ = ["attach", "RunObserver", "StatusServer", "Controls", "LagSource", "lag_source", "config_summary",
            "spark_ui_url"]

@@ -20,7 +20,7 @@ broker, create a topic, produce: ``trident run`` calls it before ``build_topolog
 ``describe`` never), ``report(result)`` to print its results and ``CONFIG``, a dict of
 ``TopologyConfig`` settings. Settings come, lowest first, from ``TopologyConfig``'s
 defaults, ``CONFIG``, ``trident.toml`` (or ``--config FILE``), ``TRIDENT_<FIELD>``
-environment variables and the command line (``transactional.settings``).
+environment variables and the command line (``transactional.ops.settings``).
 
 Spark's start-up banner and log4j lines, and kazoo's connection warnings, stay out of the
 terminal unless ``--log-level DEBUG``; errors still show. Ctrl-C during ``trident run``
@@ -49,9 +49,9 @@ from typing import IO, Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
-from transactional.progress import plural
+from transactional.ops.progress import plural
+from transactional.ops.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
 from transactional.redaction import LOG_FILTER, redact_text
-from transactional.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it)
@@ -414,8 +414,8 @@ def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | N
 
 def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None,
                     args: argparse.Namespace, defaults: dict | None, last: list[int]) -> int:
-    from transactional._runner import run_topology
-    from transactional.ship import code_zip, needs_shipping, under_spark_submit
+    from transactional.engine.driver import run_topology
+    from transactional.ops.ship import code_zip, needs_shipping, under_spark_submit
 
     config = config_from_args(args, defaults, where)
     _warn_memory_coordination(config, args)
@@ -464,7 +464,7 @@ _FORMAT_OF_SUFFIX = {".txt": "text", ".dot": "dot", ".gv": "dot", ".svg": "svg",
 
 def _describe(args: argparse.Namespace) -> int:
     """``trident describe``: each file's topology as text, DOT, SVG or PNG; one output each."""
-    from transactional.graph import render, to_dot
+    from transactional.ops.graph import render, to_dot
 
     setup_logging(args.log_level)
     out = Path(args.out) if args.out else None
@@ -595,13 +595,13 @@ def _manage(args: argparse.Namespace) -> int:
     """``trident list`` and ``trident deactivate|activate|kill``."""
     config = _coordination_config(args)
     if args.command == "list":
-        from transactional.status import format_list, topology_list
+        from transactional.ops.status import format_list, topology_list
 
         rows = topology_list(config.coordination, auth=config.coordination_auth,
                              connect_timeout=config.connect_timeout_secs, only=args.topology_ids)
         print(json.dumps(rows) if args.json else format_list(rows, config.coordination))
         return 0
-    from transactional.control import request
+    from transactional.ops.control import request
 
     done = request(config.coordination, args.topology_id, args.command, auth=config.coordination_auth,
                    connect_timeout=config.connect_timeout_secs)
@@ -616,7 +616,7 @@ def _manage(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from transactional.status import format_status, topology_status
+    from transactional.ops.status import format_status, topology_status
 
     config = _coordination_config(args)
     st = topology_status(config.coordination, args.topology_id, auth=config.coordination_auth,
@@ -630,9 +630,9 @@ def _status(args: argparse.Namespace) -> int:
 
 def _ui(args: argparse.Namespace) -> int:
     """``trident ui``: the status page of the topologies under the root, until Ctrl-C."""
-    from transactional.status import topology_list
-    from transactional.webui.history import HistorySource
-    from transactional.webui.server import Controls, StatusServer
+    from transactional.ops.status import topology_list
+    from transactional.ops.webui.history import HistorySource
+    from transactional.ops.webui.server import Controls, StatusServer
 
     config = _coordination_config(args)
     # fail early, naming the address, when the coordinator state cannot be read
@@ -672,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = load_topology_file(args.file)
 
         def package() -> int:
-            from transactional.ship import SUBMIT_SCRIPT, code_zip
+            from transactional.ops.ship import SUBMIT_SCRIPT, code_zip
 
             setup_logging(args.log_level)
             built_topology(module.build_topology(), args.file)   # imports what building it imports

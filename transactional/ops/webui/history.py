@@ -2,7 +2,7 @@
 
 What the coordinator state keeps of each topology under a root -- the last committed txid,
 the uncommitted txids, the lock's holder, the control record, the driver's ``status``
-record (``transactional.status.StatusRecorder``: counts, busy seconds, errors, the txid
+record (``transactional.ops.status.StatusRecorder``: counts, busy seconds, errors, the txid
 being retried, the graph) and the ``runs`` record (the last runs) -- turned into the
 snapshot the status page draws. Read-only, as ``trident status``; every request reads
 the state afresh, so a running driver elsewhere shows as it writes its record (every
@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from transactional.status import topology_list, topology_status
-from transactional.webui.observer import process_latency_ms
+from transactional.ops.status import topology_list, topology_status
+from transactional.ops.webui.observer import process_latency_ms
 
 __all__ = ["HistorySource", "history_snapshot"]
 

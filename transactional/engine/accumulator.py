@@ -1,4 +1,4 @@
-"""The accumulator that brings task reports to the driver (``transactional._spark``).
+"""The accumulator that brings task reports to the driver (``transactional.engine.spark``).
 
 A module of its own: Spark's workers unpickle it with every task, and importing it must
 not import the driver's modules (``_spark`` imports the config, and pydantic with it).
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pyspark.accumulators import AccumulatorParam
 
-from transactional._plan import empty_report, merge_reports
+from transactional.engine.plan import empty_report, merge_reports
 
 
 class ReportParam(AccumulatorParam):
-    """Merges task reports (``transactional._plan.merge_reports``)."""
+    """Merges task reports (``transactional.engine.plan.merge_reports``)."""
 
     def zero(self, value: dict) -> dict:
         return empty_report()

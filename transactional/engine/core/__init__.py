@@ -1,0 +1,2 @@
+"""Core (at-least-once) topologies on the engine: their driver, task adapter, acker and
+the checkpoints of stateful bolts (docs/design.md §7)."""
