@@ -90,7 +90,8 @@ class _Failure(Exception):
 
 def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
                  max_batches: int | None = None, *, spark_context: Any = None,
-                 on_commit: Callable[[int, RunResult], None] | None = None) -> RunResult:
+                 on_commit: Callable[[int, RunResult], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> RunResult:
     """Run ``topology`` until its spout has nothing more (see ``idle_timeout_secs``) or
     ``max_batches`` batches were committed, and return a ``RunResult``.
 
@@ -110,18 +111,26 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         msg = f"max_batches must be an int >= 0 or None; got {max_batches!r}"
         raise ConfigError(msg)
-    return Engine(topology, config, spark_context, on_commit).run(max_batches)
+    return Engine(topology, config, spark_context, on_commit, on_start).run(max_batches)
 
 
 class Engine:
     def __init__(self, topology: Topology, config: TopologyConfig, sc: Any = None,
-                 on_commit: Callable[[int, RunResult], None] | None = None) -> None:
+                 on_commit: Callable[[int, RunResult], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> None:
+        self.on_start = on_start      # called once the run holds the lock and hears the operator
         # commit components are pickled for executors only when the run places them there
         topology = topology.placed(config.commit_placement)
         self.topology = topology
         self.config = config
         self.sc = sc
         self.conf = {"topology.id": topology.topology_id, **config.conf}
+        if config.drpc_servers or any(c.class_name == "DRPCSpout" for c in topology.spouts):
+            # Distributed RPC (transactional.engine.drpc): the spout's and the return bolt's settings
+            self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
+                              "topology.max.attempts": config.max_attempts,
+                              "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
+                              "drpc.token": config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN")})
         if topology.core:   # seeds the tasks' tuple ids (transactional.engine.core.task.task_seed)
             self.conf["topology.run.salt"] = int.from_bytes(os.urandom(4), "big")
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
@@ -283,6 +292,8 @@ class Engine:
         clock = time.monotonic
         control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
+        if self.on_start is not None:
+            self.on_start()
         pushed = 0.0                                 # when the status page last heard the spouts' figures
         try:
             while True:
