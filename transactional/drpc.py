@@ -159,7 +159,9 @@ class LinearDRPCTopologyBuilder:
                 d.fields_grouping(prev, c["fields"])
             else:
                 getattr(d, f"{c['grouping']}_grouping")(prev)
-            if c is self._bolts[-1]:
+            if c is self._bolts[-1] and c["grouping"] == "global" and not c["first"]:
+                d.global_grouping(SPOUT_ID, IDS_STREAM)   # its one task that gets tuples finishes each request
+            elif c is self._bolts[-1]:
                 # the last bolt finishes a request on the one task its id hashes to (Storm's rule)
                 d.fields_grouping(SPOUT_ID, ("id",), IDS_STREAM)
             else:

@@ -73,6 +73,10 @@ class LocalCluster:
             updates["poll_interval_secs"] = 0.01
         config = config.model_copy(update=updates)
         for spout in drpc:
+            if not spout.source.startswith("local:") and not config.drpc_servers:
+                from transactional.engine.drpc import sink_for
+
+                sink_for(spout.source, spout.function, {})     # the ConfigError that says what to set
             if spout.source.startswith("local:"):
                 if config.commit_placement != "driver":
                     msg = (f"DRPC topology {name!r} serves a LocalDRPC, which lives in this process: run it with "

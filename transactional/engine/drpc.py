@@ -22,6 +22,7 @@ failed request back in its queue until it failed ``max_attempts`` times.
 
 from __future__ import annotations
 
+import abc
 import collections
 import copy
 import itertools
@@ -118,6 +119,10 @@ class RequestQueue:
         """True when a request waits for a batch."""
         return bool(self._waiting)
 
+    def waiting(self) -> int:
+        """How many requests wait for a batch."""
+        return len(self._waiting)
+
     def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
         """Up to ``n`` waiting requests as batch entries, waiting up to ``wait_secs`` for one."""
         with self._lock:
@@ -170,16 +175,31 @@ class RequestQueue:
             return True
 
 
-class Sink:
+class Sink(abc.ABC):
     """Where a DRPC topology takes requests and returns answers (one per function and
-    source, in the driver process). ``RequestQueue`` is the local one
-    (``transactional.drpc.LocalDRPC``); ``transactional.ops.drpc_client`` the remote one."""
+    source, in the driver process): a ``LocalDRPC``'s queue here, or the ``trident drpc``
+    servers (``transactional.ops.drpc_client``). ``origin`` names the server a request came
+    from ("" for a local one)."""
 
-    def has_requests(self) -> bool: ...
-    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]: ...
-    def answer(self, request_id: str, result: str, origin: str = "") -> bool: ...
-    def fail(self, request_id: str, error: str, origin: str = "") -> bool: ...
-    def retry(self, entry: Entry, attempts: int) -> bool: ...
+    @abc.abstractmethod
+    def has_requests(self) -> bool:
+        """True when a request waits for a batch (asked before each batch; must be quick)."""
+
+    @abc.abstractmethod
+    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
+        """Up to ``n`` waiting requests as batch entries."""
+
+    @abc.abstractmethod
+    def answer(self, request_id: str, result: str, origin: str = "") -> bool:
+        """Answer a request; False when it was over already (the answer is dropped)."""
+
+    @abc.abstractmethod
+    def fail(self, request_id: str, error: str, origin: str = "") -> bool:
+        """End a request with ``DRPCExecutionException(error)``."""
+
+    @abc.abstractmethod
+    def retry(self, entry: Entry, attempts: int) -> bool:
+        """Queue a failed request again after its ``attempts``-th failure."""
 
 
 class _LocalSink(Sink):
