@@ -408,6 +408,11 @@ class GroupedStream:
         """Several aggregators per group in one pass."""
         return ChainedAggregatorDeclarer(self.stream, self.group_fields)
 
+    def state_query(self, state: TridentState, in_fields: Any, function: QueryFunction, out_fields: Any) -> Stream:
+        """Storm's ``GroupedStream.stateQuery``: the tuples partitioned by the group fields,
+        then ``Stream.state_query`` (the result is ungrouped)."""
+        return self.stream.partition_by(self.group_fields).state_query(state, in_fields, function, out_fields)
+
     def to_stream(self) -> Stream:
         """The stream, ungrouped."""
         return self.stream
@@ -514,6 +519,16 @@ class TridentTopology:
         spout.declare_output_fields(d)
         fields = d.streams["default"].fields
         return self._add(Node("spout", [], Fields(*fields[1:]), spout=spout, spout_id=txid_name))
+
+    def new_drpc_stream(self, function: str, drpc: Any = None) -> Stream:
+        """A stream of the DRPC calls of ``function`` (Storm's ``newDRPCStream``): one tuple
+        per request, with the field ``args``; each request is its own batch, and the tuples
+        at the end of the stream are the answer, a JSON list of lists (``trident.drpc``).
+        ``drpc``: a ``transactional.drpc.LocalDRPC``, or None for the ``trident drpc``
+        servers of ``TopologyConfig.drpc_servers``."""
+        from trident.drpc import drpc_spout, spout_id
+
+        return self.new_stream(spout_id(function), drpc_spout(function, drpc))
 
     def merge(self, *streams: Stream) -> Stream:
         """The tuples of every stream of the batch as one stream (fields named as the first's;
@@ -716,6 +731,10 @@ class _Compiler:
                 s.parallelism = s.inputs[0].segment.parallelism
             else:
                 s.parallelism = 1
+        # a DRPC stream's last stages feed its return bolt (trident.drpc)
+        from trident.drpc import add_returns, plan_returns
+
+        drpc_returns = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
         # persist ops emit their new values only when something reads them
         for s in segs:
             if s.ops and s.ops[-1].kind == "persist":
@@ -745,6 +764,7 @@ class _Compiler:
             if not s.cid or (s.spout is not None and not s.ops):
                 continue
             self._bolt(b, s)
+        add_returns(b, drpc_returns)
         return b.build()
 
     def _bolt(self, b: TransactionalTopologyBuilder, s: _Segment) -> None:

@@ -125,7 +125,7 @@ class Engine:
         self.config = config
         self.sc = sc
         self.conf = {"topology.id": topology.topology_id, **config.conf}
-        if config.drpc_servers or any(c.class_name == "DRPCSpout" for c in topology.spouts):
+        if config.drpc_servers or any(c.class_name.endswith("DRPCSpout") for c in topology.spouts):
             # Distributed RPC (transactional.engine.drpc): the spout's and the return bolt's settings
             self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
                               "topology.max.attempts": config.max_attempts,

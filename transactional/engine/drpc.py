@@ -272,7 +272,7 @@ def sink_for(source: str, function: str, conf: dict) -> Sink:
 
 def drpc_spouts(topology: Any) -> list[Any]:
     """The DRPC spouts of ``topology`` (instances), for ``LocalCluster``'s set-up."""
-    return [c.new_instance() for c in topology.spouts if c.class_name == DRPCSpout.__name__]
+    return [c.new_instance() for c in topology.spouts if c.class_name.endswith(DRPCSpout.__name__)]
 
 
 # -- the spout --------------------------------------------------------------------------------------
@@ -457,6 +457,8 @@ class ReturnResults(BaseBatchBolt, Committer):
             self.entries[v[1]] = [v[1], v[2], v[3], v[4]]
         elif tuple.source_stream == FAILED_STREAM:
             self.errors.setdefault(v[1], (v[2], v[3]))
+        elif self.render is not None:        # a Trident stream: one request per batch, rows without its id
+            self.results.setdefault("", []).append(v[1:])
         else:
             self.results.setdefault(v[1], []).append(v[2:])
 
@@ -475,7 +477,7 @@ class ReturnResults(BaseBatchBolt, Committer):
                              self.function, rid, attempts, self.max_attempts, message.splitlines()[0])
                     self.sink.retry(entry, attempts)
                 continue
-            rows = self.results.get(rid)
+            rows = self.results.get("" if self.render is not None else rid)
             if self.render is not None:
                 self.sink.answer(rid, self.render(rows or []), origin)
             elif rows:
