@@ -1,5 +1,5 @@
 """Redis user state against a real redis-server, and the pure
-exactly-once rules of ``state/map.py`` as properties.
+exactly-once rules of ``state/map/`` as properties.
 
 - ``TestMapContract``: the TransactionalMap/OpaqueMap rules, parametrized over the
   ``memory`` and ``redis`` backings: every backing must behave the same.
