@@ -101,12 +101,13 @@ return {0}
 # KEYS[3]        the map's record of the txid of the marker (a hash): '~txid' that txid,
 #                'batch' ARGV[3] (its keys), 'before' a JSON array of each key's value
 #                before it (false: absent) -- what reads of that txid see
-#                (state.map.counter_base; three strings: no field per key to write)
+#                (state.map.CounterRecord.get; three strings: no field per key to write)
 # ARGV[1], [2]   epoch and txid (as above)
 # ARGV[3]        the batch as JSON: [[key, ...], [number, ...]] (the keys' full names),
 #                numbers as strings (exact, and passed to INCRBY as they are: a Lua number
 #                argument would be formatted by Redis, at twice the cost of the script)
 # ARGV[4]        'int' (INCRBY) or 'float' (INCRBYFLOAT)
+# the rule (state.map.CounterRecord.added): a txid at or below the applied marker was added
 # return {0} added; {5, applied} the txid was added before (nothing written); {1|3, ...} as
 #        above; {2, key, what} a data key holds something that is not a number (nothing written)
 #

@@ -1,7 +1,12 @@
 """User state: map backings (I/O only) and the exactly-once wrappers (docs/design.md §5).
 
-The rules live once, here, as small pure functions over stored values; every backing
-gets them, and every backing only stores what the wrappers hand it.
+The rules live once, as small immutable values (``TransactionalValue``, ``OpaqueValue``,
+``CounterRecord`` in ``state/map/rules.py``, after Storm's ``TransactionalValue`` /
+``OpaqueValue``: ``from_stored``, ``get(txid)``, ``update(txid, attempt, new)``,
+``to_stored``) that every read and write path uses; every backing only stores what the
+wrappers hand it. The package: ``rules`` (the values), ``fence``, ``write`` (one txid's
+writes of several maps), ``backing`` (the protocol and the memory backing), ``cache``,
+``base`` (``MapState``), ``flavours``, ``counter`` and ``openers``.
 
 **A read in txid t sees the state as of t-1** -- a state query, an updater's old value,
 a new-values stream -- whatever an earlier attempt of t already wrote, for every
@@ -12,14 +17,14 @@ Each stored value keeps what that answer needs:
 * ``TransactionalMap`` stores ``{"txid": t, "val": v, "prev": p}``; ``OpaqueMap`` stores
   ``{"txid": t, "attempt": a, "curr": c, "prev": p}``. The value *before* batch t is
   ``prev`` when the stored txid is t (an earlier attempt of t wrote it) and ``val`` /
-  ``curr`` when it is older (``transactional_base`` / ``opaque_base``). The batch builds
+  ``curr`` when it is older (``TransactionalValue.get`` / ``OpaqueValue.get``). The batch builds
   on that base; reads inside the batch see it unless this attempt updated the key. A
   transactional replay so recomputes the identical batch from ``prev`` and stores what
   the first attempt stored. (A ``{"txid", "val"}`` without ``prev``, written by an older
   version, keeps the old rule when its txid is the batch's: the update is skipped.)
 * ``CounterMap`` stores plain numbers, the last txid it added (``APPLIED_KEY``) and, for
   that txid, the value before it of every key it added to (``PRIOR_KEY``, written in the
-  same atomic add): ``counter_base``.
+  same atomic add): ``CounterRecord.get``.
 * In all, a stored txid newer than the batch's raises ``StateAheadError``.
 
 **One write per map and txid.** Inside a commit (``begin_commit`` .. ``commit``) a map
@@ -74,13 +79,10 @@ from state.map.rules import (
     WRITTEN_KEY,
     Combine,
     CounterRecord,
+    OpaqueValue,
+    TransactionalValue,
     Updater,
     V,
-    counter_base,
-    opaque_apply,
-    opaque_base,
-    transactional_apply,
-    transactional_base,
     unstorable_error,
     written_key,
 )
@@ -114,12 +116,9 @@ __all__ = [
     "APPLIED_KEY",
     "PRIOR_KEY",
     "written_key",
-    "transactional_base",
-    "opaque_base",
-    "transactional_apply",
-    "opaque_apply",
+    "TransactionalValue",
+    "OpaqueValue",
     "CounterRecord",
-    "counter_base",
     "unstorable_error",
     "COMBINERS",
     "MapWrite",

@@ -98,7 +98,7 @@ class MemoryMapBacking:
     def _check_add(self, keys: list[str], fence: Fence) -> bool:
         """False when ``fence.txid`` was added before; ``StateCorruptError`` when a key
         holds something that is not a number."""
-        if fence.txid is not None and (self.data.get(APPLIED_KEY) or 0) >= fence.txid:
+        if CounterRecord(self.data.get(APPLIED_KEY) or 0).added(fence.txid):
             return False
         get = self.data.get
         bad = [(k, v) for k, v in ((k, get(k)) for k in keys) if v is not None and (type(v) not in (int, float))]

@@ -11,7 +11,7 @@ from state.keys import decode_key
 from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
 from state.map.base import MapState, _encode_all
 from state.map.fence import Fence
-from state.map.rules import Combine, CounterRecord, Updater, V, counter_base, unstorable_error
+from state.map.rules import Combine, CounterRecord, Updater, V, unstorable_error
 from state.map.write import MapWrite
 
 
@@ -26,7 +26,7 @@ class CounterMap(MapState[V]):
 
     The add also records, for that txid, each key's value before it (``PRIOR_KEY``), so
     reads in txid t see the values as of t-1 even when an earlier attempt of t added
-    already (``counter_base``): a replay reads what its first attempt read.
+    already (``CounterRecord.get``): a replay reads what its first attempt read.
 
     Only for a single writer per txid (``commit_placement="driver"``) and transactional
     spouts; reads inside a commit see the value before the txid plus its additions.
@@ -130,7 +130,7 @@ class CounterMap(MapState[V]):
                 return [self._number(e, s) for e, s in zip(enc, stored, strict=True)]
             stored, rec = self._counter_get(enc, lc + 1)
             txid = lc + 1 if rec.applied == lc + 1 else rec.applied + 1
-            return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
+            return [self._number(e, rec.get(e, s, txid)) for e, s in zip(enc, stored, strict=True)]
         return self._current(enc)
 
     def multi_get_committed(self, keys: Sequence[Any]) -> list[V | None]:
@@ -151,7 +151,7 @@ class CounterMap(MapState[V]):
     def _before(self, enc: list[str], txid: int) -> list[Any]:
         """The values of ``enc`` before batch ``txid`` (one read: values and record)."""
         stored, rec = self._counter_get(enc, txid)
-        return [self._number(e, counter_base(e, s, rec, txid)) for e, s in zip(enc, stored, strict=True)]
+        return [self._number(e, rec.get(e, s, txid)) for e, s in zip(enc, stored, strict=True)]
 
     def _current(self, enc: list[str]) -> list[Any]:
         self._take_columns()

@@ -8,9 +8,9 @@ from typing import Any
 
 from state.keys import decode_key
 from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
-from state.map.base import CommitScope, MapState
+from state.map.base import CommitScope, MapState, _decode_all
 from state.map.fence import Fence
-from state.map.rules import V, _checked, opaque_base, transactional_base, written_key
+from state.map.rules import OpaqueValue, TransactionalValue, V, written_key
 
 
 class TransactionalMap(MapState[V]):
@@ -36,39 +36,37 @@ class TransactionalMap(MapState[V]):
         # what an earlier attempt of this txid stored (a replay): not written again if the
         # replay computes the same
         self._earlier: dict[str, Any] = {}
+        # the stored value of each key read in this txid
+        self._old: dict[str, TransactionalValue] = {}
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, skip = self._value, self._base, self._skip
-        for e, s in zip(keys, stored, strict=True):
-            if s is None:
-                b = None
-            elif type(s) is dict and "val" in s and type(s.get("txid")) is int and s["txid"] < txid:
-                b = s["val"]
-            else:                     # written by an earlier attempt of txid, ahead, or not ours
-                b, applied = transactional_base(decode_key(e), s, txid)
-                if applied:
+        value, base, skip, old = self._value, self._base, self._skip, self._old
+        of = TransactionalValue.from_stored
+        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
+            v = old[e] = of(name, s)
+            value[e] = base[e] = v.get(txid, name)
+            if v.txid == txid:        # written by an earlier attempt of txid
+                if v.applied(txid):
                     skip.add(e)
-                elif s["txid"] == txid:
+                else:
                     self._earlier[e] = s
-            value[e] = base[e] = b
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
-        s = _checked(key, stored, ("txid", "val"), "TransactionalMap")
-        if self.last_committed is not None and s["txid"] > self.last_committed and "prev" in s:
-            return s["prev"]   # written by a txid not committed (yet)
-        return s["val"]
+        return TransactionalValue.from_stored(key, stored).committed(self.last_committed)
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
-        return transactional_base(key, stored, txid)[0]
+        return TransactionalValue.from_stored(key, stored).get(txid, key)
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
-        keys, value, base, t = list(self._dirty), self._value, self._base, scope.txid
+        keys, value, old, t, a = list(self._dirty), self._value, self._old, scope.txid, scope.attempt
+        stored = [old[k].stored_update(t, a, value[k]) for k in keys]
         earlier = self._earlier
         if earlier and not self.shared_writes:    # a replay: what it stored already stays
-            keys = [k for k in keys if earlier.get(k) != {"txid": t, "val": value[k], "prev": base[k]}]
+            kept = [(k, s) for k, s in zip(keys, stored, strict=True) if earlier.get(k) != s]
+            keys, stored = [k for k, _ in kept], [s for _, s in kept]
         if self.shared_writes:
-            return keys, [self._stamp({"txid": t, "val": value[k], "prev": base[k]}, scope) for k in keys]
-        return keys, [{"txid": t, "val": value[k], "prev": base[k]} for k in keys]
+            return keys, [self._stamp(s, scope) for s in stored]
+        return keys, stored
 
 
 class OpaqueMap(MapState[V]):
@@ -87,30 +85,28 @@ class OpaqueMap(MapState[V]):
     kind = "opaque"
     _user_fields = ("curr", "prev")
 
+    def _reset(self) -> None:
+        super()._reset()
+        # the stored value of each key read in this txid
+        self._old: dict[str, OpaqueValue] = {}
+
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base = self._value, self._base
-        for e, s in zip(keys, stored, strict=True):
-            if s is None:
-                b = None
-            elif type(s) is dict and "curr" in s and type(s.get("txid")) is int and s["txid"] < txid:
-                b = s["curr"]
-            else:
-                b = opaque_base(decode_key(e), s, txid)
-            value[e] = base[e] = b
+        value, base, old = self._value, self._base, self._old
+        of = OpaqueValue.from_stored
+        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
+            v = old[e] = of(name, s)
+            value[e] = base[e] = v.get(txid, name)
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
-        return opaque_base(key, stored, txid)
+        return OpaqueValue.from_stored(key, stored).get(txid, key)
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
-        s = _checked(key, stored, ("txid", "curr", "prev"), "OpaqueMap")
-        if self.last_committed is not None and s["txid"] > self.last_committed:
-            return s["prev"]   # written by a txid not committed (yet)
-        return s["curr"]
+        return OpaqueValue.from_stored(key, stored).committed(self.last_committed)
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         t, a = scope.txid, scope.attempt
-        keys, value, base = list(self._dirty), self._value, self._base
-        values: list[Any] = [{"txid": t, "attempt": a, "curr": value[k], "prev": base[k]} for k in keys]
+        keys, value, old = list(self._dirty), self._value, self._old
+        values: list[Any] = [old[k].stored_update(t, a, value[k]) for k in keys]
         if self.shared_writes:
             values = [self._stamp(v, scope) for v in values]
         if keys:
@@ -134,10 +130,10 @@ class OpaqueMap(MapState[V]):
         for k, s in zip(left, self.backing.multi_get(left), strict=True):
             if s is None:
                 continue
-            s = _checked(decode_key(k), s, ("txid", "curr", "prev"), "OpaqueMap")
-            if s["txid"] == scope.txid and s.get("attempt") not in (None, scope.attempt):
+            v = OpaqueValue.from_stored(decode_key(k), s)
+            if v.failed(scope.txid, scope.attempt):
                 keys.append(k)
-                values.append({"txid": scope.txid, "attempt": None, "curr": s["prev"], "prev": s["prev"]})
+                values.append(v.rolled_back().to_stored())
         if keys:
             self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid))
         return len(keys)
