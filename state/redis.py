@@ -55,17 +55,7 @@ from state.errors import ConfigError, StateCorruptError, StateUnavailableError
 from state.keys import decode_key, encode_key, hashable_key, key_prefix
 from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, MapWrite, conflict_error, fence_error, tagged
 from state.redaction import redact_url
-from state.redis_scripts import (
-    _ADD_SHA,
-    _COUNTER_GET_SHA,
-    _MULTI_SHA,
-    _SCRIPT_SHA,
-    LUA_COUNTER_GET,
-    LUA_FENCED_ADD,
-    LUA_FENCED_MSET,
-    LUA_FENCED_MULTI,
-    MSET_CHUNK,
-)
+from state.redis_scripts import LUA_COUNTER_GET, LUA_FENCED_ADD, LUA_FENCED_MSET, LUA_FENCED_MULTI, MSET_CHUNK, Reply
 from state.serializers import JSON, JSONSerializer, Serializer, _dumps_batch
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
@@ -222,6 +212,7 @@ class RedisMapBacking:
         self._prefix = key_prefix(namespace)     # ConfigError unless '<scope>:<name>'
         self._fence_key = f"{self.fence_scope}:{FENCE_SUFFIX}"
         self._client = None
+        self._scripts: dict[str, Any] = {}       # script text -> redis-py Script (``_run``)
         self._lock = threading.Lock()
         self.round_trips = 0  # multi_get/multi_put calls that went to Redis
 
@@ -251,8 +242,7 @@ class RedisMapBacking:
                                  retry=Retry(NoBackoff(), 0))
         try:
             probe.ping()
-            sha = probe.script_load(LUA_FENCED_MSET)
-            assert sha == _SCRIPT_SHA, (sha, _SCRIPT_SHA)
+            probe.script_load(LUA_FENCED_MSET)
         except redis.AuthenticationError as e:
             msg = (
                 f"Redis at {self.address} refused the credentials ({e}); check the password "
@@ -288,11 +278,6 @@ class RedisMapBacking:
             self._client.connection_pool.disconnect()
 
     # -- MapBacking ------------------------------------------------------------------------------
-    def redis_key(self, key: Any) -> str:
-        """The full Redis key of a user's map key: ``state.keys.stored_key(namespace,
-        encode_key(key))``, e.g. ``wc:counts:apple`` (``wc:~a%3Ab:apple`` for map ``a:b``)."""
-        return self._prefix + encode_key(key)
-
     @property
     def write_group(self) -> Hashable:
         """Backings with the same ``write_group`` (one server and database) are written
@@ -398,7 +383,7 @@ class RedisMapBacking:
         prefix = self._prefix
         rkeys = [prefix + k for k in keys]
         self.round_trips += 1
-        applied, rec, raw = self._io("reading", self._eval_script, LUA_COUNTER_GET, _COUNTER_GET_SHA,
+        applied, rec, raw = self._io("reading", self._run, LUA_COUNTER_GET,
                                      [prefix + APPLIED_KEY, prefix + PRIOR_KEY, *rkeys], [str(txid)])
         values = [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw, strict=True)]
         try:
@@ -440,8 +425,8 @@ class RedisMapBacking:
 
     def _add(self, batch: bytes | str, mode: str, fence: Fence) -> bool:
         self.round_trips += 1
-        reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA, *self._add_call(batch, mode, fence))
-        if int(reply[0]) == 5:
+        reply = self._io("writing", self._run, LUA_FENCED_ADD, *self._add_call(batch, mode, fence))
+        if int(reply[0]) == Reply.ADDED_BEFORE:
             return False
         self._raise_for(reply, fence)
         return True
@@ -468,10 +453,10 @@ class RedisMapBacking:
         self.round_trips += 1
         if len(calls) == 1:
             p, b, op, keys, args = calls[0]
-            script, sha = (LUA_FENCED_MSET, _SCRIPT_SHA) if op == "put" else (LUA_FENCED_ADD, _ADD_SHA)
+            script = LUA_FENCED_MSET if op == "put" else LUA_FENCED_ADD
             with tagged(p.name):
-                reply = b._io("writing", b._eval_script, script, sha, keys, args)
-                if int(reply[0]) != 5:
+                reply = b._io("writing", b._run, script, keys, args)
+                if int(reply[0]) != Reply.ADDED_BEFORE:
                     b._raise_for(reply, p.fence if b.fenced else None)
             return
         calls.sort(key=lambda c: len(c[0].keys))       # the largest part last: the script saves the others
@@ -479,8 +464,8 @@ class RedisMapBacking:
         all_keys = [k for c in calls for k in c[3]]
         all_args = [header, *(a for c in calls for a in c[4])]
         with tagged(", ".join(c[0].name for c in calls)):
-            reply = self._io("writing", self._eval_script, LUA_FENCED_MULTI, _MULTI_SHA, all_keys, all_args)
-        if int(reply[0]) != 0:
+            reply = self._io("writing", self._run, LUA_FENCED_MULTI, all_keys, all_args)
+        if int(reply[0]) != Reply.WRITTEN:
             p, b, *_ = calls[int(reply[0]) - 1]
             with tagged(p.name):
                 b._raise_for(reply[1:], p.fence if b.fenced else None)
@@ -488,17 +473,17 @@ class RedisMapBacking:
     def _raise_for(self, reply: Any, fence: Fence | None) -> None:
         """Raise what a write script's refusal means (see the scripts' return codes)."""
         code = int(reply[0])
-        if code == 4:
+        if code == Reply.CLAIMED:
             assert fence is not None
             prefix_len = len(self.fence_scope) + 1 if self.namespace.startswith(f"{self.fence_scope}:") else 0
             where = f"map {self.namespace[prefix_len:]!r} (Redis namespace {self.namespace!r} at {self.address})"
             raise conflict_error(where, _s(reply[1])[len(self._prefix):], _s(reply[2]), fence)
-        if code in (1, 3):
+        if code in (Reply.TXID_AHEAD, Reply.EPOCH_AHEAD):
             assert fence is not None
-            raise fence_error("epoch" if code == 3 else "txid",
+            raise fence_error("epoch" if code == Reply.EPOCH_AHEAD else "txid",
                               f"Redis namespace {self.namespace!r} at {self.address}",
                               int(reply[1]), int(reply[2]), fence)
-        if code == 2:
+        if code == Reply.NOT_OURS:
             msg = (
                 f"Redis key {_s(reply[1])!r} at {self.address} holds a {_s(reply[2])}, not "
                 "what RedisMapBacking writes; nothing was overwritten. Use another "
@@ -507,15 +492,16 @@ class RedisMapBacking:
             raise StateCorruptError(msg)
 
     def _eval(self, keys: list[str], args: list[Any]) -> Any:
-        return self._eval_script(LUA_FENCED_MSET, _SCRIPT_SHA, keys, args)
+        return self._run(LUA_FENCED_MSET, keys, args)
 
-    def _eval_script(self, script: str, sha: str, keys: list[str], args: list[Any]) -> Any:
-        client = self.client
-        try:
-            return client.evalsha(sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:  # server restarted / script cache flushed
-            client.script_load(script)
-            return client.evalsha(sha, len(keys), *keys, *args)
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run one of the Lua scripts of ``state.redis_scripts``: redis-py's
+        ``register_script`` (``EVALSHA``, loading the script when the server lacks it: a
+        restart, ``SCRIPT FLUSH``)."""
+        registered = self._scripts.get(script)
+        if registered is None:
+            registered = self._scripts[script] = self.client.register_script(script)
+        return registered(keys=keys, args=args)
 
     def _io(self, what: str, fn: Any, *args: Any) -> Any:
         try:

@@ -1,12 +1,30 @@
 """The Redis backing's Lua scripts, each headed by its interface (``state/redis.py`` runs them).
 
-No ``redis`` import here: the scripts are text, executed by the server."""
+No ``redis`` import here: the scripts are text, executed by the server. Their reply codes
+are ``Reply``: each script opens with the codes as Lua locals of the same names.
+"""
 
 from __future__ import annotations
 
-import hashlib
+from enum import IntEnum
 
-__all__ = ["LUA_FENCED_MSET", "LUA_FENCED_ADD", "LUA_FENCED_MULTI", "LUA_COUNTER_GET", "MSET_CHUNK"]
+__all__ = ["LUA_FENCED_MSET", "LUA_FENCED_ADD", "LUA_FENCED_MULTI", "LUA_COUNTER_GET", "MSET_CHUNK", "Reply"]
+
+
+class Reply(IntEnum):
+    """The first element of a write script's reply, by name in the Lua (``return {WRITTEN}``)
+    and in Python (``RedisMapBacking._raise_for``)."""
+
+    WRITTEN = 0        #: {WRITTEN}: every key written, the fence raised
+    TXID_AHEAD = 1     #: {TXID_AHEAD, epoch, txid}: the fence holds a newer txid; nothing written
+    NOT_OURS = 2       #: {NOT_OURS, key, what}: a data key holds what the backing does not write
+    EPOCH_AHEAD = 3    #: {EPOCH_AHEAD, epoch, txid}: the fence holds a newer epoch; nothing written
+    CLAIMED = 4        #: {CLAIMED, key, writer}: another writer of the attempt claimed a key
+    ADDED_BEFORE = 5   #: {ADDED_BEFORE, applied}: the counter txid was added before; nothing written
+
+
+#: The codes as Lua locals, the first line of every write script.
+_LUA_REPLY = "local " + ", ".join(r.name for r in Reply) + " = " + ", ".join(str(r.value) for r in Reply) + "\n"
 
 #: Pairs written per ``MSET`` inside the write script (Lua's ``unpack`` has a stack limit).
 MSET_CHUNK = 1000
@@ -22,11 +40,11 @@ MSET_CHUNK = 1000
 # ARGV[4..n+3]   the serialized values, in KEYS order
 # ARGV[n+4]      how many pairs to write per MSET (MSET_CHUNK)
 # ARGV[n+5]      how many of the last data keys are trusted to hold strings (no TYPE check)
-# return {0} when every key was written (and the fence raised to the writer's epoch/txid);
-#        {3, epoch, txid} when the fence holds a newer epoch (nothing written);
-#        {1, epoch, txid} when the fence holds a newer txid (nothing written);
-#        {4, key, writer} when another writer of the attempt claimed a key (nothing written);
-#        {2, key, type} when a data key holds a non-string Redis value (nothing written)
+# return {WRITTEN} when every key was written (and the fence raised to the writer's epoch/txid);
+#        {EPOCH_AHEAD, epoch, txid} when the fence holds a newer epoch (nothing written);
+#        {TXID_AHEAD, epoch, txid} when the fence holds a newer txid (nothing written);
+#        {CLAIMED, key, writer} when another writer of the attempt claimed a key (nothing written);
+#        {NOT_OURS, key, type} when a data key holds a non-string Redis value (nothing written)
 # the fence check both write scripts open with (KEYS[1], ARGV[1], ARGV[2] as above)
 _LUA_FENCE_CHECK = """
 local fe, ft = 0, 0
@@ -37,10 +55,10 @@ if f then
 end
 local e, t = tonumber(ARGV[1]), tonumber(ARGV[2])
 if e and fe > e then
-  return {3, tostring(fe), tostring(ft)}
+  return {EPOCH_AHEAD, tostring(fe), tostring(ft)}
 end
 if t and ft > t then
-  return {1, tostring(fe), tostring(ft)}
+  return {TXID_AHEAD, tostring(fe), tostring(ft)}
 end
 """
 _LUA_FENCE_RAISE = """
@@ -48,20 +66,20 @@ if (e and e > fe) or (t and t > ft) then
   redis.call('SET', KEYS[1], string.format('%d:%d', math.max(e or 0, fe), math.max(t or 0, ft)))
 end
 """
-LUA_FENCED_MSET = _LUA_FENCE_CHECK + """
+LUA_FENCED_MSET = _LUA_REPLY + _LUA_FENCE_CHECK + """
 local writer = ARGV[3]
 if writer ~= '' then
   for i = 3, #KEYS do
     local c = redis.call('HGET', KEYS[2], KEYS[i])
     if c and c ~= writer then
-      return {4, KEYS[i], c}
+      return {CLAIMED, KEYS[i], c}
     end
   end
 end
 for i = 3, #KEYS - tonumber(ARGV[#ARGV]) do
   local ty = redis.call('TYPE', KEYS[i])['ok']
   if ty ~= 'string' and ty ~= 'none' then
-    return {2, KEYS[i], ty}
+    return {NOT_OURS, KEYS[i], ty}
   end
 end
 -- write key/value pairs, claiming the keys for the writer when there is one
@@ -92,7 +110,7 @@ if writer ~= '' then
   redis.call('EXPIRE', KEYS[2], 86400)
 end
 """ + _LUA_FENCE_RAISE + """
-return {0}
+return {WRITTEN}
 """
 
 # The counter write (``multi_add``): add numbers to keys, once per txid, atomically.
@@ -108,8 +126,9 @@ return {0}
 #                argument would be formatted by Redis, at twice the cost of the script)
 # ARGV[4]        'int' (INCRBY) or 'float' (INCRBYFLOAT)
 # the rule (state.map.CounterRecord.added): a txid at or below the applied marker was added
-# return {0} added; {5, applied} the txid was added before (nothing written); {1|3, ...} as
-#        above; {2, key, what} a data key holds something that is not a number (nothing written)
+# return {WRITTEN} added; {ADDED_BEFORE, applied} the txid was added before (nothing written);
+#        {TXID_AHEAD|EPOCH_AHEAD, ...} as above; {NOT_OURS, key, what} a data key holds something
+#        that is not a number (nothing written)
 #
 # The data keys travel inside ARGV[3], not as KEYS: packing 34,000 KEYS arguments in
 # redis-py cost the driver more than the script's own work. Standalone Redis allows it
@@ -119,10 +138,10 @@ return {0}
 # INCRBY at once, and at the first key that refuses (not an integer, another type, an
 # overflow) what was added is taken back: the script is atomic, so nobody sees the partial
 # state. Floats are checked before anything is added (x + d - d need not be x).
-LUA_FENCED_ADD = _LUA_FENCE_CHECK + """
+LUA_FENCED_ADD = _LUA_REPLY + _LUA_FENCE_CHECK + """
 local applied = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if t and applied >= t then
-  return {5, tostring(applied)}
+  return {ADDED_BEFORE, tostring(applied)}
 end
 local batch = cjson.decode(ARGV[3])
 local ks, ds = batch[1], batch[2]
@@ -150,7 +169,7 @@ if ARGV[4] == 'int' then
       elseif string.find(r.err, 'overflow') then
         what = 'number that the addition would overflow'
       end
-      return {2, ks[i], what}
+      return {NOT_OURS, ks[i], what}
     end
   end
 else
@@ -158,10 +177,10 @@ else
     local v = olds[i]
     if v then
       if not tonumber(v) then
-        return {2, ks[i], 'string that is not a number'}
+        return {NOT_OURS, ks[i], 'string that is not a number'}
       end
     elseif redis.call('TYPE', ks[i])['ok'] ~= 'none' then
-      return {2, ks[i], 'non-string value'}
+      return {NOT_OURS, ks[i], 'non-string value'}
     end
   end
   for i = 1, #ks do
@@ -173,7 +192,7 @@ if t then
   redis.call('HSET', KEYS[3], '~txid', tostring(t), 'batch', ARGV[3], 'before', cjson.encode(olds))
 end
 """ + _LUA_FENCE_RAISE + """
-return {0}
+return {WRITTEN}
 """
 
 # Several maps' writes in one atomic step (``RedisMapBacking.write``): a txid's maps on one
@@ -182,8 +201,8 @@ return {0}
 # ARGV[1]        the parts as JSON: [["put" | "add", #KEYS, #ARGV], ...]; each part's KEYS
 #                and ARGV are what LUA_FENCED_MSET ("put") or LUA_FENCED_ADD ("add") takes
 # ARGV[2..]      the parts' ARGV, one part after another
-# return {0} when every part was written (an "add" part whose txid was added before writes
-#        nothing, as its script's {5}); {i, <reply of part i>} when part i refused (its
+# return {WRITTEN} when every part was written (an "add" part whose txid was added before writes
+#        nothing, as its script's {ADDED_BEFORE}); {i, <reply of part i>} when part i refused (its
 #        script's codes): part i wrote nothing, and what the parts before it wrote is put
 #        back (every key a part but the last may write is saved before the part runs: a
 #        string's value, an absent key, or another type's DUMP and TTL -- a part's KEYS,
@@ -191,7 +210,7 @@ return {0}
 #        part's data keys), so nothing of the write stays. The caller puts the largest
 #        part last: it is not saved.
 LUA_FENCED_MULTI = (
-    "local function put_part(KEYS, ARGV)\n" + LUA_FENCED_MSET + "\nend\n"
+    _LUA_REPLY + "local function put_part(KEYS, ARGV)\n" + LUA_FENCED_MSET + "\nend\n"
     + "local function add_part(KEYS, ARGV)\n" + LUA_FENCED_ADD + "\nend\n" + """
 local saved, order = {}, {}    -- key -> its string, false (absent) or {dump, pttl}
 local function save(names)
@@ -247,14 +266,14 @@ for i, p in ipairs(parts) do
   else
     r = add_part(ks, as)
   end
-  if r[1] ~= 0 and r[1] ~= 5 then
+  if r[1] ~= WRITTEN and r[1] ~= ADDED_BEFORE then
     restore()
     local out = {i}
     for _, x in ipairs(r) do out[#out + 1] = x end
     return out
   end
 end
-return {0}
+return {WRITTEN}
 """)
 
 # The counter read (``counter_get``): values, and the record of the applied txid when a
@@ -278,8 +297,3 @@ if applied and applied == ARGV[1] then
 end
 return {applied, rec, vals}
 """
-
-_SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
-_ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
-_MULTI_SHA = hashlib.sha1(LUA_FENCED_MULTI.encode()).hexdigest()
-_COUNTER_GET_SHA = hashlib.sha1(LUA_COUNTER_GET.encode()).hexdigest()

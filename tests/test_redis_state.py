@@ -507,6 +507,31 @@ class TestCounterWrites:
         assert m.multi_get(["a", "b", "c", "d"]) == [3, 3, -4, None]
         assert b.client.get(f"{redis_namespace}:a") == b"3"        # a plain Redis integer
 
+    def test_every_script_runs_again_after_the_server_forgot_it(self, redis_server, redis_url, redis_namespace):
+        """The scripts are redis-py's registered scripts: after SCRIPT FLUSH (or a restart
+        without persistence) each loads itself again -- the write, the counter's read and
+        add, and the write of several maps."""
+        scope = redis_namespace.split(":")[0]
+        t, u = (TransactionalMap(RedisMapBacking.from_url(redis_url, f"{scope}:{n}"), n) for n in "tu")
+        c = CounterMap(RedisMapBacking.from_url(redis_url, f"{scope}:c"), "c")
+        flush = redis_server.client().script_flush
+        for txid in (1, 2):
+            for m in (t, u, c):
+                m.begin_commit(txid, epoch=1)
+                flush()
+                assert m.multi_combine(["a"], [txid]) == [1 + (txid == 2) * 2]   # the counter's read script
+            flush()
+            t.commit(txid)                      # the write script
+            flush()
+            commit_maps([u, c], txid)          # several maps in one script (a counter's add inside)
+        flush()
+        assert [m.get("a") for m in (t, u, c)] == [3, 3, 3]
+        c.begin_commit(3, epoch=1)
+        c.add(["a"], [4])
+        flush()
+        c.commit(3)                             # the counter's add script alone
+        assert c.get("a") == 7
+
     @pytest.mark.parametrize(("bad", "what"), [
         ("set", "string that is not an integer"),
         ("hset", "non-string value"),
@@ -908,3 +933,16 @@ class TestMapsOfATxid:
                                                             f"is '<topology_id>:<state name>'), e.g. 'wc:counts'; "
                                                             f"got {namespace!r}")):
                 open_map_backing(url, namespace)
+
+
+def test_the_scripts_reply_codes_are_the_enum_by_name():
+    """The write scripts name their reply codes as ``Reply`` does (one table, in Lua and in
+    Python), and return no bare number."""
+    from state.redis_scripts import LUA_FENCED_ADD, LUA_FENCED_MSET, LUA_FENCED_MULTI, Reply
+
+    prelude = "local " + ", ".join(r.name for r in Reply) + " = " + ", ".join(str(int(r)) for r in Reply)
+    assert prelude == "local WRITTEN, TXID_AHEAD, NOT_OURS, EPOCH_AHEAD, CLAIMED, ADDED_BEFORE = 0, 1, 2, 3, 4, 5"
+    for script in (LUA_FENCED_MSET, LUA_FENCED_ADD, LUA_FENCED_MULTI):
+        assert script.startswith(prelude + "\n")
+        assert re.findall(r"return \{\s*\d", script) == []
+    assert {int(r) for r in Reply} == set(range(6))
