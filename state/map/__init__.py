@@ -71,7 +71,15 @@ from state.map.cache import CACHE_LIMIT, CachedMap
 from state.map.counter import CounterMap
 from state.map.fence import Fence, FenceCell, conflict_error, fence_error, fence_refusal
 from state.map.flavours import NonTransactionalMap, OpaqueMap, TransactionalMap
-from state.map.openers import MAP_KINDS, map_class, open_map_backing, open_memory_backing, reset_memory_maps
+from state.map.openers import (
+    MAP_KINDS,
+    map_class,
+    map_kind,
+    open_map,
+    open_map_backing,
+    open_memory_backing,
+    reset_memory_maps,
+)
 from state.map.rules import (
     APPLIED_KEY,
     COMBINERS,
@@ -106,6 +114,8 @@ __all__ = [
     "NonTransactionalMap",
     "MAP_KINDS",
     "map_class",
+    "map_kind",
+    "open_map",
     "open_map_backing",
     "open_memory_backing",
     "reset_memory_maps",
