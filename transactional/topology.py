@@ -53,7 +53,7 @@ from transactional.exceptions import TopologyError
 from transactional.tuples import Fields
 
 GROUPINGS = ("shuffle", "local_or_shuffle", "fields", "global", "all", "none", "direct")
-_OWN_PACKAGES = ("transactional", "spouts", "state")
+_OWN_PACKAGES = ("transactional", "spouts", "state", "trident")
 
 
 @dataclass(frozen=True)
