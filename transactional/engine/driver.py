@@ -25,10 +25,8 @@ opaque spouts: planned again from where the previous batch ended).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -39,15 +37,13 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
+from transactional.engine.attempts import AttemptFailed, Attempts, Jobs, add_report
 from transactional.engine.coordinator import (
     Action,
     Cancel,
     Commit,
     Coordinator,
     CoordinatorSettings,
-    Launch,
-    Plan,
-    Record,
     Recovered,
     Stop,
     Transition,
@@ -61,10 +57,8 @@ from transactional.engine.plan import (
     ProcessingResult,
     compile_plan,
     run_commit,
-    run_processing,
 )
 from transactional.engine.planning import SpoutsPlanner
-from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
 from transactional.exceptions import ConfigError, LockHeldError
@@ -80,12 +74,6 @@ from transactional.tuples import TransactionAttempt
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
 CONTROL_CHECK_SECS = 0.25
-
-
-class _Failure(Exception):
-    def __init__(self, failure: TaskFailure) -> None:
-        super().__init__(failure.describe())
-        self.failure = failure
 
 
 def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
@@ -219,7 +207,7 @@ class Engine:
             self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None
             try:
-                jobs = _Jobs(self, owner)
+                jobs = Jobs(self, owner)
                 try:
                     self._loop(state, store, planner, jobs, max_batches)
                 finally:
@@ -267,7 +255,7 @@ class Engine:
         return {}
 
     def _loop(self, state: TransactionalState, store: CoordinatorStore, planner: SpoutsPlanner,
-              jobs: _Jobs, max_batches: int | None) -> None:
+              jobs: Jobs, max_batches: int | None) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
@@ -279,7 +267,7 @@ class Engine:
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
                      rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
-        runner = _Attempts(self, jobs, store, planner, state)
+        runner = Attempts(self, jobs, store, planner, state)
         clock = time.monotonic
         control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
@@ -320,9 +308,9 @@ class Engine:
 
     # -- commit (main thread) ----------------------------------------------------------------
     def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: Any,
-                state: TransactionalState, jobs: _Jobs) -> dict:
+                state: TransactionalState, jobs: Jobs) -> dict:
         """The commit of one attempt; returns what the ``committed`` transition reports.
-        Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
+        Raises ``AttemptFailed`` when it fails (nothing recorded; the txid is replayed)."""
         if self.topology.core:
             return self._commit_core(a, r, store, planner, state, jobs)
         txid, t0 = a.txid, time.monotonic()
@@ -341,7 +329,7 @@ class Engine:
             if self.plan.commits_on_executors:
                 rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept,
                                  self.states.for_executors(txid, a.attempt))
-                _add_report(rep, executed, emitted, busy)
+                add_report(rep, executed, emitted, busy)
             else:
                 with paused_gc():
                     self._run_commit_components(attempt, r.records, executed, emitted, busy)
@@ -349,12 +337,12 @@ class Engine:
             crash_point("commit.before_write", txid=txid)
             with paused_gc():
                 self.states.commit(txid)
-        except _Failure:
+        except AttemptFailed:
             self.states.abort()
             raise
         except Exception as e:
             self.states.abort()
-            raise _Failure(TaskFailure.of(e, f"(map {getattr(e, 'trident_map', '?')!r})", -1, attempt)) from e
+            raise AttemptFailed(TaskFailure.of(e, f"(map {getattr(e, 'trident_map', '?')!r})", -1, attempt)) from e
         crash_point("commit.before_record", txid=txid)
         # Step 5. record txid as committed, with its metadata and the partition state.
         store.record_commit(txid, a.meta, a.partitions)
@@ -372,10 +360,10 @@ class Engine:
         return info
 
     def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
-                     state: TransactionalState, jobs: _Jobs) -> dict:
+                     state: TransactionalState, jobs: Jobs) -> dict:
         """The commit of a core topology's micro-batch (``transactional.engine.core.driver``): the
         stateful bolts and what follows them, the acks, a checkpoint when due. Raises
-        ``_Failure`` when it fails (the micro-batch's pending trees fail; its spout tuples
+        ``AttemptFailed`` when it fails (the micro-batch's pending trees fail; its spout tuples
         are replayed by their spouts)."""
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
@@ -392,18 +380,18 @@ class Engine:
                 else:
                     rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
                                      states)
-                _add_report(rep, executed, emitted, busy)
+                add_report(rep, executed, emitted, busy)
                 return rep
         # Steps 3-4. the stateful bolts, the acks, a checkpoint when due
         try:
             with paused_gc():
                 core.commit(a, r.acks, run_stages)
-        except _Failure:
+        except AttemptFailed:
             core.discard(txid)
             raise
         except Exception as e:
             core.discard(txid)
-            raise _Failure(TaskFailure.of(e, "(checkpoint)", -1, attempt)) from e
+            raise AttemptFailed(TaskFailure.of(e, "(checkpoint)", -1, attempt)) from e
         # Step 5. record the micro-batch as committed, drop its metadata
         store.record_commit(txid, a.meta, None)
         store.drop_pending(txid)
@@ -418,145 +406,7 @@ class Engine:
                                executed: dict, emitted: dict, busy: dict) -> None:
         """The commit-phase stages on the driver, the maps in the current commit."""
         rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [records], self.states)
-        _add_report(rep, executed, emitted, busy)
-
-
-class _Jobs:
-    """The processing phase of attempts: the plan's processing stages on the configured
-    executor (Spark, or this process for ``executor="in-process"``)."""
-
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
-        self.run_id = run_id
-        if engine.config.executor == "in-process":
-            self.executor: Any = InProcessExecutor()
-        else:
-            if engine.sc is None:
-                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
-            else:
-                ship(engine.sc, engine.config)      # py_files / archives of this run
-            self.executor = SparkExecutor(engine.sc)
-        self.shared = self.executor.shared(engine.topology)
-
-    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
-            fed: Any = None) -> ProcessingResult:
-        """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
-        from the thread that owns the attempt); ``fed``: a core topology's spout output."""
-        e = self.engine
-        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
-                              cleanup_before, group, fed)
-
-    def cancel(self, group: str) -> None:
-        self.executor.cancel(group)
-
-    def close(self) -> None:
-        unpersist = getattr(self.shared, "unpersist", None)
-        if unpersist is not None:
-            try:
-                unpersist(blocking=False)
-            except Exception:  # noqa: BLE001 - the context may be gone already
-                pass
-
-
-class _Attempts:
-    """The engine's side of the coordinator's actions: the processing jobs in flight
-    (driver threads), their results, and the commit in the main thread."""
-
-    def __init__(self, engine: Engine, jobs: _Jobs, store: CoordinatorStore, planner: SpoutsPlanner,
-                 state: TransactionalState) -> None:
-        self.engine = engine
-        self.jobs = jobs
-        self.store = store
-        self.planner = planner
-        self.state = state
-        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(engine.topology.core),
-                                          thread_name_prefix="trident-batch")
-        self.running: dict[cf.Future, tuple[int, int]] = {}
-        self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
-        self.results: dict[tuple[int, int], ProcessingResult] = {}
-
-    def carry_out(self, a: Action, coord: Coordinator) -> list[Action]:
-        """Do what ``a`` asks; return the coordinator's answer to its outcome."""
-        now = time.monotonic
-        if isinstance(a, Plan):
-            planned = self.planner.plan(a.txid, a.partitions, a.keep)
-            meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.planner.busy())
-        if isinstance(a, Launch):
-            # durable before any task of the attempt runs
-            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
-            crash_point("process.after_meta", txid=a.txid)
-            tid = self.engine.topology.topology_id
-            group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
-            self.groups[(a.txid, a.attempt)] = group
-            fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group, self.planner.fed(a.txid))
-            self.running[fut] = (a.txid, a.attempt)
-            return []
-        if isinstance(a, Record):
-            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
-            return []
-        if isinstance(a, Cancel):
-            self.planner.discard(a.txid)
-            job_group = self.groups.pop((a.txid, a.attempt), None)
-            if job_group is not None:
-                self.jobs.cancel(job_group)
-            r = self.results.pop((a.txid, a.attempt), None)
-            if r is not None and r.kept is not None:
-                self.jobs.executor.release(r.kept)
-            return []
-        if isinstance(a, Commit):
-            r = self.results.pop((a.txid, a.attempt))
-            self.groups.pop((a.txid, a.attempt), None)
-            try:
-                info = self.engine._commit(a, r, self.store, self.planner, self.state, self.jobs)
-            except _Failure as e:
-                return coord.failed(a.txid, a.attempt, e.failure, now())
-            finally:
-                if r.kept is not None:
-                    self.jobs.executor.release(r.kept)
-            return coord.committed(a.txid, now(), **info)
-        msg = f"unknown action {a!r}"
-        raise TypeError(msg)
-
-    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
-                 fed: Any = None) -> ProcessingResult:
-        try:
-            return self.jobs.run(attempt, meta, cleanup_before, group, fed)
-        except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
-            cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
-            fatal = None if cancelled else self.jobs.executor.explain(str(e))
-            return ProcessingResult(attempt, failures=[TaskFailure(
-                "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
-                type(e).__name__, "cancelled" if cancelled else fatal or _spark_error(e), "")])
-
-    def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
-        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
-        if not self.running:
-            time.sleep(timeout)
-            return []
-        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
-        actions: list[Action] = []
-        for fut in sorted(done, key=lambda f: self.running[f]):
-            txid, attempt = self.running.pop(fut)
-            if (txid, attempt) not in self.groups:
-                log.debug("txid %d attempt %d: the job of a cancelled attempt ended", txid, attempt)
-                continue                          # cancelled: its result is void
-            r: ProcessingResult = fut.result()
-            log.debug("txid %d attempt %d: processing job ended in %.3f s (%d failure(s))", txid, attempt,
-                      r.seconds, len(r.failures))
-            if r.failures:
-                actions += coord.failed(txid, attempt, _first(r.failures), time.monotonic())
-            else:
-                self.results[(txid, attempt)] = r
-                actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
-        return actions
-
-    def close(self) -> None:
-        for group in self.groups.values():
-            self.jobs.cancel(group)
-        self.groups.clear()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        add_report(rep, executed, emitted, busy)
 
 
 def _log_failure(topology_id: str) -> Callable[[Transition], None]:
@@ -595,29 +445,3 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
     return hear
 
 
-def _add_report(rep: dict, executed: dict, emitted: dict, busy: dict | None = None) -> None:
-    """Raise the report's first failure as ``_Failure``, else add its counters (and the
-    seconds its tasks ran to ``busy``)."""
-    if rep["failures"]:
-        raise _Failure(_first(rep["failures"]))
-    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
-                          (busy if busy is not None else {}, rep.get("busy", {}))):
-        for k, v in counts.items():
-            total[k] = total.get(k, 0) + v
-
-
-def _first(failures: list[TaskFailure]) -> TaskFailure:
-    """The most telling failure of an attempt: fatal before others, user code before Spark."""
-    return sorted(failures, key=lambda f: (f.kind != "fatal", f.component == "(spark job)"))[0]
-
-
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt))(: .*)?$")
-
-
-def _spark_error(e: BaseException) -> str:
-    """The Python exception inside a Py4JJavaError's text, else its first line."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    py = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("org.", "java.", "py4j."))]
-    if py:
-        return py[-1][:500]
-    return (lines[0] if lines else repr(e))[:500]

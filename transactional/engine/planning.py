@@ -3,7 +3,7 @@
 Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t", and
 ``SpoutsPlanner`` plans every spout of a topology under one txid (metadata
 ``{spout_id: meta}``, None for a spout with nothing in that txid; replays follow
-``transactional.engine.coordinator.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
+``transactional.engine.replay.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
 emitter task of a batch. Partitioned spouts keep a *partition state* (partition -> its
 latest metadata) that each planned batch advances; a batch's metadata holds only the
 partitions it reads.
@@ -161,7 +161,7 @@ class SpoutsPlanner:
     with its list of spouts). ``policy`` is the coordinator's replay policy for them."""
 
     def __init__(self, topology: Any, conf: dict, *, state: Any = None) -> None:
-        from transactional.engine.coordinator import OpaqueReplay, SpoutsReplay, TransactionalReplay
+        from transactional.engine.replay import OpaqueReplay, SpoutsReplay, TransactionalReplay
 
         self.planners: dict[str, SpoutPlanner] = {}
         try:

@@ -42,11 +42,12 @@ from typing import Any
 
 from state.base import TransactionalState
 from transactional.config import TopologyConfig
-from transactional.engine.coordinator import Commit, CoreReplay
+from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
 from transactional.engine.core.task import Outputs, SpoutCollector
 from transactional.engine.planning import SpoutContext
+from transactional.engine.replay import CoreReplay
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
