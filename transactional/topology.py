@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
+from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import TopologyError
 from transactional.pickling import _DRIVER_OBJECTS, _executor_pickle, _pickle
 from transactional.tuples import Fields
@@ -67,7 +67,8 @@ class ComponentSpec:
     writes: tuple[str, ...] = ()    # the states the component writes (Trident stages' maps), for the page
 
     def new_instance(self) -> Any:
-        """A fresh instance of the component.
+        """A fresh instance of the component, as the user wrote it (the engine's plan picks
+        the adapter a bolt runs through: ``transactional.engine.plan.new_bolt``).
 
         In the process that built the topology (or one forked from it after the build)
         this loads ``driver_blob``: a copy of the instance's state whose classes,
@@ -83,10 +84,7 @@ class ComponentSpec:
                    "the topology; it was not pickled for executors. Build the topology in the process "
                    "that runs it, or place its phase on the executors (Topology.placed('executors'))")
             raise TopologyError(msg)
-        obj = pickle.loads(self.driver_blob if table is not None else self.blob)
-        if self.core and self.kind == "bolt":
-            return obj      # the engine runs it through its batch-path adapter (``_task.new_bolt``)
-        return BasicBoltAdapter(obj) if self.basic else obj
+        return pickle.loads(self.driver_blob if table is not None else self.blob)
 
 
 @dataclass(frozen=True)

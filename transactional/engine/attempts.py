@@ -11,11 +11,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from state.base import TransactionalState
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
 from transactional.engine.faults import crash_point
 from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_processing
-from transactional.engine.planning import SpoutsPlanner
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
@@ -23,6 +21,7 @@ from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
     from transactional.engine.driver import Engine
+    from transactional.engine.runner import TopologyRunner
 
 log = logging.getLogger("trident")
 
@@ -74,14 +73,12 @@ class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, planner: SpoutsPlanner,
-                 state: TransactionalState) -> None:
+    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
         self.engine = engine
         self.jobs = jobs
         self.store = store
-        self.planner = planner
-        self.state = state
-        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(engine.topology.core),
+        self.runner = runner
+        self.pool = cf.ThreadPoolExecutor(max_workers=runner.in_flight(),
                                           thread_name_prefix="trident-batch")
         self.running: dict[cf.Future, tuple[int, int]] = {}
         self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
@@ -91,9 +88,9 @@ class Attempts:
         """Do what ``a`` asks; return the coordinator's answer to its outcome."""
         now = time.monotonic
         if isinstance(a, Plan):
-            planned = self.planner.plan(a.txid, a.partitions, a.keep)
+            planned = self.runner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.planner.busy())
+            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.busy())
         if isinstance(a, Launch):
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -102,14 +99,14 @@ class Attempts:
             group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
             self.groups[(a.txid, a.attempt)] = group
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group, self.planner.fed(a.txid))
+                                   coord.last_committed, group, self.runner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             return []
         if isinstance(a, Record):
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             return []
         if isinstance(a, Cancel):
-            self.planner.discard(a.txid)
+            self.runner.discard(a.txid)
             job_group = self.groups.pop((a.txid, a.attempt), None)
             if job_group is not None:
                 self.jobs.cancel(job_group)
@@ -121,7 +118,7 @@ class Attempts:
             r = self.results.pop((a.txid, a.attempt))
             self.groups.pop((a.txid, a.attempt), None)
             try:
-                info = self.engine._commit(a, r, self.store, self.planner, self.state, self.jobs)
+                info = self.runner.commit(a, r, self.jobs)
             except AttemptFailed as e:
                 return coord.failed(a.txid, a.attempt, e.failure, now())
             finally:

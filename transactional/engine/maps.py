@@ -22,8 +22,8 @@ from state.map import (
     open_map_backing,
 )
 from transactional.config import TopologyConfig
-from transactional.engine.plan import ExecutorStates
-from transactional.engine.task import TaskContext, new_bolt
+from transactional.engine.plan import ExecutionPlan, ExecutorStates, new_bolt
+from transactional.engine.task import TaskContext
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
@@ -143,16 +143,16 @@ class StateRegistry:
         the abort to the engine."""
         return _DriverTask(self)
 
-    def declare(self, topology: Topology, conf: dict) -> None:
+    def declare(self, plan: ExecutionPlan, conf: dict) -> None:
         """Find the maps the committers open in ``prepare`` (run on the driver against a
         recording context) and record them, before the first commit: committer tasks on
         executors open only declared maps (see ``transactional.engine.plan.TaskStates``)."""
-        for c in topology.components:
-            if c.id not in topology.commit_components:
-                continue
+        topology = plan.topology
+        for stage in plan.commit:
+            c = topology.component(stage.component)
             ctx = _DeclaringContext(topology, c)
             try:
-                new_bolt(c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
+                new_bolt(stage, c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
             except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
             for name, opaque in ctx.asked:

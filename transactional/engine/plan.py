@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from transactional.bolt import BasicBoltAdapter
+from transactional.engine.core.task import adapter as core_adapter
+from transactional.engine.core.task import run_core_task
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
 from transactional.engine.task import KEY_STRIDE, Router, TaskFailure, run_task
-from transactional.topology import Topology
+from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import TransactionAttempt
 
 PROCESSING, COMMIT = "processing", "commit"
@@ -54,6 +57,8 @@ class Stage:
     sources: tuple[str, ...]      # components it reads, each once
     local: bool                   # local_or_shuffle: task i reads task i of its one source
     persist: bool                 # its output is read more than once in its phase
+    runner: str = "transactional"  # its task runner (``TASK_RUNNERS``): the topology's kind
+    adapter: str = ""             # how its bolt becomes a batch bolt (``ADAPTERS``); "" for a spout
 
 
 @dataclass(frozen=True)
@@ -100,10 +105,36 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
             c.id, index[c.id], c.kind, phase, commit_placement if phase == COMMIT else EXECUTORS,
             c.parallelism, tuple(dict.fromkeys(s.source for s in c.inputs)),
             c.kind == "bolt" and topology.is_local(c),
-            len(same_phase) + (1 if crosses else 0) > 1))
+            len(same_phase) + (1 if crosses else 0) > 1, topology.kind, _adapter(topology, c)))
     return ExecutionPlan(topology, tuple(s for s in stages if s.phase == PROCESSING),
                          tuple(s for s in stages if s.phase == COMMIT), tuple(handoff),
                          frozenset(index[c] for c in commit))
+
+
+#: the task runner of each topology kind: run one task of a bolt for one batch
+TASK_RUNNERS: dict[str, Callable[..., tuple[list, int, int, Any]]] = {"transactional": run_task,
+                                                                      "core": run_core_task}
+#: how a bolt as the user wrote it becomes the batch bolt its task runner drives
+ADAPTERS: dict[str, Callable[[Any], Any]] = {
+    "batch": lambda bolt: bolt,                           # a BaseBatchBolt (or a committer) as it is
+    "basic": BasicBoltAdapter,                            # a transactional BaseBasicBolt
+    "core-rich": lambda bolt: core_adapter("rich", bolt),  # core topologies' bolts
+    "core-basic": lambda bolt: core_adapter("basic", bolt),
+    "core-stateful": lambda bolt: core_adapter("stateful", bolt),
+}
+
+
+def _adapter(topology: Topology, c: ComponentSpec) -> str:
+    if c.kind != "bolt":
+        return ""
+    if topology.core:
+        return f"core-{c.core}"
+    return "basic" if c.basic else "batch"
+
+
+def new_bolt(stage: Stage, spec: ComponentSpec) -> Any:
+    """A fresh instance of ``stage``'s bolt as its task runner drives it (its adapter)."""
+    return ADAPTERS[stage.adapter](spec.new_instance())
 
 
 # -- reports -------------------------------------------------------------------------------------------
@@ -226,9 +257,12 @@ def emit_task(shared: Shared, component_id: str, run_id: str, attempt: Transacti
     return run
 
 
-def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, conf: dict, acc: Any,
+def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: dict, acc: Any,
               phase: str = PROCESSING, states: Any = None) -> Callable[[int, Iterable], Iterator]:
-    """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch."""
+    """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch
+    (through the stage's task runner and adapter)."""
+    component_id, run_task = stage.component, TASK_RUNNERS[stage.runner]
+
     def run(task: int, records: Iterable) -> Iterator:
         topology: Topology = shared.value
         spec = topology.component(component_id)
@@ -236,8 +270,8 @@ def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, co
         t0 = time.perf_counter()
         try:
             with paused_gc():   # also covers unpickling the input, which happens as it is read
-                out, n, e, acks = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
-                                           phase, task_states)
+                out, n, e, acks = run_task(topology, spec, new_bolt(stage, spec), task, attempt,
+                                           (p for _, p in records), conf, phase, task_states)
                 if task_states is not None:
                     task_states.finish()   # a committer task on an executor writes its maps
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
@@ -433,7 +467,7 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
                 data[st.component] = ex.source(st, fn)
             else:
                 inputs = [ex.select(data[s], frozenset((st.index,))) for s in st.sources]
-                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc))
+                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc))
             if st.persist:
                 ex.persist(data[st.component])
         handoff = [ex.select(data[c], plan.commit_indexes) for c in plan.handoff]
@@ -468,7 +502,7 @@ def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, at
     try:
         for st in plan.commit:
             inputs = [ex.select(d, frozenset((st.index,))) for d in produced]
-            out = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc, COMMIT, states))
+            out = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc, COMMIT, states))
             produced.append(ex.materialize(out))
             if acc.value["failures"]:
                 break

@@ -302,45 +302,24 @@ class TaskContext:
         return self._states.map_state(name, opaque)
 
 
-def _payload_order(p: Payload) -> tuple[str, str, int]:
+def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
-def new_bolt(component: ComponentSpec) -> Any:
-    """A fresh instance of a bolt as the task runner runs it: ``component.new_instance()``,
-    and for a core bolt (``component.core``) its batch-path adapter
-    (``transactional.engine.core.task.adapter``)."""
-    bolt = component.new_instance()
-    if component.core and component.kind == "bolt":
-        from transactional.engine.core.task import adapter
-
-        return adapter(component.core, bolt)
-    return bolt
-
-
-def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
+def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
              payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
-    """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted,
-    acks): ``acks`` is a core task's report to the ackers (``_core_task.CoreRouter.report``),
-    None in transactional topologies.
+    """Run one task of a transactional topology's bolt (``bolt``: a fresh instance, as the
+    plan's adapter made it) for one batch. Returns (records, tuples executed, emitted,
+    acks): ``acks`` is None here (a core task's report to the ackers comes from
+    ``transactional.engine.core.task.run_core_task``, the core topologies' task runner).
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
     order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
-    payloads = sorted(payloads, key=_payload_order)
-    bolt = new_bolt(component)
+    payloads = sorted(payloads, key=payload_order)
     context = TaskContext(topology, component, task, phase, states)
-    if topology.core:
-        from transactional.engine.core.task import CoreRouter, feed, task_seed
-
-        core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
-                                                               attempt.attempt_id, component.id, task), only)
-        bolt.prepare(conf, context, core, attempt)
-        n = feed(bolt, topology, payloads)
-        bolt.finish_batch()
-        return core.records(), n, core.emitted, core.report()
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, context, router, attempt)
     execute = bolt.execute

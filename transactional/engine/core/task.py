@@ -1,6 +1,6 @@
 """The task side of core Storm topologies: tuples with message ids, the collectors of
 spouts and bolts (routing by grouping, anchoring, acks), and the adapters that run rich,
-basic and stateful bolts through the one task runner (``transactional.engine.task.run_task``).
+basic and stateful bolts on the batch path, and their task runner (``run_core_task``).
 
 A core record payload is ``(source, stream, source_task, [values, ...], ids)`` where
 ``ids`` is None (no tuple tracked) or one *message id* per tuple: ``{root: id}`` for every
@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
+from transactional.engine.task import TaskContext, payload_order
 from transactional.exceptions import FailedException, InvalidTupleError
 from transactional.topology import ComponentSpec, Topology
-from transactional.tuples import Fields, Tuple
+from transactional.tuples import Fields, TransactionAttempt, Tuple
 
 
 class CoreTuple(Tuple):
@@ -252,6 +253,23 @@ class CoreRouter:
 def task_seed(salt: int, txid: int, attempt: int, component: str, task: int) -> int:
     """The seed of a task's tuple ids: the same for a task Spark runs again."""
     return zlib.crc32(f"{salt}:{txid}:{attempt}:{component}:{task}".encode()) << 32 | (salt & 0xFFFFFFFF)
+
+
+def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
+                  payloads: Iterable[tuple], conf: dict, phase: str, states: Any = None,
+                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple]], int, int, Any]:
+    """Run one task of a core topology's bolt (``bolt``: its batch-path ``adapter``) for one
+    micro-batch: the task's ``CoreRouter`` is its collector. Returns (records, tuples
+    executed, emitted, the task's report to the ackers). The input is taken in the same
+    fixed order as ``transactional.engine.task.run_task`` takes it."""
+    payloads = sorted(payloads, key=payload_order)
+    context = TaskContext(topology, component, task, phase, states)
+    core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
+                                                           attempt.attempt_id, component.id, task), only)
+    bolt.prepare(conf, context, core, attempt)
+    n = feed(bolt, topology, payloads)
+    bolt.finish_batch()
+    return core.records(), n, core.emitted, core.report()
 
 
 def feed(bolt: Any, topology: Topology, payloads: list[tuple]) -> int:
