@@ -92,11 +92,7 @@ class _KafkaSpout:
                  metadata_timeout_secs: float = 5.0,
                  reuse_consumer: bool = True,
                  fetch_fault: FetchFault | None = None) -> None:
-        if not isinstance(bootstrap_servers, str):
-            bootstrap_servers = ",".join(bootstrap_servers)
-        if not bootstrap_servers:
-            msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
-            raise ConfigError(msg)
+        bootstrap_servers = _check_servers(bootstrap_servers)
         if not isinstance(topic, str) or not topic:
             msg = f"topic must be a non-empty string; got {topic!r}"
             raise ConfigError(msg)
@@ -115,26 +111,9 @@ class _KafkaSpout:
         self.key_deserializer = key_deserializer
         deserializer_for(deserializer, "deserializer")
         deserializer_for(key_deserializer, "key_deserializer")
-        self.fields = tuple(fields)
-        bad = [f for f in self.fields if f not in RECORD_FIELDS]
-        if not self.fields or bad:
-            msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
-            raise ConfigError(msg)
-        self.field_names = tuple(field_names) if field_names is not None else self.fields
-        if len(self.field_names) != len(self.fields):
-            msg = f"field_names {self.field_names!r} must name each of fields {self.fields!r}"
-            raise ConfigError(msg)
-        Fields(tx_field, *self.field_names)  # validates the names
+        self.fields, self.field_names = _check_fields(fields, field_names, tx_field)
         self.tx_field = tx_field
-        self.client_config = dict(client_config or {})
-        for k, needed in _LOCKED.items():
-            if k in self.client_config and self.client_config[k] != needed:
-                msg = (f"client_config may not set {k!r} (the spout needs {needed!r}); "
-                       f"got {self.client_config[k]!r}")
-                raise ConfigError(msg)
-        if "bootstrap.servers" in self.client_config:
-            msg = "give the brokers as bootstrap_servers, not in client_config"
-            raise ConfigError(msg)
+        self.client_config = _check_client_config(client_config)
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
@@ -170,6 +149,45 @@ class _KafkaSpout:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
                 f"max_records_per_partition={self.max_records_per_partition})")
+
+
+def _check_servers(bootstrap_servers: str | Sequence[str]) -> str:
+    """``bootstrap_servers`` as librdkafka takes them (comma-separated); ``ConfigError`` if none."""
+    if not isinstance(bootstrap_servers, str):
+        bootstrap_servers = ",".join(bootstrap_servers)
+    if not bootstrap_servers:
+        msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
+        raise ConfigError(msg)
+    return bootstrap_servers
+
+
+def _check_fields(fields: Sequence[str], field_names: Sequence[str] | None,
+                  tx_field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The record attributes a spout emits and their field names, checked."""
+    checked = tuple(fields)
+    bad = [f for f in checked if f not in RECORD_FIELDS]
+    if not checked or bad:
+        msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
+        raise ConfigError(msg)
+    names = tuple(field_names) if field_names is not None else checked
+    if len(names) != len(checked):
+        msg = f"field_names {names!r} must name each of fields {checked!r}"
+        raise ConfigError(msg)
+    Fields(tx_field, *names)  # validates the names
+    return checked, names
+
+
+def _check_client_config(client_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``client_config`` as a dict; ``ConfigError`` if it changes what the spout relies on."""
+    config = dict(client_config or {})
+    for k, needed in _LOCKED.items():
+        if k in config and config[k] != needed:
+            msg = f"client_config may not set {k!r} (the spout needs {needed!r}); got {config[k]!r}"
+            raise ConfigError(msg)
+    if "bootstrap.servers" in config:
+        msg = "give the brokers as bootstrap_servers, not in client_config"
+        raise ConfigError(msg)
+    return config
 
 
 def _check_start(start: Any) -> str | dict[int, int]:

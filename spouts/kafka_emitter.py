@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -72,64 +72,84 @@ class KafkaEmitter(PartitionedEmitter):
         # Step 2. assign at the start offset: no group membership, no committed offsets.
         c = self._consumer()
         c.assign([TopicPartition(s.topic, partition, start)])
-        pos, why = start, ""
-        emit, value_of, key_of = collector.emit, self._value, self._key
-        fast = s.fields == ("value",)
-        deadline = time.monotonic() + s.fetch_timeout_secs
         try:
             # Step 3. consume the range.
-            while pos < limit:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    why = f"not fetched within fetch_timeout_secs={s.fetch_timeout_secs:g}"
-                    break
-                msgs = c.consume(min(limit - pos, 10_000), min(remaining, 0.5))
-                if not msgs:
-                    # nothing for a while: a range that is gone need not wait for the deadline
-                    self._check_gone(tx, partition, start, end, pos)
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        code = err.code()
-                        if code == KafkaError._PARTITION_EOF:
-                            # every record below the high watermark m.offset() was delivered
-                            hw = m.offset()
-                            if hw is not None and hw >= limit:
-                                pos = limit
-                            elif hw is not None and hw < end:
-                                why = f"the partition ends at offset {hw}"
-                                pos = max(pos, hw) if s.opaque else pos
-                                return pos, why
-                            continue
-                        if code in _OUT_OF_RANGE:
-                            self._gone(tx, partition, start, end, f"offset out of range ({err.str()})")
-                        if code in _GONE:
-                            self._gone(tx, partition, start, end, f"the partition is gone ({err.str()})")
-                        if err.fatal():
-                            msg = (
-                                f"Kafka client error reading {s.topic}[{partition}] in "
-                                f"txid {tx.txid}: {err.str()}"
-                            )
-                            raise SpoutError(msg)
-                        why = err.str()  # retriable (transport, leader change ...): keep trying
-                        continue
-                    off = m.offset()
-                    if off is None or off < pos:
-                        continue
-                    if off >= limit:
-                        pos = limit
-                        break
-                    if fast:
-                        emit((tx, value_of(m.value())))
-                    else:
-                        emit((tx, *record_values(m, self.spout.fields, key_of, value_of)))
-                    pos = off + 1
-            if pos < end and limit < end and not why:
-                why = "fetch fault injected"
-            return pos, why
+            return self._consume(c, tx, collector, partition, start, end, limit)
         finally:
             # Step 4. leave nothing assigned (buffered messages are dropped).
             c.unassign()
+
+    def _consume(self, c: Consumer, tx: TransactionAttempt, collector: EmitCollector, partition: int,
+                 start: int, end: int, limit: int) -> tuple[int, str]:
+        """Step 3 of ``_read``: emit the records from ``start`` below ``limit``; returns where
+        the read stopped and why (empty: it did not stop short)."""
+        s = self.spout
+        pos, why = start, ""
+        deadline = time.monotonic() + s.fetch_timeout_secs
+        while pos < limit:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return pos, f"not fetched within fetch_timeout_secs={s.fetch_timeout_secs:g}"
+            msgs = c.consume(min(limit - pos, 10_000), min(remaining, 0.5))
+            if not msgs:
+                # nothing for a while: a range that is gone need not wait for the deadline
+                self._check_gone(tx, partition, start, end, pos)
+            pos, why, ended = self._take(msgs, tx, collector, partition, start, end, limit, pos, why)
+            if ended:
+                return pos, why
+        if pos < end and limit < end and not why:
+            why = "fetch fault injected"
+        return pos, why
+
+    def _take(self, msgs: list[Any], tx: TransactionAttempt, collector: EmitCollector, partition: int,
+              start: int, end: int, limit: int, pos: int, why: str) -> tuple[int, str, bool]:
+        """Emit the records among ``msgs`` (one ``consume``) from ``pos`` below ``limit``;
+        returns the new position, why the read may stop short, and whether the partition
+        ended below ``end`` (the read stops there)."""
+        emit, value_of, key_of, fields = collector.emit, self._value, self._key, self.spout.fields
+        fast = fields == ("value",)
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                pos, why, ended = self._event(err, m, tx, partition, start, end, limit, pos, why)
+                if ended:
+                    return pos, why, True
+                continue
+            off = m.offset()
+            if off is None or off < pos:
+                continue
+            if off >= limit:
+                return limit, why, False
+            if fast:
+                emit((tx, value_of(m.value())))
+            else:
+                emit((tx, *record_values(m, fields, key_of, value_of)))
+            pos = off + 1
+        return pos, why, False
+
+    def _event(self, err: Any, m: Any, tx: TransactionAttempt, partition: int, start: int, end: int, limit: int,
+               pos: int, why: str) -> tuple[int, str, bool]:
+        """An event of the consumer in place of a record: the partition's end (returns the
+        position, why, and whether the read stops there), a range that is gone or a fatal
+        error (raised), or a retriable error (kept as why; the read goes on)."""
+        s = self.spout
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            # every record below the high watermark m.offset() was delivered
+            hw = m.offset()
+            if hw is not None and hw >= limit:
+                return limit, why, False
+            if hw is not None and hw < end:
+                return (max(pos, hw) if s.opaque else pos), f"the partition ends at offset {hw}", True
+            return pos, why, False
+        if code in _OUT_OF_RANGE:
+            self._gone(tx, partition, start, end, f"offset out of range ({err.str()})")
+        if code in _GONE:
+            self._gone(tx, partition, start, end, f"the partition is gone ({err.str()})")
+        if err.fatal():
+            msg = f"Kafka client error reading {s.topic}[{partition}] in txid {tx.txid}: {err.str()}"
+            raise SpoutError(msg)
+        return pos, err.str(), False  # retriable (transport, leader change ...): keep trying
 
     def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
         """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone

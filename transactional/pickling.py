@@ -162,8 +162,6 @@ def _unpicklable_global(obj: Any) -> tuple[str, types.ModuleType, str, Exception
     """The first module global that code pickled by value with ``obj`` reads and that
     cannot be pickled: (its name, its module, the function reading it, the error); None
     when there is none (call with the by-value modules registered)."""
-    from pyspark.cloudpickle.cloudpickle import _extract_code_globals, _should_pickle_by_reference
-
     seen: set[int] = set()
     todo: list[tuple[Any, int]] = [(obj, 0)]
     while todo:
@@ -172,34 +170,11 @@ def _unpicklable_global(obj: Any) -> tuple[str, types.ModuleType, str, Exception
             continue
         seen.add(id(x))
         if isinstance(x, types.FunctionType):
-            if _should_pickle_by_reference(x):
-                continue
-            module = sys.modules.get(x.__globals__.get("__name__", ""))
-            for name in sorted(_extract_code_globals(x.__code__)):
-                if name not in x.__globals__:
-                    continue
-                value = x.__globals__[name]
-                if isinstance(value, (type, types.FunctionType)):
-                    todo.append((value, depth + 1))
-                    continue
-                if isinstance(value, types.ModuleType) or module is None:
-                    continue
-                try:
-                    cloudpickle.dumps(value)
-                except Exception as e:  # noqa: BLE001 - the culprit
-                    return name, module, f"{x.__qualname__}()", e
-            cells = [c.cell_contents for c in x.__closure__ or () if c.cell_contents is not None]
-            todo.extend((v, depth + 1) for v in [*cells, *(x.__defaults__ or ())])
+            culprit = _function_globals(x, depth, todo)
+            if culprit is not None:
+                return culprit
         elif isinstance(x, type):
-            if x.__module__ == "builtins" or _should_pickle_by_reference(x):
-                continue
-            for v in vars(x).values():
-                if isinstance(v, (staticmethod, classmethod)):
-                    v = v.__func__
-                if isinstance(v, property):
-                    todo.extend((f, depth + 1) for f in (v.fget, v.fset, v.fdel) if f is not None)
-                elif isinstance(v, (types.FunctionType, type)):
-                    todo.append((v, depth + 1))
+            _class_members(x, depth, todo)
         else:
             todo.extend((t, depth + 1) for t in type(x).__mro__)
             if isinstance(x, (dict, list, tuple, set, frozenset)):
@@ -208,6 +183,49 @@ def _unpicklable_global(obj: Any) -> tuple[str, types.ModuleType, str, Exception
             elif hasattr(x, "__dict__"):
                 todo.extend((v, depth + 1) for v in vars(x).values())
     return None
+
+
+def _function_globals(x: types.FunctionType, depth: int,
+                      todo: list[tuple[Any, int]]) -> tuple[str, types.ModuleType, str, Exception] | None:
+    """``_unpicklable_global`` for function ``x`` pickled by value: the first global it
+    reads that cannot be pickled, else None; the classes and functions it reaches go to ``todo``."""
+    from pyspark.cloudpickle.cloudpickle import _extract_code_globals, _should_pickle_by_reference
+
+    if _should_pickle_by_reference(x):
+        return None
+    module = sys.modules.get(x.__globals__.get("__name__", ""))
+    for name in sorted(_extract_code_globals(x.__code__)):
+        if name not in x.__globals__:
+            continue
+        value = x.__globals__[name]
+        if isinstance(value, (type, types.FunctionType)):
+            todo.append((value, depth + 1))
+            continue
+        if isinstance(value, types.ModuleType) or module is None:
+            continue
+        try:
+            cloudpickle.dumps(value)
+        except Exception as e:  # noqa: BLE001 - the culprit
+            return name, module, f"{x.__qualname__}()", e
+    cells = [c.cell_contents for c in x.__closure__ or () if c.cell_contents is not None]
+    todo.extend((v, depth + 1) for v in [*cells, *(x.__defaults__ or ())])
+    return None
+
+
+def _class_members(x: type, depth: int, todo: list[tuple[Any, int]]) -> None:
+    """``_unpicklable_global`` for class ``x`` pickled by value: its functions, classes and
+    properties go to ``todo``."""
+    from pyspark.cloudpickle.cloudpickle import _should_pickle_by_reference
+
+    if x.__module__ == "builtins" or _should_pickle_by_reference(x):
+        return
+    for v in vars(x).values():
+        if isinstance(v, (staticmethod, classmethod)):
+            v = v.__func__
+        if isinstance(v, property):
+            todo.extend((f, depth + 1) for f in (v.fget, v.fset, v.fdel) if f is not None)
+        elif isinstance(v, (types.FunctionType, type)):
+            todo.append((v, depth + 1))
 
 
 def _by_value(obj: Any, depth: int, seen: set[int], found: dict[str, types.ModuleType]) -> dict[str, types.ModuleType]:

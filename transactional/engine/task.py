@@ -209,8 +209,7 @@ class Router:
         return out
 
 
-def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
-                  routes: list[Callable[[tuple], None]]) -> Callable[[tuple], None]:
+def _slow_path(router: Router, stream: str, nfields: int) -> Callable[[Any], tuple]:
     attempt = router.attempt
     comp, task = router.component, router.task
 
@@ -225,15 +224,27 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
             f"declares {nfields} fields: {values!r}"
         )
         raise InvalidTupleError(msg)
+    return slow_path
 
+
+def _emit_on_direct(router: Router, stream: str) -> Callable[[tuple], None]:
+    comp, task = router.component, router.task
+
+    def emit_on_direct(values: tuple) -> None:
+        msg = (
+            f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
+            "use emit_direct(task, values, stream)"
+        )
+        raise InvalidTupleError(msg)
+    return emit_on_direct
+
+
+def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
+                  routes: list[Callable[[tuple], None]]) -> Callable[[tuple], None]:
     if direct:
-        def emit_on_direct(values: tuple) -> None:
-            msg = (
-                f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
-                "use emit_direct(task, values, stream)"
-            )
-            raise InvalidTupleError(msg)
-        return emit_on_direct
+        return _emit_on_direct(router, stream)
+    attempt = router.attempt
+    slow_path = _slow_path(router, stream, nfields)
 
     # the check is inlined in both variants: this is the per-tuple hot path
     if len(routes) == 1:

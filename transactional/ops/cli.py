@@ -218,7 +218,17 @@ def cli_layer(args: argparse.Namespace) -> Layer:
         v = getattr(args, attr, None)
         if v is not None:
             kw[key], origins[key] = (None if v < 0 else v), f"--{attr.replace('_', '-')}"
-    for item in getattr(args, "set", []):
+    _set_items(getattr(args, "set", []), kw, origins)
+    if getattr(args, "accept_state_loss", None):
+        kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
+    if getattr(args, "quiet", False):
+        kw["progress"], origins["progress"] = False, "-q"
+    return Layer("command line", kw, origins=origins)
+
+
+def _set_items(items: list[str], kw: dict[str, Any], origins: dict[str, str]) -> None:
+    """``--set KEY=VALUE`` items into ``kw`` (``conf.KEY`` into ``kw["conf"]``) and ``origins``."""
+    for item in items:
         key, _, raw = item.partition("=")
         try:
             value = json.loads(raw)
@@ -229,11 +239,6 @@ def cli_layer(args: argparse.Namespace) -> Layer:
             origins["conf"] = f"--set {item}"
         else:
             kw[key], origins[key] = value, f"--set {item}"
-    if getattr(args, "accept_state_loss", None):
-        kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
-    if getattr(args, "quiet", False):
-        kw["progress"], origins["progress"] = False, "-q"
-    return Layer("command line", kw, origins=origins)
 
 
 def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
