@@ -45,7 +45,7 @@ _OWN_PACKAGES = ("transactional", "spouts", "state")
 #: build id -> the classes, functions and modules its driver blobs refer to (kept for the
 #: life of the process: a few objects per build). A process that does not hold a build's
 #: table (any process but the builder and its later forks) loads the executor blobs.
-_DRIVER_OBJECTS: dict[str, list] = {}
+_DRIVER_OBJECTS: dict[str, list[Any]] = {}
 #: modules whose classes and functions always go to executors by value (``ship_by_value``)
 _SHIPPED_BY_VALUE: set[str] = set()
 #: cloudpickle's by-value registry is process-wide: one executor blob at a time
@@ -72,8 +72,8 @@ class _DriverPickler(cloudpickle.Pickler):
     """Pickles instances by value and every class, function and module by identity: as
     a reference into the build's table of this process's live objects."""
 
-    def __init__(self, file: Any, origin: str, table: list) -> None:
-        super().__init__(file)
+    def __init__(self, file: Any, origin: str, table: list[Any]) -> None:
+        super().__init__(file)  # type: ignore[no-untyped-call]  # cloudpickle has no annotations
         self._origin, self._table = origin, table
         self._index = {id(o): i for i, o in enumerate(table)}
 
@@ -86,7 +86,7 @@ class _DriverPickler(cloudpickle.Pickler):
                 i = self._index[id(obj)] = len(self._table)
                 self._table.append(obj)
             return _driver_object, (self._origin, i)
-        return super().reducer_override(obj)
+        return super().reducer_override(obj)  # type: ignore[no-untyped-call]
 
 
 def _pickle(cid: str, obj: Any, origin: str, table: list[Any], *, executors: bool) -> tuple[bytes, bytes]:
@@ -95,7 +95,7 @@ def _pickle(cid: str, obj: Any, origin: str, table: list[Any], *, executors: boo
     blob = _executor_pickle(cid, obj, committer=False) if executors else b""
     try:
         buf = io.BytesIO()
-        _DriverPickler(buf, origin, table).dump(obj)
+        _DriverPickler(buf, origin, table).dump(obj)  # type: ignore[no-untyped-call]
     except Exception as e:  # noqa: BLE001 - reported with the component's name
         msg = (
             f"component {cid!r} ({type(obj).__name__}) cannot be pickled: {e}. Create connections "
@@ -125,7 +125,8 @@ def _executor_pickle(cid: str, obj: Any, *, committer: bool) -> bytes:
                     continue
                 added.append(mod)
         try:
-            return cloudpickle.dumps(obj)
+            blob: bytes = cloudpickle.dumps(obj)
+            return blob
         except Exception as e:  # noqa: BLE001 - reported with the component's name
             culprit = _unpicklable_global(obj)     # while the modules are still registered
             if culprit is None:

@@ -80,7 +80,7 @@ class Attempts:
         self.runner = runner
         self.pool = cf.ThreadPoolExecutor(max_workers=runner.in_flight(),
                                           thread_name_prefix="trident-batch")
-        self.running: dict[cf.Future, tuple[int, int]] = {}
+        self.running: dict[cf.Future[Any], tuple[int, int]] = {}
         self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
         self.results: dict[tuple[int, int], ProcessingResult] = {}
 
@@ -168,7 +168,7 @@ class Attempts:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def add_report(rep: dict, executed: dict, emitted: dict, busy: dict | None = None) -> None:
+def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None) -> None:
     """Raise the report's first failure as ``AttemptFailed``, else add its counters (and the
     seconds its tasks ran to ``busy``)."""
     if rep["failures"]:

@@ -99,7 +99,7 @@ class Plan:
 
     txid: int
     prev_meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     keep: Any = None
 
 
@@ -111,7 +111,7 @@ class Launch:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     commit_started: tuple[int, ...]
 
 
@@ -141,7 +141,7 @@ class Commit:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     commit_started: tuple[int, ...]
 
 
@@ -165,7 +165,7 @@ class Transition:
     txid: int
     attempt: int
     at: float
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 # -- the state machine --------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ class _Batch:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     status: Status
     launched_at: float
 
@@ -208,8 +208,8 @@ class Recovered:
 
     last_committed: int = 0
     committed_meta: Any = None
-    partitions: dict | None = None
-    pending: dict[int, dict] = field(default_factory=dict)
+    partitions: dict[Any, Any] | None = None
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -263,7 +263,7 @@ class Coordinator:
         """The first actions of a run."""
         return self._fill(now)
 
-    def planned(self, txid: int, meta: Any, partitions: dict | None, now: float, busy: bool = False) -> list[Action]:
+    def planned(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float, busy: bool = False) -> list[Action]:
         """The spout's metadata for ``txid`` (None: nothing to emit now). ``busy``: work is
         pending outside the coordinator (a core topology's tuple trees), so the run is not
         idle even with nothing to emit. Deactivated since the Plan: nothing is launched
@@ -283,7 +283,7 @@ class Coordinator:
         self.idle_since = None
         return self._launch(txid, meta, partitions, now) + self._fill(now)
 
-    def processed(self, txid: int, attempt: int, actual: dict | None, now: float) -> list[Action]:
+    def processed(self, txid: int, attempt: int, actual: dict[Any, Any] | None, now: float) -> list[Action]:
         """The processing job of (``txid``, ``attempt``) succeeded; ``actual``: what an
         opaque emitter really emitted, per partition."""
         b = self.inflight.get(txid)
@@ -393,7 +393,7 @@ class Coordinator:
         return (self.stopped is None and not self.paused and len(self.inflight) < self.settings.max_spout_pending
                 and (self.limit is None or self.next_txid <= self.limit))
 
-    def _prev(self, txid: int) -> tuple[Any, dict | None]:
+    def _prev(self, txid: int) -> tuple[Any, dict[str, Any] | None]:
         b = self.inflight.get(txid - 1)
         if b is not None:
             return b.meta, b.partitions
@@ -417,7 +417,7 @@ class Coordinator:
             actions.append(Plan(t, prev_meta, prev_parts, self.keep.get(t)))
         return actions
 
-    def _launch(self, txid: int, meta: Any, partitions: dict | None, now: float) -> list[Action]:
+    def _launch(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float) -> list[Action]:
         attempt = self.attempts[txid] = self.attempts.get(txid, 0) + 1
         self.keep.pop(txid, None)
         self.inflight[txid] = _Batch(txid, attempt, meta, partitions, Status.PROCESSING, now)

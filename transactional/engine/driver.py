@@ -200,7 +200,7 @@ class Engine:
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 
-    def _coordination_options(self) -> dict:
+    def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}

@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["ReplayPolicy", "TransactionalReplay", "OpaqueReplay", "CoreReplay", "SpoutsReplay", "advance"]
 
 
-def advance(partitions: dict | None, meta: Any) -> dict:
+def advance(partitions: dict[Any, Any] | None, meta: Any) -> dict[Any, Any]:
     """The partition state after a batch with (partitioned) metadata ``meta``."""
     out = dict(partitions or {})
     out.update(meta or {})
@@ -34,7 +34,7 @@ class ReplayPolicy:
         """When ``replay_meta`` is None: the part of ``meta`` the new plan must reuse."""
         return None
 
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
+    def adopt(self, planned: Any, actual: dict[Any, Any] | None) -> Any | None:
         """The metadata to keep when an attempt reports what it ``actual``-ly emitted, or
         None when that is what was planned."""
         return None
@@ -64,7 +64,7 @@ class OpaqueReplay(ReplayPolicy):
     def replay_meta(self, meta: Any) -> Any | None:
         return None
 
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
+    def adopt(self, planned: Any, actual: dict[Any, Any] | None) -> Any | None:
         if not actual:
             return None
         kept = {p: actual.get(p, m) for p, m in planned.items()}
@@ -112,7 +112,7 @@ class SpoutsReplay(ReplayPolicy):
         kept = {sid: (meta or {}).get(sid) for sid, p in self.policies.items() if p.replays}
         return kept or None
 
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
+    def adopt(self, planned: Any, actual: dict[Any, Any] | None) -> Any | None:
         out, changed = dict(planned), False
         for sid, p in self.policies.items():
             if planned.get(sid) is not None:

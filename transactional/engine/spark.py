@@ -227,17 +227,17 @@ class SparkExecutor:
     def accumulator(self) -> Any:
         return self.sc.accumulator(empty_report(), ReportParam())
 
-    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
         return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
 
-    def records(self, stage: Stage, parts: list[list]) -> Any:
+    def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
         return self.sc.parallelize(parts, len(parts)).flatMap(flatten)
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         return data.filter(for_consumers(consumers))
 
-    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
@@ -247,7 +247,7 @@ class SparkExecutor:
         data.persist()
         self._local.persisted.append(data)
 
-    def collect(self, datasets: Sequence[Any]) -> list:
+    def collect(self, datasets: Sequence[Any]) -> list[Any]:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))
         return final.collect()
 

@@ -35,8 +35,8 @@ from transactional.exceptions import (
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
-Payload = tuple  # (source, stream, source_task, list[tuple])
-Record = tuple   # (key, Payload)
+Payload = tuple[Any, ...]  # (source, stream, source_task, list[tuple])
+Record = tuple[Any, ...]   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
          ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError,
@@ -87,19 +87,19 @@ class Router:
         self.task = task
         self.attempt = attempt
         self.emitted = 0
-        self._outputs: list[tuple[int, str, list[list]]] = []   # (consumer index, stream, per-task lists)
-        self._emit: dict[str, Callable[[tuple], None]] = {}
-        self._direct: dict[str, list[tuple[int, Callable[[int, tuple], Any]]]] = {}   # stream -> (tasks, send)
-        self._columns: dict[str, tuple[int, list[list]]] = {}   # stream -> (fields, lists taking columns)
+        self._outputs: list[tuple[int, str, list[list[Any]]]] = []   # (consumer index, stream, per-task lists)
+        self._emit: dict[str, Callable[[tuple[Any, ...]], None]] = {}
+        self._direct: dict[str, list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]]] = {}   # stream -> (tasks, send)
+        self._columns: dict[str, tuple[int, list[list[Any]]]] = {}   # stream -> (fields, lists taking columns)
         index = {c.id: i for i, c in enumerate(topology.components)}
         for stream, spec in component.streams.items():
-            routes: list[Callable[[tuple], None]] = []
-            direct_targets: list[tuple[int, Callable[[int, tuple], Any]]] = []
-            columnar: list[list] | None = []
+            routes: list[Callable[[tuple[Any, ...]], None]] = []
+            direct_targets: list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]] = []
+            columnar: list[list[Any]] | None = []
             for consumer, sub in topology.consumers(component.id):
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
                     continue
-                lists: list[list] = [[] for _ in range(consumer.parallelism)]
+                lists: list[list[Any]] = [[] for _ in range(consumer.parallelism)]
                 self._outputs.append((index[consumer.id], stream, lists))
                 local = sub.grouping != "direct" and topology.is_local(consumer)
                 if columnar is not None and local and consumer.accepts_columns:
@@ -119,7 +119,7 @@ class Router:
                 self._direct[stream] = direct_targets
 
     # -- the collector API -------------------------------------------------------------------
-    def emit(self, values: tuple, stream: str = "default") -> None:
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> None:
         try:
             fn = self._emit[stream]
         except KeyError:
@@ -154,7 +154,7 @@ class Router:
             values.append(cb)
         self.emitted += batch.num_rows
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default", *, rows: int = 1) -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default", *, rows: int = 1) -> None:
         """Emit ``values`` to task ``task`` of each consumer of the direct ``stream``.
         ``rows``: how many tuples this counts as in ``emitted`` (an Arrow buffer holds many)."""
         targets = self._direct.get(stream)
@@ -209,11 +209,11 @@ class Router:
         return out
 
 
-def _slow_path(router: Router, stream: str, nfields: int) -> Callable[[Any], tuple]:
+def _slow_path(router: Router, stream: str, nfields: int) -> Callable[[Any], tuple[Any, ...]]:
     attempt = router.attempt
     comp, task = router.component, router.task
 
-    def slow_path(values: Any) -> tuple:
+    def slow_path(values: Any) -> tuple[Any, ...]:
         """``values`` failed the inline check: a list of the right form becomes a tuple;
         anything else is an InvalidTupleError saying what is wrong."""
         if type(values) is list and len(values) == nfields and values and values[0] == attempt:
@@ -227,10 +227,10 @@ def _slow_path(router: Router, stream: str, nfields: int) -> Callable[[Any], tup
     return slow_path
 
 
-def _emit_on_direct(router: Router, stream: str) -> Callable[[tuple], None]:
+def _emit_on_direct(router: Router, stream: str) -> Callable[[tuple[Any, ...]], None]:
     comp, task = router.component, router.task
 
-    def emit_on_direct(values: tuple) -> None:
+    def emit_on_direct(values: tuple[Any, ...]) -> None:
         msg = (
             f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
             "use emit_direct(task, values, stream)"
@@ -240,7 +240,7 @@ def _emit_on_direct(router: Router, stream: str) -> Callable[[tuple], None]:
 
 
 def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
-                  routes: list[Callable[[tuple], None]]) -> Callable[[tuple], None]:
+                  routes: list[Callable[[tuple[Any, ...]], None]]) -> Callable[[tuple[Any, ...]], None]:
     if direct:
         return _emit_on_direct(router, stream)
     attempt = router.attempt
@@ -250,7 +250,7 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
     if len(routes) == 1:
         route = routes[0]
 
-        def emit1(values: tuple) -> None:
+        def emit1(values: tuple[Any, ...]) -> None:
             if type(values) is not tuple or len(values) != nfields or (
                     values[0] is not attempt and values[0] != attempt):
                 values = slow_path(values)
@@ -258,7 +258,7 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
             router.emitted += 1
         return emit1
 
-    def emit(values: tuple) -> None:
+    def emit(values: tuple[Any, ...]) -> None:
         if type(values) is not tuple or len(values) != nfields or (
                 values[0] is not attempt and values[0] != attempt):
             values = slow_path(values)
@@ -318,7 +318,7 @@ def payload_order(p: Payload) -> tuple[str, str, int]:
 
 
 def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-             payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
+             payloads: Iterable[Payload], conf: dict[str, Any], phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
     """Run one task of a transactional topology's bolt (``bolt``: a fresh instance, as the
     plan's adapter made it) for one batch. Returns (records, tuples executed, emitted,

@@ -241,7 +241,7 @@ def _set_items(items: list[str], kw: dict[str, Any], origins: dict[str, str]) ->
             kw[key], origins[key] = value, f"--set {item}"
 
 
-def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
+def settings_layers(args: argparse.Namespace, defaults: dict[str, Any] | None = None,
                     defaults_from: str = "the topology file") -> list[Layer]:
     """Every settings layer of a command, lowest first: ``defaults`` (a topology file's
     ``CONFIG``), the TOML file (``--config``, else ``./trident.toml`` when it exists), the
@@ -255,7 +255,7 @@ def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
     return layers
 
 
-def config_from_args(args: argparse.Namespace, defaults: dict | None = None,
+def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None,
                      defaults_from: str = "the topology file") -> TopologyConfig:
     """The ``TopologyConfig`` of a ``trident run``: every layer of ``settings_layers``;
     progress lines on unless ``-q`` or a layer says otherwise."""
@@ -280,7 +280,7 @@ def _warn_memory_coordination(config: TopologyConfig, args: argparse.Namespace) 
 # -- commands -------------------------------------------------------------------------------------------
 
 def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None, args: argparse.Namespace,
-         defaults: dict | None, setup: Callable[[], Any] | None = None) -> int:
+         defaults: dict[str, Any] | None, setup: Callable[[], Any] | None = None) -> int:
     """``trident run``: settings, the file's ``setup()``, the topology (``build`` called
     once), the run, its summary and ``report(result)``. Ctrl-C: one line naming the last
     txid this run committed."""
@@ -297,7 +297,7 @@ def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | N
 
 
 def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None,
-                    args: argparse.Namespace, defaults: dict | None, last: list[int]) -> int:
+                    args: argparse.Namespace, defaults: dict[str, Any] | None, last: list[int]) -> int:
     from transactional.engine.driver import run_topology
     from transactional.ops.ship import code_zip, needs_shipping, under_spark_submit
 
@@ -389,7 +389,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def run_example(build: Callable[[], Any], report: Callable[[Any], None] | None = None,
-                argv: Sequence[str] | None = None, defaults: dict | None = None,
+                argv: Sequence[str] | None = None, defaults: dict[str, Any] | None = None,
                 setup: Callable[[], Any] | None = None) -> None:
     """``python examples/x.py [options]``: the same options as ``trident run`` (``setup``
     runs first, as a topology file's ``setup()`` does under ``trident run``)."""

@@ -315,7 +315,7 @@ class StatusRecorder:
     is marked ``died``)."""
 
     def __init__(self, state: TransactionalState, kind: str, owner: str, interval_secs: float = 1.0,
-                 counts: Any = None, clock: Any = time.monotonic, *, graph: dict | None = None,
+                 counts: Any = None, clock: Any = time.monotonic, *, graph: dict[str, Any] | None = None,
                  spouts: tuple[str, ...] = (), max_attempts: int | None = None, spark_ui: Any = None,
                  heartbeat: bool = False) -> None:
         self.state, self.interval, self.clock, self.counts = state, interval_secs, clock, counts

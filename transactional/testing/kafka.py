@@ -44,7 +44,7 @@ class _Quiet:
 _quiet = _Quiet()
 
 #: A record to produce: a value (bytes or str) or a ``(key, value)`` pair.
-Record = bytes | str | tuple
+Record = bytes | str | tuple[Any, ...]
 
 
 def tansu_binary() -> str:
@@ -134,7 +134,7 @@ class ManagedKafka(ManagedProcess):
         (same offsets, last record of each partition in a batch of its own). Consumers that
         fetched from the topic must be closed before (see the module docstring)."""
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import NewPartitions
+        from confluent_kafka.cimpl import NewPartitions
         try:
             for _, f in self.admin().create_partitions([NewPartitions(name, total)],
                                                        operation_timeout=timeout).items():
@@ -312,7 +312,8 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10
                  exist_ok: bool = False, admin: Any = None) -> bool:
     """Create topic ``name`` (replication factor 1); False if it existed and ``exist_ok``."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
     # "logger" takes a logger object; the stubs allow only str | int | float | bool values
     admin = admin or AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})  # type: ignore[dict-item]
     try:

@@ -123,7 +123,7 @@ class Checkpointer:
     """The stateful tasks' states and the checkpoint protocol (module docstring). The
     engine passes it to the commit phase as the tasks' states (``for_task``)."""
 
-    def __init__(self, topology: Topology, url: str, options: dict, store: TransactionalState,
+    def __init__(self, topology: Topology, url: str, options: dict[str, Any], store: TransactionalState,
                  interval_ms: int, clock: Callable[[], float], epoch: int | None = None) -> None:
         """``epoch``: this driver's, fencing every state write (``state.keyvalue``)."""
         self.topology = topology
@@ -177,7 +177,7 @@ class Checkpointer:
         self.rebalance(rec)
 
     # -- a changed parallelism ----------------------------------------------------------------
-    def rebalance(self, last: dict | None = None) -> None:
+    def rebalance(self, last: dict[str, Any] | None = None) -> None:
         """Give every stateful bolt's state the layout of its parallelism now (module
         docstring); ``last``: the checkpoint record found at start (its states name the
         tasks of a topology run before parallelisms were recorded)."""
@@ -196,7 +196,7 @@ class Checkpointer:
                 continue
             self._move(coord, comp, r, p_new)
 
-    def _move(self, coord: CoordinatorStore, comp: str, r: dict, p_new: int) -> None:
+    def _move(self, coord: CoordinatorStore, comp: str, r: dict[str, Any], p_new: int) -> None:
         """Move ``comp``'s state from the layout recorded in ``r`` to ``p_new`` tasks, as one
         fenced, recorded checkpoint (module docstring), or refuse."""
         p_old, n = int(r["parallelism"]), max(int(r["tasks"]), p_new)
@@ -241,7 +241,7 @@ class Checkpointer:
         log.info("rebalance: moved %d of the %d key(s) of stateful bolt %r from %d to %d tasks (checkpoint %d)",
                  moved, len(owner), comp, p_old, p_new, c)
 
-    def _owners(self, comp: str, held: list[dict], groupings: set[str], p_old: int, p_new: int,
+    def _owners(self, comp: str, held: list[dict[Any, Any]], groupings: set[str], p_old: int, p_new: int,
                 layouts: set[int]) -> dict[Any, int]:
         """The task holding each key of ``held`` (one dict per task); refuses a key held by
         two tasks, or (fields grouping) by a task no layout sends it to."""
@@ -388,7 +388,7 @@ class ExecutorKeyValueStates:
     micro-batch's tasks prepare. ``for_task`` gives a task its view."""
 
     url: str
-    options: dict
+    options: dict[str, Any]
     topology_id: str
     epoch: int | None
     txid: int

@@ -69,7 +69,7 @@ class _SpoutTask:
 @dataclass
 class _Batch:
     roots: list[int]
-    fed: dict[str, list[list]]
+    fed: dict[str, list[list[Any]]]
 
 
 def _call(t: _SpoutTask, method: str, *args: Any) -> None:
@@ -92,8 +92,8 @@ class CoreDriver:
     It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
     ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
 
-    def __init__(self, topology: Topology, config: TopologyConfig, conf: dict, result: RunResult,
-                 store: TransactionalState, state_options: dict, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
+                 store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
                  epoch: int | None = None) -> None:
         self.topology = topology
         self.config = config
@@ -127,7 +127,7 @@ class CoreDriver:
             getattr(result, name).update({s.id: 0 for s in topology.spouts})
 
     # -- planning a micro-batch -------------------------------------------------------------
-    def plan(self, txid: int, states: dict | None, keep: Any = None) -> tuple[dict, None] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[dict[str, Any], None] | None:
         """Fill micro-batch ``txid`` from the spout tasks (module docstring); None when
         they emitted nothing."""
         now = self.clock()
@@ -176,7 +176,7 @@ class CoreDriver:
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
 
-    def fed(self, txid: int) -> dict[str, list[list]]:
+    def fed(self, txid: int) -> dict[str, list[list[Any]]]:
         """What the spout tasks emitted for ``txid``: per spout, the records of each task."""
         return self.batches[txid].fed
 
@@ -237,7 +237,7 @@ class CoreDriver:
         self._deliver(decided)
 
     # -- the engine's hooks ------------------------------------------------------------------------
-    def commit(self, a: Commit, reports: dict, run_stages: Callable[[Any], dict] | None) -> dict:
+    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], dict[str, Any]] | None) -> dict[str, Any]:
         """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
         runs the commit-phase stages and returns their report; it raises on a failure,
         after which the states are rolled back and the held roots failed."""
@@ -245,7 +245,7 @@ class CoreDriver:
         on_executors = cp is not None and self.config.commit_placement == "executors"
         hold = cp.stateful if cp is not None and not on_executors else frozenset()
         reports = dict(reports)
-        info: dict = {}
+        info: dict[str, Any] = {}
         if run_stages is not None:
             states = cp.on_executors() if cp is not None and on_executors else cp
             try:

@@ -37,14 +37,14 @@ class CoreTuple(Tuple):
 
     __slots__ = ("message_id", "key")
 
-    def __init__(self, values: tuple, fields: Fields, source_component: str, source_stream: str,
+    def __init__(self, values: tuple[Any, ...], fields: Fields, source_component: str, source_stream: str,
                  source_task: int, message_id: dict[int, int] | None, key: int) -> None:
         super().__init__(values, fields, source_component, source_stream, source_task)
         self.message_id = message_id
         self.key = key
 
 
-def _unchosen(values: tuple) -> Sequence[int]:
+def _unchosen(values: tuple[Any, ...]) -> Sequence[int]:
     """The chooser of a direct subscription: never called (``Outputs.stream`` sends an emit on
     a direct stream to ``direct_task``, the task ``emit_direct`` names)."""
     msg = "a direct subscription's task is named by emit_direct, not chosen"
@@ -59,8 +59,8 @@ class _Route:
 
     def __init__(self, choose: Chooser, n: int, base: int, direct: bool) -> None:
         self.choose = choose
-        self.values: list[list] = [[] for _ in range(n)]
-        self.ids: list[list] = [[] for _ in range(n)]
+        self.values: list[list[Any]] = [[] for _ in range(n)]
+        self.ids: list[list[Any]] = [[] for _ in range(n)]
         self.base = base                       # the consumer's first global task id
         self.direct = direct
 
@@ -91,7 +91,7 @@ class Outputs:
                 self._records.append((index[consumer.id], stream, r))
             self.streams[stream] = (len(spec.fields), spec.direct, routes)
 
-    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple, list[_Route]]:
+    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple[Any, ...], list[_Route]]:
         """The checked values and the routes of an emit on ``stream``."""
         try:
             nfields, is_direct, routes = self.streams[stream]
@@ -126,7 +126,7 @@ class Outputs:
                f"subscribe to that stream (subscribers' task ids: {owners}; see context.get_component_tasks)")
         raise InvalidTupleError(msg)
 
-    def records(self) -> list[tuple[int, tuple]]:
+    def records(self) -> list[tuple[int, tuple[Any, ...]]]:
         """``(key, payload)`` per consumer task that got tuples since the last call."""
         out = []
         for ci, stream, r in self._records:
@@ -170,7 +170,7 @@ class CoreRouter:
         # stream -> (field count, routes) of the streams emit() may take without more checks
         self._fast = {st: (n, routes) for st, (n, direct, routes) in self.outputs.streams.items() if not direct}
 
-    def emit(self, values: tuple, anchors: Any = None, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], anchors: Any = None, stream: str = "default") -> list[int]:
         """See ``transactional.core.OutputCollector.emit``."""
         fast = self._fast.get(stream)
         if fast is not None and type(values) is tuple and len(values) == fast[0]:   # the per-tuple hot path
@@ -195,7 +195,7 @@ class CoreRouter:
         self.emitted += 1
         return tasks
 
-    def emit_direct(self, task: int, values: tuple, anchors: Any = None, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], anchors: Any = None, stream: str = "default") -> None:
         """See ``transactional.core.OutputCollector.emit_direct``."""
         values, routes = self.outputs.stream(stream, values, True)
         r, t = self.outputs.direct_task(routes, task)
@@ -242,7 +242,7 @@ class CoreRouter:
         logging.getLogger("trident").warning("%s task %d reported: %r", self.component, self.task, error)
         self.errors.append(f"{type(error).__name__}: {error}")
 
-    def records(self) -> list[tuple[int, tuple]]:
+    def records(self) -> list[tuple[int, tuple[Any, ...]]]:
         return self.outputs.records()
 
     def report(self) -> tuple[dict[int, int], list[int]]:
@@ -256,8 +256,8 @@ def task_seed(salt: int, txid: int, attempt: int, component: str, task: int) -> 
 
 
 def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-                  payloads: Iterable[tuple], conf: dict, phase: str, states: Any = None,
-                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple]], int, int, Any]:
+                  payloads: Iterable[tuple[Any, ...]], conf: dict[str, Any], phase: str, states: Any = None,
+                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple[Any, ...]]], int, int, Any]:
     """Run one task of a core topology's bolt (``bolt``: its batch-path ``adapter``) for one
     micro-batch: the task's ``CoreRouter`` is its collector. Returns (records, tuples
     executed, emitted, the task's report to the ackers). The input is taken in the same
@@ -272,7 +272,7 @@ def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task:
     return core.records(), n, core.emitted, core.report()
 
 
-def feed(bolt: Any, topology: Topology, payloads: list[tuple]) -> int:
+def feed(bolt: Any, topology: Topology, payloads: list[tuple[Any, ...]]) -> int:
     """Execute every tuple of ``payloads`` (sorted) on ``bolt``; returns how many."""
     execute = bolt.execute
     key = n = 0
@@ -309,17 +309,17 @@ class SpoutCollector:
         self.acked_at_once: list[Any] = []
         self.emitted = 0
 
-    def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], msg_id: Any = None, stream: str = "default") -> list[int]:
         """Send ``values`` to the subscribers of ``stream``; returns the task ids it went to."""
         values, routes = self.outputs.stream(stream, values, False)
         return self._send(values, msg_id, [(r, t) for r in routes for t in r.choose(values)])
 
-    def emit_direct(self, task: int, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], msg_id: Any = None, stream: str = "default") -> None:
         """Send ``values`` to the task with id ``task`` of the direct ``stream``'s subscribers."""
         values, routes = self.outputs.stream(stream, values, True)
         self._send(values, msg_id, [self.outputs.direct_task(routes, task)])
 
-    def _send(self, values: tuple, msg_id: Any, targets: list[tuple[_Route, int]]) -> list[int]:
+    def _send(self, values: tuple[Any, ...], msg_id: Any, targets: list[tuple[_Route, int]]) -> list[int]:
         self.emitted += 1
         tracked = msg_id is not None and self.tracking
         root = val = 0
@@ -355,7 +355,7 @@ class _Rich(BaseBatchBolt):
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.bolt.prepare(conf, context, collector)
         self.execute = self.bolt.execute       # type: ignore[method-assign]  # the per-tuple hot path
 
@@ -369,7 +369,7 @@ class _Rich(BaseBatchBolt):
 class _Stateful(_Rich):
     """A ``BaseStatefulBolt``: ``init_state`` with the task's KeyValueState after prepare."""
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         super().prepare(conf, context, collector, id)
         self.bolt.init_state(context.key_value_state(owner=self.bolt))
 
@@ -383,11 +383,11 @@ class _AnchoringCollector:
         self.router = router
         self.input: CoreTuple | None = None
 
-    def emit(self, values: tuple, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> list[int]:
         """Emit ``values`` anchored to the current input."""
         return self.router.emit(values, self.input, stream)
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default") -> None:
         """Emit ``values`` to task id ``task``, anchored to the current input."""
         self.router.emit_direct(task, values, self.input, stream)
 
@@ -404,7 +404,7 @@ class _Basic(BaseBatchBolt):
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.bolt.prepare(conf, context)
         self.router: CoreRouter = collector
         self.out = _AnchoringCollector(collector)
