@@ -37,7 +37,7 @@ from state.map import (
 from transactional import BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder
 from transactional.config import TopologyConfig
 from transactional.engine.maps import StateRegistry
-from transactional.engine.plan import ExecutorStates
+from transactional.engine.plan import ExecutorStates, compile_plan
 from transactional.exceptions import (
     ConfigError,
     LeadershipLostError,
@@ -439,7 +439,7 @@ def test_a_committer_declaring_a_name_as_two_kinds_is_refused_before_the_first_c
     with pytest.raises(ConfigError, match=re.escape(
             "map state 'm' is a transactional map of this topology, and is asked for by 'both' as a "
             f"non-transactional map (NonTransactionalMap); {ONE_KIND}")):
-        reg.declare(b.build(), {})
+        reg.declare(compile_plan(b.build()), {})
     assert reg.known == {"m": "transactional"}
 
 
