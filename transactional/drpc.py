@@ -70,7 +70,7 @@ class LinearDRPCInputDeclarer:
     """Returned by ``add_bolt``: how the bolt reads the previous bolt (each call replaces
     the last; the default is shuffle)."""
 
-    def __init__(self, component: dict) -> None:
+    def __init__(self, component: dict[str, Any]) -> None:
         self._c = component
 
     def _set(self, grouping: str, fields: tuple[str, ...] = ()) -> LinearDRPCInputDeclarer:
@@ -116,7 +116,7 @@ class LinearDRPCTopologyBuilder:
             msg = f"DRPC function name must be a non-empty string without '/' or ':'; got {function!r}"
             raise TopologyError(msg)
         self.function = function
-        self._bolts: list[dict] = []
+        self._bolts: list[dict[str, Any]] = []
 
     def add_bolt(self, bolt: Any, parallelism: int = 1) -> LinearDRPCInputDeclarer:
         """Append ``bolt`` with ``parallelism`` tasks (Storm's ``addBolt``)."""
@@ -243,7 +243,7 @@ class DRPCClient:
         req = urllib.request.Request(url, data=args.encode(), headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=None if self.timeout is None else self.timeout + 5) as r:
-                return r.read().decode()
+                return str(r.read().decode())
         except urllib.error.HTTPError as e:
             body = e.read().decode(errors="replace")
             try:

@@ -38,6 +38,39 @@ class _Running:
         self.thread: threading.Thread | None = None
 
 
+def _background(config: TopologyConfig, topology: Any) -> TopologyConfig:
+    """``config`` for a background run (see ``LocalCluster``)."""
+    from transactional.engine.drpc import drpc_spouts
+
+    updates: dict[str, Any] = {}
+    if "idle_timeout_secs" not in config.model_fields_set:
+        updates["idle_timeout_secs"] = None
+    if drpc_spouts(topology) and "poll_interval_secs" not in config.model_fields_set:
+        updates["poll_interval_secs"] = 0.01
+    return config.model_copy(update=updates)
+
+
+def _serve_drpc(name: str, config: TopologyConfig, topology: Any) -> None:
+    """Check the DRPC spouts of ``topology`` against ``config`` and give their LocalDRPC
+    queues the run's ``max_attempts`` and ``drpc_request_timeout_secs``."""
+    from transactional.engine.drpc import drpc_spouts, local_queues, sink_for
+
+    for spout in drpc_spouts(topology):
+        if not spout.source.startswith("local:"):
+            if not config.drpc_servers:
+                sink_for(spout.source, spout.function, {})     # the ConfigError that says what to set
+            continue
+        if config.commit_placement != "driver":
+            msg = (f"DRPC topology {name!r} serves a LocalDRPC, which lives in this process: run it with "
+                   "commit_placement='driver' (results are returned from the commit phase)")
+            raise ConfigError(msg)
+        q = local_queues(spout.source).get(spout.function)
+        if q is not None:
+            q.max_attempts = config.max_attempts
+            if q.timeout_secs is None:
+                q.timeout_secs = config.drpc_request_timeout_secs
+
+
 class LocalCluster:
     """Runs topologies on background threads of this process until they are killed.
 
@@ -49,10 +82,9 @@ class LocalCluster:
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
 
-    def submit_topology(self, name: str, config: TopologyConfig | dict | None, topology: Any) -> None:
+    def submit_topology(self, name: str, config: TopologyConfig | dict[str, Any] | None, topology: Any) -> None:
         """Start ``topology`` in the background under ``name`` and return at once
         (``TopologyError`` when a topology runs under that name already)."""
-        from transactional.engine.drpc import drpc_spouts, local_queues
         from transactional.topology import Topology
 
         if not isinstance(topology, Topology) and hasattr(topology, "build"):
@@ -65,28 +97,8 @@ class LocalCluster:
             config = TopologyConfig()
         elif isinstance(config, dict):
             config = TopologyConfig(**config)
-        drpc = drpc_spouts(topology)
-        updates: dict[str, Any] = {}
-        if "idle_timeout_secs" not in config.model_fields_set:
-            updates["idle_timeout_secs"] = None
-        if drpc and "poll_interval_secs" not in config.model_fields_set:
-            updates["poll_interval_secs"] = 0.01
-        config = config.model_copy(update=updates)
-        for spout in drpc:
-            if not spout.source.startswith("local:") and not config.drpc_servers:
-                from transactional.engine.drpc import sink_for
-
-                sink_for(spout.source, spout.function, {})     # the ConfigError that says what to set
-            if spout.source.startswith("local:"):
-                if config.commit_placement != "driver":
-                    msg = (f"DRPC topology {name!r} serves a LocalDRPC, which lives in this process: run it with "
-                           "commit_placement='driver' (results are returned from the commit phase)")
-                    raise ConfigError(msg)
-                q = local_queues(spout.source).get(spout.function)
-                if q is not None:
-                    q.max_attempts = config.max_attempts
-                    if q.timeout_secs is None:
-                        q.timeout_secs = config.drpc_request_timeout_secs
+        config = _background(config, topology)
+        _serve_drpc(name, config, topology)
         with self._lock:
             old = self._running.get(name)
             if old is not None and old.thread is not None and old.thread.is_alive():

@@ -8,7 +8,7 @@ committed it. The tuples that reach the end of the stream are the answer, return
 caller as a JSON list of lists (Storm's ReturnResults): ``[[5]]`` for TridentWordCount's
 ``aggregate(Sum)``.
 
-The compiler (``trident.topology``) calls ``plan_returns`` before it makes the bolts (a
+The compiler (``trident.compiler``) calls ``plan_returns`` before it makes the bolts (a
 stream's last stage must emit rows) and ``add_returns`` after, which adds one
 ``ReturnResults`` committer per DRPC stream.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from transactional.engine.drpc import IDS_STREAM, DRPCSpout, ReturnResults
 from transactional.exceptions import ConfigError
 from transactional.tuples import Fields
-from trident._runtime import Op
+from trident.runtime.op import Op
 
 __all__ = ["TridentDRPCSpout", "drpc_spout", "plan_returns", "add_returns"]
 

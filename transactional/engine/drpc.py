@@ -50,7 +50,7 @@ RETURN_ID = "return-results"
 #: Storm's default ``drpc.request.timeout.secs``
 DEFAULT_TIMEOUT_SECS = 600.0
 #: one entry of a batch's metadata: [request id, args, attempts so far, origin server or ""]
-Entry = list
+Entry = list[Any]
 
 
 # -- requests and the callers waiting for them ---------------------------------------------------
@@ -227,7 +227,7 @@ class _LocalSink(Sink):
 #: the queues of this process's LocalDRPCs: source key ("local:<id>") -> function -> queue
 _LOCAL: dict[str, dict[str, RequestQueue]] = {}
 #: the remote sinks of this process: (servers, function) -> sink
-_REMOTE: dict[tuple, Sink] = {}
+_REMOTE: dict[tuple[Any, ...], Sink] = {}
 _REMOTE_LOCK = threading.Lock()
 #: how a remote sink is made (``transactional.ops.drpc_client`` registers itself; ops is above the engine)
 remote_factory: Callable[[tuple[str, ...], str, str | None], Sink] | None = None
@@ -238,7 +238,7 @@ def local_queues(key: str) -> dict[str, RequestQueue]:
     return _LOCAL.setdefault(key, {})
 
 
-def sink_for(source: str, function: str, conf: dict) -> Sink:
+def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
     """The sink of ``function`` for a topology made with source ``source``: a
     ``LocalDRPC``'s queue ("local:<id>"), or the DRPC servers of ``conf["drpc.servers"]``
     ("remote"). ``ConfigError`` when a remote topology has no server configured, or a local
@@ -329,7 +329,7 @@ class _RequestCollector:
         self._id = request_id
         self._component = component
 
-    def _checked(self, values: Any) -> tuple:
+    def _checked(self, values: Any) -> tuple[Any, ...]:
         if not isinstance(values, (tuple, list)) or not values or values[0] != self._id:
             msg = (f"DRPC bolt {self._component!r} emitted {values!r} for request {self._id!r} without the request "
                    "id as its first value: emit Values(id, ...) with the id prepare() was given (a basic bolt: "
@@ -375,7 +375,7 @@ class RequestBolt(BaseBatchBolt):
         self.component = component
         self.describe_as = type(bolt).__name__
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.conf, self.context, self.router, self.attempt = conf, context, collector, id
         self.requests: dict[str, None] = {}              # the batch's requests, in order
         self.instances: dict[str, Any] = {}
@@ -438,17 +438,17 @@ class ReturnResults(BaseBatchBolt, Committer):
     error of a request that failed ``max_attempts`` times (or broke the tuple contract), or
     queues a failed request again."""
 
-    def __init__(self, function: str, source: str, last: str, render: Callable[[list], str] | None = None) -> None:
+    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None) -> None:
         self.function = function
         self.source = source
         self.last = last
         self.render = render
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.sink = sink_for(self.source, self.function, conf)
         self.max_attempts = int(conf.get("topology.max.attempts", 5))
         self.entries: dict[str, Entry] = {}
-        self.results: dict[str, list] = {}
+        self.results: dict[str, list[Any]] = {}
         self.errors: dict[str, tuple[str, bool]] = {}
 
     def execute(self, tuple: Tuple) -> None:
@@ -490,6 +490,6 @@ class ReturnResults(BaseBatchBolt, Committer):
         """Emits nothing."""
 
 
-def environ_token(conf: dict) -> str | None:
+def environ_token(conf: dict[str, Any]) -> str | None:
     """The DRPC token of a run: ``conf['drpc.token']``, else ``TRIDENT_DRPC_TOKEN``."""
     return conf.get("drpc.token") or os.environ.get("TRIDENT_DRPC_TOKEN") or None
