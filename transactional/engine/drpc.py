@@ -22,7 +22,6 @@ failed request back in its queue until it failed ``max_attempts`` times.
 
 from __future__ import annotations
 
-import abc
 import collections
 import copy
 import itertools
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
+from transactional.engine.drpc_sink import Entry, Sink
 from transactional.exceptions import ConfigError, DRPCExecutionException, InvalidTupleError
 from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
@@ -49,8 +49,6 @@ SPOUT_ID = "prepare-request"
 RETURN_ID = "return-results"
 #: Storm's default ``drpc.request.timeout.secs``
 DEFAULT_TIMEOUT_SECS = 600.0
-#: one entry of a batch's metadata: [request id, args, attempts so far, origin server or ""]
-Entry = list[Any]
 
 
 # -- requests and the callers waiting for them ---------------------------------------------------
@@ -175,33 +173,6 @@ class RequestQueue:
             return True
 
 
-class Sink(abc.ABC):
-    """Where a DRPC topology takes requests and returns answers (one per function and
-    source, in the driver process): a ``LocalDRPC``'s queue here, or the ``trident drpc``
-    servers (``transactional.ops.drpc_client``). ``origin`` names the server a request came
-    from ("" for a local one)."""
-
-    @abc.abstractmethod
-    def has_requests(self) -> bool:
-        """True when a request waits for a batch (asked before each batch; must be quick)."""
-
-    @abc.abstractmethod
-    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
-        """Up to ``n`` waiting requests as batch entries."""
-
-    @abc.abstractmethod
-    def answer(self, request_id: str, result: str, origin: str = "") -> bool:
-        """Answer a request; False when it was over already (the answer is dropped)."""
-
-    @abc.abstractmethod
-    def fail(self, request_id: str, error: str, origin: str = "") -> bool:
-        """End a request with ``DRPCExecutionException(error)``."""
-
-    @abc.abstractmethod
-    def retry(self, entry: Entry, attempts: int) -> bool:
-        """Queue a failed request again after its ``attempts``-th failure."""
-
-
 class _LocalSink(Sink):
     """A ``RequestQueue`` as a topology's sink."""
 
@@ -229,8 +200,6 @@ _LOCAL: dict[str, dict[str, RequestQueue]] = {}
 #: the remote sinks of this process: (servers, function) -> sink
 _REMOTE: dict[tuple[Any, ...], Sink] = {}
 _REMOTE_LOCK = threading.Lock()
-#: how a remote sink is made (``transactional.ops.drpc_client`` registers itself; ops is above the engine)
-remote_factory: Callable[[tuple[str, ...], str, str | None], Sink] | None = None
 
 
 def local_queues(key: str) -> dict[str, RequestQueue]:
@@ -255,18 +224,15 @@ def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
     if not servers:
         msg = (f"DRPC function {function!r} is a remote topology (create_remote_topology(), or new_drpc_stream "
                "without a LocalDRPC) but TopologyConfig.drpc_servers is empty: name the `trident drpc` servers, "
-               "e.g. TopologyConfig(drpc_servers=['127.0.0.1:3774']) or `trident run --drpc-server HOST:PORT`")
+               "e.g. TopologyConfig(drpc_servers=['127.0.0.1:3774']) (TRIDENT_DRPC_SERVERS for `trident run`)")
         raise ConfigError(msg)
     with _REMOTE_LOCK:
         key = (servers, function, conf.get("drpc.token"))
         sink = _REMOTE.get(key)
         if sink is None:
-            if remote_factory is None:
-                import importlib
+            from transactional.engine.drpc_remote import RemoteSink
 
-                importlib.import_module("transactional.ops.drpc_client")   # registers remote_factory
-            assert remote_factory is not None
-            sink = _REMOTE[key] = remote_factory(servers, function, conf.get("drpc.token"))
+            sink = _REMOTE[key] = RemoteSink(servers, function, conf.get("drpc.token"))
         return sink
 
 
