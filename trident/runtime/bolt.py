@@ -74,7 +74,7 @@ class TridentBolt(BaseBatchBolt):
         self.description = description
         self.named = named
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         """Build the processor chain for this task and batch."""
         self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
         self.task, self.num_tasks = context.task_index, context.num_tasks

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident.operation import ReducerAggregator, TridentTuple
+from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
@@ -31,7 +32,7 @@ class PersistProc(Proc):
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
         if self.reducer:
@@ -169,7 +170,7 @@ class PartitionPersistProc(Proc):
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         assert self.op is not None
         self.tuples.append(self.tt(tuple(r[i] for i in self.op.in_idx)))
 
@@ -190,7 +191,8 @@ class _ReadView:
         self._m = m
 
     def multi_get(self, keys: Sequence[Any]) -> list[Any]:
-        return self._m.multi_get_committed(keys)
+        values: list[Any] = self._m.multi_get_committed(keys)
+        return values
 
     def get(self, key: Any) -> Any:
         return self.multi_get([key])[0]
@@ -206,9 +208,9 @@ class QueryProc(Proc):
         assert op is not None and self.nxt is not None
         self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
         self.tt = TridentTuple.of(op.in_fields)
-        self.buffered: list[tuple] = []
+        self.buffered: list[Row] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.buffered.append(r)
 
     def finish(self) -> None:
