@@ -346,7 +346,7 @@ def test_executors_import_the_projects_packages_trident_too():
     ``trident.operation`` classes that trident's runtime checks it against (a by-value copy
     of trident beside the imported one fails ``isinstance``: ``Total.init() takes 1
     positional argument but 3 were given``)."""
-    from transactional.topology import _by_value
+    from transactional.pickling import _by_value
     from trident import ReducerAggregator
 
     class Total(ReducerAggregator):
