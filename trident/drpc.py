@@ -78,11 +78,11 @@ def drpc_spout(function: str, drpc: Any = None) -> TridentDRPCSpout:
     return TridentDRPCSpout(function, drpc.source)
 
 
-def _render(rows: list) -> str:
+def _render(rows: list[Any]) -> str:
     return json.dumps([list(r) for r in rows], default=str)
 
 
-def plan_returns(segments: list, placeholder: Any) -> list[tuple[Any, list]]:
+def plan_returns(segments: list[Any], placeholder: Any) -> list[tuple[Any, list[Any]]]:
     """For each DRPC stream: its spout's segment and the last stages fed by it (segments no
     one reads). Each last stage gets ``placeholder(segment)`` as a reader, so it emits rows
     for the return bolt."""
@@ -107,7 +107,7 @@ def plan_returns(segments: list, placeholder: Any) -> list[tuple[Any, list]]:
     return out
 
 
-def add_returns(builder: Any, plan: list[tuple[Any, list]]) -> None:
+def add_returns(builder: Any, plan: list[tuple[Any, list[Any]]]) -> None:
     """Add each DRPC stream's ``ReturnResults`` committer, reading its last stages."""
     for spout_seg, tails in plan:
         spout = spout_seg.spout.spout
