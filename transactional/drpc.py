@@ -24,8 +24,9 @@ computation. ``LinearDRPCTopologyBuilder`` chains bolts; the first bolt receives
 A ``BaseBatchBolt`` in a DRPC topology is one instance per request and task:
 ``prepare(conf, context, collector, id)`` gets the request id, ``execute`` that request's
 tuples, and ``finish_batch`` runs once the task has every tuple of the request -- on every
-task of the bolt, also those that got none (Storm's CoordinatedBolt). Requests travel in
-batches: one batch carries up to ``drpc_batch_size`` requests.
+task of a middle bolt, also those that got none, and on the last bolt on the one task the
+id hashes to (Storm's CoordinatedBolt). Requests travel in batches: one batch carries up
+to ``drpc_batch_size`` requests (docs/drpc.md).
 """
 
 from __future__ import annotations
