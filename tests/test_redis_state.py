@@ -63,7 +63,8 @@ def _apply(value_class, key, stored, txid, fn, attempt=None):
     ``fn`` on the value before ``txid``; ``(new_stored, user_value, changed)``."""
     old = value_class.from_stored(key, stored)
     new = old.update(txid, attempt, fn(old.get(txid, key)))
-    assert old.stored_update(txid, attempt, new[1]) == new.to_stored()   # the commit's one-step form
+    if new is not old:                   # the commit's form for a batch of keys
+        assert value_class.stored_updates(txid, attempt, [new[1]], [old.get(txid, key)]) == [new.to_stored()]
     return new.to_stored(), new[1], new.to_stored() != stored
 
 

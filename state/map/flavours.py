@@ -36,14 +36,12 @@ class TransactionalMap(MapState[V]):
         # what an earlier attempt of this txid stored (a replay): not written again if the
         # replay computes the same
         self._earlier: dict[str, Any] = {}
-        # the stored value of each key read in this txid
-        self._old: dict[str, TransactionalValue] = {}
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, skip, old = self._value, self._base, self._skip, self._old
+        value, base, skip = self._value, self._base, self._skip
         of = TransactionalValue.from_stored
         for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            v = old[e] = of(name, s)
+            v = of(name, s)
             value[e] = base[e] = v.get(txid, name)
             if v.txid == txid:        # written by an earlier attempt of txid
                 if v.applied(txid):
@@ -58,8 +56,9 @@ class TransactionalMap(MapState[V]):
         return TransactionalValue.from_stored(key, stored).get(txid, key)
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
-        keys, value, old, t, a = list(self._dirty), self._value, self._old, scope.txid, scope.attempt
-        stored = [old[k].stored_update(t, a, value[k]) for k in keys]
+        keys, value, base = list(self._dirty), self._value, self._base
+        stored = TransactionalValue.stored_updates(scope.txid, scope.attempt, [value[k] for k in keys],
+                                                   [base[k] for k in keys])
         earlier = self._earlier
         if earlier and not self.shared_writes:    # a replay: what it stored already stays
             kept = [(k, s) for k, s in zip(keys, stored, strict=True) if earlier.get(k) != s]
@@ -85,17 +84,11 @@ class OpaqueMap(MapState[V]):
     kind = "opaque"
     _user_fields = ("curr", "prev")
 
-    def _reset(self) -> None:
-        super()._reset()
-        # the stored value of each key read in this txid
-        self._old: dict[str, OpaqueValue] = {}
-
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, old = self._value, self._base, self._old
+        value, base = self._value, self._base
         of = OpaqueValue.from_stored
         for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            v = old[e] = of(name, s)
-            value[e] = base[e] = v.get(txid, name)
+            value[e] = base[e] = of(name, s).get(txid, name)
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
         return OpaqueValue.from_stored(key, stored).get(txid, key)
@@ -105,8 +98,8 @@ class OpaqueMap(MapState[V]):
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         t, a = scope.txid, scope.attempt
-        keys, value, old = list(self._dirty), self._value, self._old
-        values: list[Any] = [old[k].stored_update(t, a, value[k]) for k in keys]
+        keys, value, base = list(self._dirty), self._value, self._base
+        values: list[Any] = OpaqueValue.stored_updates(t, a, [value[k] for k in keys], [base[k] for k in keys])
         if self.shared_writes:
             values = [self._stamp(v, scope) for v in values]
         if keys:

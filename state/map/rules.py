@@ -98,12 +98,12 @@ class TransactionalValue(NamedTuple):
             return self
         return _new(TransactionalValue, (txid, new, self.get(txid), True))
 
-    def stored_update(self, txid: int, attempt: int | None, new: Any) -> dict[str, Any]:
-        """``update(txid, attempt, new).to_stored()`` made in one step (a commit makes it for
-        every key it changed)."""
-        if self.txid < txid:
-            return {"txid": txid, "val": new, "prev": self.val}
-        return self.update(txid, attempt, new).to_stored()
+    @staticmethod
+    def stored_updates(txid: int, attempt: int | None, news: list[Any], befores: list[Any]) -> list[dict[str, Any]]:
+        """``update(txid, attempt, news[i]).to_stored()`` of values whose ``get(txid)`` is
+        ``befores[i]`` (none ``applied``), made for a batch of keys in one step: what a
+        commit writes."""
+        return [{"txid": txid, "val": n, "prev": b} for n, b in zip(news, befores, strict=True)]
 
     def committed(self, last_committed: int | None) -> Any:
         """What a read outside a commit sees: ``val``, or ``prev`` when a txid after
@@ -156,11 +156,11 @@ class OpaqueValue(NamedTuple):
         """What attempt ``attempt`` of batch ``txid`` stores for user value ``new``."""
         return _new(OpaqueValue, (txid, new, self.get(txid), attempt))
 
-    def stored_update(self, txid: int, attempt: int | None, new: Any) -> dict[str, Any]:
-        """``update(txid, attempt, new).to_stored()`` made in one step (a commit makes it for
-        every key it changed)."""
-        return {"txid": txid, "attempt": attempt, "curr": new,
-                "prev": self.curr if self.txid < txid else self.get(txid)}
+    @staticmethod
+    def stored_updates(txid: int, attempt: int | None, news: list[Any], befores: list[Any]) -> list[dict[str, Any]]:
+        """``update(txid, attempt, news[i]).to_stored()`` of values whose ``get(txid)`` is
+        ``befores[i]``, made for a batch of keys in one step: what a commit writes."""
+        return [{"txid": txid, "attempt": attempt, "curr": n, "prev": b} for n, b in zip(news, befores, strict=True)]
 
     def committed(self, last_committed: int | None) -> Any:
         """What a read outside a commit sees: ``curr``, or ``prev`` when a txid after
