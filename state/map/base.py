@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, cast
 
-from state.keys import decode_key, encode_key
+from state.keys import encode_key
 from state.map.backing import MapBacking
 from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
@@ -341,13 +341,6 @@ def _as_list(column: Any) -> list[Any]:
 
 def _call(old: Any, update: Updater) -> Any:
     return update(old)
-
-
-def _decode_all(keys: list[str]) -> list[Any]:
-    """``decode_key`` of each encoded key (a str not starting with ``~`` is its own)."""
-    if "\0~" not in "\0" + "\0".join(keys):   # the common case, checked in C
-        return keys
-    return [decode_key(k) for k in keys]
 
 
 def _encode_all(keys: list[Any]) -> list[str]:

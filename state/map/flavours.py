@@ -8,7 +8,7 @@ from typing import Any
 
 from state.keys import decode_key
 from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
-from state.map.base import CommitScope, MapState, _decode_all
+from state.map.base import CommitScope, MapState
 from state.map.fence import Fence
 from state.map.rules import OpaqueValue, TransactionalValue, V, written_key
 
@@ -38,16 +38,15 @@ class TransactionalMap(MapState[V]):
         self._earlier: dict[str, Any] = {}
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, skip = self._value, self._base, self._skip
-        of = TransactionalValue.from_stored
-        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            v = of(name, s)
-            value[e] = base[e] = v.get(txid, name)
-            if v.txid == txid:        # written by an earlier attempt of txid
-                if v.applied(txid):
-                    skip.add(e)
-                else:
-                    self._earlier[e] = s
+        befores, same = TransactionalValue.befores(keys, stored, txid)
+        self._value.update(zip(keys, befores, strict=True))
+        self._base.update(zip(keys, befores, strict=True))
+        for i in same:                # written by an earlier attempt of txid
+            e, s = keys[i], stored[i]
+            if TransactionalValue.from_stored(e, s).applied(txid):
+                self._skip.add(e)
+            else:
+                self._earlier[e] = s
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
         return TransactionalValue.from_stored(key, stored).committed(self.last_committed)
@@ -85,10 +84,9 @@ class OpaqueMap(MapState[V]):
     _user_fields = ("curr", "prev")
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base = self._value, self._base
-        of = OpaqueValue.from_stored
-        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            value[e] = base[e] = of(name, s).get(txid, name)
+        befores = OpaqueValue.befores(keys, stored, txid)
+        self._value.update(zip(keys, befores, strict=True))
+        self._base.update(zip(keys, befores, strict=True))
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
         return OpaqueValue.from_stored(key, stored).get(txid, key)
