@@ -54,6 +54,7 @@ from transactional.ops.progress import Progress
 from transactional.ops.status import StatusRecorder
 from transactional.ops.webui import RunObserver, attach, spark_ui_url
 from transactional.ops.webui.graph import topology_graph
+from transactional.redaction import remember
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
 
@@ -107,7 +108,7 @@ class Engine:
             self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
                               "topology.max.attempts": config.max_attempts,
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
-                              "drpc.token": config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN")})
+                              "drpc.token": _drpc_token(config)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
@@ -311,3 +312,10 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
     return hear
 
 
+def _drpc_token(config: TopologyConfig) -> str | None:
+    """The DRPC token of a run (``drpc_token``, else ``TRIDENT_DRPC_TOKEN``), remembered as a
+    secret: one taken from the environment is masked in logs as one set in the config is."""
+    token = config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
+    if token:
+        remember([token])
+    return token

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from transactional.redaction import remember
+
 __all__ = ["DRPCServer", "main"]
 log = logging.getLogger("trident.drpc")
 DEFAULT_PORT = 3774       # Storm's drpc.port is 3772, drpc.invocations.port 3773, drpc.http.port 3774
@@ -223,6 +225,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Serve until killed; prints ``listening on http://HOST:PORT`` once it accepts calls."""
     token = args.token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
+    if token:
+        remember([token])     # masked in every log line of this process, wherever it appears
     server = DRPCServer(args.host, args.port, token=token, timeout_secs=args.timeout, lease_secs=args.lease_secs)
     print(f"trident drpc: listening on http://{args.host}:{server.port}{' (token required)' if token else ''}",
           flush=True)
