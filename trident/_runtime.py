@@ -29,6 +29,7 @@ from trident.operation import (
     TridentCollector,
     TridentTuple,
 )
+from trident.states import is_state_factory
 
 ARROW_FIELD = "_arrow"
 TX_FIELD = "_tx"
@@ -701,7 +702,7 @@ class PersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.map = _open_state(bolt, op)
         self.reducer = isinstance(op.fn, ReducerAggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
@@ -762,7 +763,7 @@ class PersistProc(Proc):
             else:
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
-        if keys and op.state.state_type.value == "counter":
+        if keys and getattr(op.state, "state_type", None) == "counter":
             # a counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
             # partials beyond them stops here, named, before anything is written
             for k, v in self.acc.items():
@@ -809,7 +810,7 @@ class PartitionPersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.bolt = bolt
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
@@ -822,9 +823,18 @@ class PartitionPersistProc(Proc):
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
         c = _Collect(push, len(op.out_fields), op_label(op))
-        if self.tuples:
-            op.fn.update_state(self.map, self.tuples, c)
+        if self.tuples:     # Storm's rule: a task with no tuples leaves the state alone
+            op.fn.update_state(_open_state(self.bolt, op), self.tuples, c)
         Proc.finish(self)
+
+
+def _open_state(bolt: TridentBolt, op: Op) -> Any:
+    """The state of a persist or query op: a map of the topology (``trident.state``), or
+    what a State API factory makes for this task (``context.state``: the framework runs
+    its ``begin_commit``/``commit`` around the task's batch)."""
+    if is_state_factory(op.state):
+        return bolt.context.state(op.state)
+    return bolt.context.map_state(op.state.name, op.state.state_type.value)
 
 
 class _ReadView:
@@ -848,7 +858,7 @@ class QueryProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None and self.nxt is not None
-        self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
+        self.bolt = bolt
         self.tt = TridentTuple.of(op.in_fields)
         self.buffered: list[tuple] = []
 
@@ -860,7 +870,8 @@ class QueryProc(Proc):
         assert op is not None and nxt is not None
         if self.buffered:
             tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.buffered]
-            results = op.fn.batch_retrieve(self.view, tts)
+            st = _open_state(self.bolt, op)
+            results = op.fn.batch_retrieve(st if is_state_factory(op.state) else _ReadView(st), tts)
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)

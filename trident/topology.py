@@ -40,6 +40,7 @@ from trident.operation import (
     StateUpdater,
 )
 from trident.state import MapStateFactory, StateType, TridentState, check_pairing
+from trident.states import is_state_factory
 
 COLUMNAR = {"each_batch", "map_batches"}
 
@@ -212,7 +213,7 @@ class Stream:
         """Several aggregators over the same tuples in one pass (``.aggregate(...)...chain_end()``)."""
         return ChainedAggregatorDeclarer(self, Fields())
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate every batch into one stored value (key ``"$GLOBAL"``) of the map,
         exactly once; ``persistent_aggregate(factory, Count(), Fields("count"))`` reads no
@@ -249,7 +250,7 @@ class Stream:
         return self._repartition("all")
 
     # -- state -------------------------------------------------------------------------------
-    def partition_persist(self, state_factory: MapStateFactory, in_fields: Any, updater: StateUpdater,
+    def partition_persist(self, state_factory: Any, in_fields: Any, updater: StateUpdater,
                           out_fields: Any = None) -> TridentState:
         """Hand each task's tuples of a batch to ``updater.update_state(map, tuples,
         collector)`` in the commit phase; what it emits (``out_fields``) is the state's
@@ -300,9 +301,10 @@ def _callable(fn: Any, cls: type, what: str) -> Any:
 
 
 def _check_factory(f: Any) -> None:
-    if not isinstance(f, MapStateFactory):
+    if not isinstance(f, MapStateFactory) and not is_state_factory(f):
         msg = ("a state factory is trident.state.transactional(name), opaque(name) or "
-               f"non_transactional(name); got {f!r}")
+               "non_transactional(name), or a trident.states.StateFactory (make_state(conf, metrics, "
+               f"partition_index, num_partitions)); got {f!r}")
         raise ConfigError(msg)
 
 
@@ -354,7 +356,7 @@ def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields:
         msg = f"persistent_aggregate stores one value per key; declare one output field, not {list(out)}"
         raise ConfigError(msg)
     f, idx = (stream._in(in_fields, "persistent_aggregate") if in_fields is not None else (Fields(), ()))
-    if factory.state_type is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
+    if getattr(factory, "state_type", None) is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
         msg = (f"state {factory.name!r} is a counter map: it adds numbers, so it takes Count() or Sum(), "
                f"not {type(agg).__name__}; use trident.state.transactional({factory.name!r}) for other aggregators")
         raise ConfigError(msg)
@@ -396,7 +398,7 @@ class GroupedStream:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self.stream, self.group_fields, in_fields, aggregator, out_fields, scope="partition")
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate each group of every batch into the map under the group's key (the
         value of one group field, a tuple of several), exactly once per txid."""
@@ -490,7 +492,9 @@ class TridentTopology:
         ``TridentState.new_values_stream``)."""
         return Stream(self, node)
 
-    def _state(self, factory: MapStateFactory, node: Node) -> TridentState:
+    def _state(self, factory: Any, node: Node | None) -> TridentState:
+        if not isinstance(factory, MapStateFactory):      # a State API factory: its own state
+            return TridentState(self, factory, node)
         old = self.states.get(factory.name)
         if old is not None and old.factory != factory:
             msg = (f"state {factory.name!r} is used as {old.factory.state_type.value} and as "
@@ -499,6 +503,13 @@ class TridentTopology:
         s = TridentState(self, factory, node)
         self.states.setdefault(factory.name, s)
         return s
+
+    def new_static_state(self, factory: Any) -> TridentState:
+        """Storm's ``newStaticState``: a state that no stream of this topology updates,
+        for ``Stream.state_query`` (e.g. a table of the user's database). ``factory``: a
+        ``trident.states.StateFactory``, or a map factory of ``trident.state``."""
+        _check_factory(factory)
+        return self._state(factory, None)
 
     def new_stream(self, txid_name: str, spout: Any) -> Stream:
         """A stream of ``spout``'s batches (any transactional, partitioned or opaque spout,

@@ -509,6 +509,11 @@ class TaskStates:
         self.task = task
         self.maps: dict[str, Any] = {}
 
+    @property
+    def epoch(self) -> int | None:
+        """The driver's epoch (``TaskContext.epoch``)."""
+        return self.spec.epoch
+
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         from state.keys import check_state_name
         from state.map import map_class, open_map_backing
