@@ -51,7 +51,7 @@ def _factory_key(factory: Any) -> Hashable:
 class TaskUserStates:
     """The user states one task opened in its batch (``TaskContext.state``)."""
 
-    def __init__(self, conf: dict, topology_id: str, component_id: str, task: int, num_tasks: int,
+    def __init__(self, conf: dict[str, Any], topology_id: str, component_id: str, task: int, num_tasks: int,
                  attempt: TransactionAttempt, epoch: int | None, phase: str) -> None:
         self.conf = conf
         self.topology_id = topology_id
