@@ -134,6 +134,9 @@ class PartitionPersistProc(Proc):
         op = self.op
         assert op is not None
         self.bolt = bolt
+        # a map of the topology is opened now (the driver finds the maps committers open in
+        # prepare); a State API state when the task has tuples (Storm's rule)
+        self.map = None if is_state_factory(op.state) else _open_state(bolt, op)
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
@@ -147,7 +150,7 @@ class PartitionPersistProc(Proc):
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
         c = _Collect(push, len(op.out_fields), op_label(op))
         if self.tuples:     # Storm's rule: a task with no tuples leaves the state alone
-            op.fn.update_state(_open_state(self.bolt, op), self.tuples, c)
+            op.fn.update_state(self.map if self.map is not None else _open_state(self.bolt, op), self.tuples, c)
         Proc.finish(self)
 
 
@@ -182,6 +185,7 @@ class QueryProc(Proc):
         op = self.op
         assert op is not None and self.nxt is not None
         self.bolt = bolt
+        self.view = None if is_state_factory(op.state) else _ReadView(_open_state(bolt, op))
         self.tt = TridentTuple.of(op.in_fields)
         self.buffered: list[tuple] = []
 
@@ -193,8 +197,7 @@ class QueryProc(Proc):
         assert op is not None and nxt is not None
         if self.buffered:
             tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.buffered]
-            st = _open_state(self.bolt, op)
-            results = op.fn.batch_retrieve(st if is_state_factory(op.state) else _ReadView(st), tts)
+            results = op.fn.batch_retrieve(self.view if self.view is not None else _open_state(self.bolt, op), tts)
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)
