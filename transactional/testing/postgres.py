@@ -55,6 +55,7 @@ class ManagedPostgres(ManagedProcess):
 
     @property
     def data_dir(self) -> Path:
+        """The cluster's data directory."""
         return self.workdir / "data"
 
     def _initdb(self) -> None:
