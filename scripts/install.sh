@@ -31,7 +31,6 @@ fi
 if [ "${1:-}" = "--test" ]; then
   [ -f /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   command -v redis-server >/dev/null || pkgs+=(redis-server)
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)   # trident.postgres tests
   command -v openssl >/dev/null || pkgs+=(openssl)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)   # tests/test_status_page.py: the status page in a real headless browser
