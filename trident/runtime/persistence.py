@@ -135,7 +135,7 @@ class PartitionPersistProc(Proc):
         assert op is not None
         self.bolt = bolt
         # a map of the topology is opened now (the driver finds the maps committers open in
-        # prepare); a State API state when the task has tuples (Storm's rule)
+        # prepare); a State API state in finish
         self.map = None if is_state_factory(op.state) else _open_state(bolt, op)
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
@@ -149,8 +149,15 @@ class PartitionPersistProc(Proc):
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
         c = _Collect(push, len(op.out_fields), op_label(op))
-        if self.tuples:     # Storm's rule: a task with no tuples leaves the state alone
-            op.fn.update_state(self.map if self.map is not None else _open_state(self.bolt, op), self.tuples, c)
+        if self.map is None:
+            # a State API state: every task opens it every batch, also with no tuples, so a
+            # replay that gives this task none still takes back what an earlier attempt of
+            # the txid wrote here (an opaque spout's replay may be another batch)
+            st = _open_state(self.bolt, op)
+            if self.tuples:
+                op.fn.update_state(st, self.tuples, c)
+        elif self.tuples:     # Storm's rule: a task with no tuples leaves the map alone
+            op.fn.update_state(self.map, self.tuples, c)
         Proc.finish(self)
 
 
