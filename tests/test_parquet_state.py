@@ -12,6 +12,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import parquet_kill_topology as pqk
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,8 +21,6 @@ from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from transactional import TopologyConfig, run_topology
 from trident.parquet import ParquetStateFactory, committed_files, read_committed
 from trident.states import EPOCH, forget_states
-
-import parquet_kill_topology as pqk
 
 REPO = Path(__file__).resolve().parent.parent
 

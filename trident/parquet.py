@@ -126,7 +126,7 @@ class ParquetState(State):
     def _table(self, txid: int) -> Any:
         import pyarrow as pa
 
-        cols = list(zip(*self.rows, strict=True)) if self.rows else [[] for _ in self.f.columns]
+        cols: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [[] for _ in self.f.columns]
         try:
             if self.f.schema is not None:
                 return pa.Table.from_arrays([pa.array(list(c), type=self.f.schema.field(n).type)
