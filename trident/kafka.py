@@ -36,7 +36,7 @@ from state.errors import ConfigError, LeadershipLostError, StateAheadError, Stat
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
-__all__ = ["TridentKafkaStateFactory", "TridentKafkaState", "TridentKafkaUpdater", "default_serializer",
+__all__ = ["TridentKafkaStateFactory", "TridentKafkaState", "TridentKafkaUpdater", "default_serializer", "read_partition",
            "HEADER_TXID", "HEADER_SEQ", "HEADER_EPOCH", "HEADER_STATE"]
 
 HEADER_STATE, HEADER_TXID, HEADER_SEQ, HEADER_EPOCH = "trident.state", "trident.txid", "trident.seq", "trident.epoch"
@@ -239,6 +239,32 @@ def _last_record(bootstrap: str, topic: str, partition: int, timeout: float) -> 
                     last = m
                 elif err.code() == KafkaError._PARTITION_EOF:
                     return last
+        msg = f"Kafka topic {topic!r} partition {partition}: no end of partition within {timeout}s"
+        raise StateUnavailableError(msg)
+    finally:
+        c.close()
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> list[tuple[Any, Any]]:
+    """``(key, value)`` of every record of a partition, from the earliest offset to the end
+    (as a consumer sees the state's output)."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-read", "enable.partition.eof": True,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "logger": _Quiet()})
+    out: list[tuple[Any, Any]] = []
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                err = m.error()
+                if err is None:
+                    out.append((m.key(), m.value()))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    return out
         msg = f"Kafka topic {topic!r} partition {partition}: no end of partition within {timeout}s"
         raise StateUnavailableError(msg)
     finally:
