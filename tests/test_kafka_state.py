@@ -134,3 +134,33 @@ def test_drivers_killed_at_every_commit_crash_point_write_what_a_fault_free_run_
     assert sum(len(v) for v in want.values()) == sum(len(s[0].split()) for rows in
                                                      __import__("kafka_kill_topology").DATA.values() for s in rows)
     assert {q: kafka_broker.read(crashed, q) for q in range(4)} == want
+
+
+def test_a_core_kafka_bolt_writes_every_tuple_at_least_once_and_acks_it(kafka_broker, kafka_topic) -> None:
+    from spouts.core import MemorySpout
+    from transactional import TopologyBuilder, TopologyConfig, run_topology
+    from trident.kafka import KafkaBolt
+
+    kafka_broker.create_topic(kafka_topic, partitions=1)
+    items = [f"s{i}" for i in range(50)]
+    b = TopologyBuilder(f"kbolt-{uuid.uuid4().hex[:6]}")
+    b.set_spout("s", MemorySpout(items, Fields("line")), 1)
+    b.set_bolt("k", KafkaBolt(kafka_broker.bootstrap, kafka_topic, value_field="line"), 2).shuffle_grouping("s")
+    r = run_topology(b.build(), TopologyConfig(executor="in-process", progress=False))
+    assert r.acked == {"s": 50}, r.acked
+    assert sorted(v.decode() for _, v in kafka_broker.read(kafka_topic, 0)) == sorted(items)
+
+
+def test_a_transactional_committer_writes_a_topic_exactly_once(kafka_broker, kafka_topic) -> None:
+    from transactional import TopologyConfig, TransactionalTopologyBuilder, run_topology
+    from trident.kafka import KafkaCommitter
+
+    kafka_broker.create_topic(kafka_topic, partitions=2)
+    data = {0: [(f"a{i}",) for i in range(7)], 1: [(f"b{i}",) for i in range(5)]}
+    b = TransactionalTopologyBuilder(f"kcommit-{uuid.uuid4().hex[:6]}", "s",
+                                     MemoryTransactionalSpout(data, Fields("line"), 3), 2)
+    b.set_committer_bolt("k", KafkaCommitter(TridentKafkaStateFactory(kafka_broker.bootstrap, kafka_topic,
+                                                                      value_field="line")), 2).shuffle_grouping("s")
+    run_topology(b.build(), TopologyConfig(executor="in-process", progress=False))
+    got = sorted(v.decode() for p in range(2) for _, v in kafka_broker.read(kafka_topic, p))
+    assert got == sorted(x for rows in data.values() for (x,) in rows)

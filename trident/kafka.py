@@ -33,11 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError, UnstorableValueError
+from transactional.bolt import BaseTransactionalBolt, Committer
+from transactional.core import BaseRichBolt
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
 __all__ = ["TridentKafkaStateFactory", "TridentKafkaState", "TridentKafkaUpdater", "default_serializer", "read_partition",
-           "HEADER_TXID", "HEADER_SEQ", "HEADER_EPOCH", "HEADER_STATE"]
+           "HEADER_TXID", "HEADER_SEQ", "HEADER_EPOCH", "HEADER_STATE", "KafkaBolt", "KafkaCommitter"]
 
 HEADER_STATE, HEADER_TXID, HEADER_SEQ, HEADER_EPOCH = "trident.state", "trident.txid", "trident.seq", "trident.epoch"
 
@@ -286,3 +288,100 @@ class TridentKafkaUpdater(BaseStateUpdater):
         for t in tuples:
             state.add(None if kf is None else t[kf], t[vf])
 
+
+
+# -- bolts ---------------------------------------------------------------------------------------
+
+class KafkaCommitter(BaseTransactionalBolt, Committer):
+    """A committer of a transactional topology that writes each tuple as a record
+    (``key_field``, ``value_field`` of the factory) through ``context.state(factory)``:
+    the same exactly-once mechanism as the Trident state. Subscribe it like any bolt::
+
+        b.set_committer_bolt("to-kafka", KafkaCommitter(factory), 2).fields_grouping("count", Fields("word"))
+    """
+
+    def __init__(self, factory: TridentKafkaStateFactory) -> None:
+        self.factory = factory
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        """Open (or reuse) the task's state; the framework begins its commit now."""
+        self.state = context.state(self.factory)
+
+    def execute(self, tuple: Any) -> None:
+        """One record."""
+        f = self.factory
+        self.state.add(None if f.key_field is None else tuple[f.key_field], tuple[f.value_field])
+
+    def finish_batch(self) -> None:
+        """Nothing: the framework commits the state after this (in txid order)."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """No output."""
+
+
+class KafkaBolt(BaseRichBolt):
+    """Storm's ``KafkaBolt`` for core topologies: each tuple becomes a record on ``topic``
+    (``key_field``/``value_field``, ``serializer``), sent by an idempotent producer; the
+    tuple is acked once the broker has the record (at the end of the task's micro-batch)
+    and failed if it could not be delivered, so its spout replays it. At least once: a
+    replayed tuple is written again."""
+
+    def __init__(self, bootstrap: str, topic: str, *, key_field: str | None = None, value_field: str = "value",
+                 serializer: Callable[[Any], bytes | None] = default_serializer,
+                 producer_config: dict | None = None) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.key_field, self.value_field, self.serializer = key_field, value_field, serializer
+        self.producer_config = dict(producer_config or {})
+
+    def prepare(self, conf: dict, context: Any, collector: Any) -> None:
+        """Keep the collector; open (once per process) the producer."""
+        self.collector = collector
+        self.producer = _producer(self.bootstrap, tuple(sorted(self.producer_config.items())))
+        self.sent: list[tuple[Any, list[str]]] = []
+
+    def execute(self, tuple: Any) -> None:
+        """Send one record; a value the serializer refuses fails the tuple (reported)."""
+        try:
+            k = None if self.key_field is None else self.serializer(tuple[self.key_field])
+            v = self.serializer(tuple[self.value_field])
+        except Exception as e:  # noqa: BLE001 - the serializer's error, reported
+            self.collector.report_error(e)
+            self.collector.fail(tuple)
+            return
+        errors: list[str] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        while True:
+            try:
+                self.producer.produce(self.topic, value=v, key=k, on_delivery=delivered)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.sent.append((tuple, errors))
+
+    def cleanup(self) -> None:
+        """The micro-batch ends: wait for the broker, ack what it has, fail the rest."""
+        self.producer.flush(30)
+        for t, errors in self.sent:
+            (self.collector.fail if errors else self.collector.ack)(t)
+        self.sent = []
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """No output."""
+
+
+_producers: dict[Any, Any] = {}
+
+
+def _producer(bootstrap: str, config: tuple) -> Any:
+    from confluent_kafka import Producer
+
+    key = (bootstrap, config)
+    p = _producers.get(key)
+    if p is None:
+        p = _producers[key] = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                        "linger.ms": 5, "logger": _Quiet(), **dict(config)})
+    return p
