@@ -220,3 +220,20 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_tables_exact(
     assert counts(pg_dsn) == pgk.expected()
     got = sorted(r[0] for r in select(pg_dsn, "SELECT sentence FROM sentences"))
     assert got == sorted(s for rows in pgk.DATA.values() for (s,) in rows)
+
+
+def test_commits_on_spark_executors_reach_the_same_table(pg_dsn: str, spark_context, redis_url: str) -> None:
+    """commit_placement='executors': each committer task opens its state in its executor
+    process (the factory pickled there), the epoch shipped with the commit job."""
+    os.environ.update(TRIDENT_TEST_PG=pg_dsn, TRIDENT_TEST_FLAVOUR="opaque",
+                      TRIDENT_TEST_TOPOLOGY=f"pg-ex-{uuid.uuid4().hex[:6]}")
+    try:
+        topo = pgk.build_topology()
+    finally:
+        for k in ("TRIDENT_TEST_PG", "TRIDENT_TEST_FLAVOUR", "TRIDENT_TEST_TOPOLOGY"):
+            os.environ.pop(k)
+    run_topology(topo, TopologyConfig(executor="spark", spark_master="local[2]", commit_placement="executors",
+                                      state=redis_url, progress=False, max_spout_pending=3),
+                 spark_context=spark_context)
+    assert counts(pg_dsn) == pgk.expected()
+    assert select(pg_dsn, "SELECT DISTINCT epoch FROM trident_txids WHERE part >= 0") == [(1,)]
