@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from crash_plans import crash_plan
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from state.errors import ConfigError, LeadershipLostError, StateUnavailableError, UnstorableValueError
@@ -100,8 +101,6 @@ def test_an_opaque_spout_is_refused() -> None:
     t.build()
 
 
-CRASH_POINTS = ["commit.before", "commit.after_task", "commit.before_write", "commit.before_record",
-                "commit.after_record"]
 
 
 def run_child(tmp_path: Path, bootstrap: str, out: str, tid: str, zk_url: str, crash_at: str | None):
@@ -125,8 +124,9 @@ def test_drivers_killed_at_every_commit_crash_point_write_what_a_fault_free_run_
     p = run_child(tmp_path, kafka_broker.bootstrap, clean, f"kk-clean-{uuid.uuid4().hex[:6]}", zk_url, None)
     assert p.returncode == 0, p.stderr[-3000:]
     tid = f"kk-{uuid.uuid4().hex[:6]}"
-    for i, point in enumerate(CRASH_POINTS):
-        p = run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, f"{point}:txid={2 * i + 2}")
+    for spec in crash_plan():
+        point = spec.split(":")[0]
+        p = run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, spec)
         assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
     p = run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, None)
     assert p.returncode == 0, p.stderr[-3000:]

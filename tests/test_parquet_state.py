@@ -16,6 +16,7 @@ import parquet_kill_topology as pqk
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from crash_plans import crash_plan
 
 from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from transactional import TopologyConfig, run_topology
@@ -133,8 +134,6 @@ def test_a_topology_into_parquet_is_exact(tmp_path: Path, flavour: str) -> None:
     assert sorted(read_committed(str(tmp_path)).column("sentence").to_pylist()) == pqk.sentences()
 
 
-CRASH_POINTS = ["commit.before", "commit.after_task", "commit.before_write", "commit.before_record",
-                "commit.after_record"]
 
 
 def run_child(tmp_path: Path, out: Path, tid: str, flavour: str, zk_url: str, crash_at: str | None):
@@ -157,8 +156,9 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_dataset_exact(
         tmp_path: Path, zk_url: str, flavour: str) -> None:
     out = tmp_path / "out"
     tid = f"pq-kill-{flavour}-{uuid.uuid4().hex[:6]}"
-    for i, point in enumerate(CRASH_POINTS):
-        p = run_child(tmp_path, out, tid, flavour, zk_url, f"{point}:txid={2 * i + 2}")
+    for spec in crash_plan():
+        point = spec.split(":")[0]
+        p = run_child(tmp_path, out, tid, flavour, zk_url, spec)
         assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
         assert f"crash point {point}" in p.stderr
     p = run_child(tmp_path, out, tid, flavour, zk_url, None)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pg_kill_topology as pgk
 import psycopg
 import pytest
+from crash_plans import crash_plan
 
 from spouts import MemoryTransactionalSpout
 from state.errors import (
@@ -188,8 +189,6 @@ def test_state_query_reads_the_table(pg_dsn: str) -> None:
 
 # -- drivers SIGKILLed at every commit crash point ---------------------------------------------------
 
-CRASH_POINTS = ["commit.before", "commit.after_task", "commit.before_write", "commit.before_record",
-                "commit.after_record"]
 
 
 def run_child(tmp_path: Path, dsn: str, tid: str, flavour: str, zk_url: str, crash_at: str | None):
@@ -211,8 +210,9 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_tables_exact(
     """One driver per crash point (txid 2, 4, 6 ...), each SIGKILLed there; then one runs to
     the end. SELECT gives the fault-free counts and every sentence once."""
     tid = f"pg-kill-{flavour}-{uuid.uuid4().hex[:6]}"
-    for i, point in enumerate(CRASH_POINTS):
-        p = run_child(tmp_path, pg_dsn, tid, flavour, zk_url, f"{point}:txid={2 * i + 2}")
+    for spec in crash_plan():
+        point = spec.split(":")[0]
+        p = run_child(tmp_path, pg_dsn, tid, flavour, zk_url, spec)
         assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
         assert f"crash point {point}" in p.stderr
     p = run_child(tmp_path, pg_dsn, tid, flavour, zk_url, None)
