@@ -312,3 +312,19 @@ def test_context_state_refuses_the_processing_phase() -> None:
     b.set_bolt("x", NotCommitter()).shuffle_grouping("spout")
     with pytest.raises(Exception, match="user states are written in the commit phase: mark the bolt a Committer"):
         run_topology(b.build(), config())
+
+
+def test_a_task_keeps_its_state_across_batches_even_with_a_lambda_in_the_factory() -> None:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    made: list = []
+
+    def backing(conf, p, n):
+        made.append(p)
+        return DictBacking(name)
+
+    t = TridentTopology(f"keep-{name}")
+    (t.new_stream("s", MemoryTransactionalSpout(data(12), Fields("word"), 3))
+     .group_by(Fields("word")).persistent_aggregate(OpaqueMapFactory(lambda c, p, n: backing(c, p, n), name),
+                                                     Count(), Fields("count")))
+    run_topology(t.build(), config())
+    assert made == [0]                 # one task, four batches: one state

@@ -38,13 +38,13 @@ from typing import Any
 
 from state.map import MapState, commit_maps, map_class
 from state.user_backing import IBackingMap, UserMapBacking, register_map_backing, registered_schemes
-from transactional.engine.user_states import COMPONENT_ID, EPOCH, TOPOLOGY_ID, forget_states
+from transactional.engine.user_states import COMPONENT_ID, EPOCH, TOPOLOGY_ID, forget_states, mark_factory
 from trident.operation import BaseQueryFunction, BaseStateUpdater, QueryFunction, StateUpdater
 
 __all__ = [
     "State", "StateFactory", "StateUpdater", "BaseStateUpdater", "QueryFunction", "BaseQueryFunction",
     "IBackingMap", "BackingMapStateFactory", "TransactionalMapFactory", "OpaqueMapFactory", "NonTransactionalMapFactory",
-    "register_map_backing", "registered_schemes", "EPOCH", "TOPOLOGY_ID", "COMPONENT_ID", "forget_states",
+    "register_map_backing", "registered_schemes", "EPOCH", "TOPOLOGY_ID", "COMPONENT_ID", "forget_states", "mark_factory",
     "is_state_factory",
 ]
 

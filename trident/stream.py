@@ -25,7 +25,7 @@ from trident.operation import (
 )
 from trident.runtime.op import Op
 from trident.state import MapStateFactory, StateType, TridentState
-from trident.states import is_state_factory
+from trident.states import is_state_factory, mark_factory
 
 if TYPE_CHECKING:
     from trident.topology import TridentTopology
@@ -292,6 +292,8 @@ def _check_factory(f: Any) -> None:
                "non_transactional(name), or a trident.states.StateFactory (make_state(conf, metrics, "
                f"partition_index, num_partitions)); got {f!r}")
         raise ConfigError(msg)
+    if is_state_factory(f):
+        mark_factory(f)
 
 
 def _check_aggregator(agg: Any, what: str) -> None:

@@ -35,17 +35,39 @@ _guard = threading.Lock()
 
 def _factory_key(factory: Any) -> Hashable:
     """A factory's identity across batches: its own ``state_key()`` when it has one, else
-    its class and picklable fields (a factory shipped to executors is a new object every
-    batch), else the object itself."""
+    the key a Trident topology gave it when built (``mark_factory``), else its pickled form
+    (a task gets a new copy of its factory every batch: copies of one factory give one
+    key), else the object itself."""
     key = getattr(factory, "state_key", None)
     if callable(key):
         return (type(factory).__qualname__, key())
-    try:
-        import pickle
+    given = getattr(factory, "_trident_key", None)     # set when a Trident topology is built
+    if given is not None:
+        return (type(factory).__qualname__, given)
+    import pickle
 
+    try:
         return (type(factory).__qualname__, pickle.dumps(factory, protocol=4))
+    except Exception:  # noqa: BLE001 - e.g. a lambda inside: cloudpickle takes it by value
+        pass
+    try:
+        import cloudpickle  # type: ignore[import-not-found]
+
+        return (type(factory).__qualname__, cloudpickle.dumps(factory, protocol=4))
     except Exception:  # noqa: BLE001 - an unpicklable factory lives in this process only
         return ("id", id(factory))
+
+
+def mark_factory(factory: Any) -> None:
+    """Give ``factory`` a key that its copies keep (an attribute, pickled with it), so each
+    task keeps one state across batches whatever the factory holds."""
+    if getattr(factory, "_trident_key", None) is None:
+        import uuid
+
+        try:
+            factory._trident_key = uuid.uuid4().hex
+        except AttributeError:   # slots or frozen: the pickled form is the key
+            pass
 
 
 class TaskUserStates:
