@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from state import backends
 from state.errors import ConfigError
 
-__all__ = ["IBackingMap", "UserMapBacking", "register_map_backing", "registered_schemes"]
+__all__ = ["IBackingMap", "UserMapBacking", "register_map_backing", "unregister_map_backing", "registered_schemes"]
 
 
 @runtime_checkable
@@ -116,6 +116,13 @@ def register_map_backing(scheme: str, opener: Callable[..., Any] | str, example:
     if not any(b.role == backends.USER_STATE and b.scheme == scheme for b in backends.BACKENDS):
         backends.BACKENDS = (*backends.BACKENDS, backends.Backend(
             scheme, backends.USER_STATE, example or f"{scheme}://...", "state.user_backing:open_registered"))
+
+
+def unregister_map_backing(scheme: str) -> None:
+    """Forget a registered scheme (not a built-in one)."""
+    if _OPENERS.pop(scheme, None) is not None:
+        backends.BACKENDS = tuple(b for b in backends.BACKENDS
+                                  if not (b.role == backends.USER_STATE and b.scheme == scheme))
 
 
 def registered_schemes() -> list[str]:

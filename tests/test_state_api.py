@@ -12,7 +12,7 @@ import pytest
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from state.map import reset_memory_maps
-from state.user_backing import register_map_backing
+from state.user_backing import register_map_backing, unregister_map_backing
 from transactional import (
     BaseTransactionalBolt,
     Committer,
@@ -226,8 +226,14 @@ def open_dict_backing(url: str, namespace: str, **options):
     return DictBacking(f"registered:{namespace}")
 
 
-def test_a_registered_scheme_opens_every_map_over_the_users_backing() -> None:
+@pytest.fixture
+def dictdb():
     register_map_backing("dictdb", open_dict_backing, "dictdb://anything")
+    yield
+    unregister_map_backing("dictdb")
+
+
+def test_a_registered_scheme_opens_every_map_over_the_users_backing(dictdb) -> None:
     tid = f"reg-{uuid.uuid4().hex[:6]}"
     d = data(8)
     t = TridentTopology(tid)
@@ -239,8 +245,7 @@ def test_a_registered_scheme_opens_every_map_over_the_users_backing() -> None:
     assert {k: v["curr"] for k, v in stored.items() if not k.startswith("~")} == expected_counts(d)
 
 
-def test_an_unknown_scheme_names_the_known_ones() -> None:
-    register_map_backing("dictdb", open_dict_backing, "dictdb://anything")
+def test_an_unknown_scheme_names_the_known_ones(dictdb) -> None:
     with pytest.raises(Exception, match=r"state URL 'nosuch://x' is not supported; use 'memory://' or "
                                         r"'redis://.*'dictdb://anything'"):
         config(state="nosuch://x")
