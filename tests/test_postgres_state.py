@@ -191,7 +191,8 @@ def test_state_query_reads_the_table(pg_dsn: str) -> None:
 
 
 
-def run_child(tmp_path: Path, dsn: str, tid: str, flavour: str, zk_url: str, crash_at: str | None):
+def run_child(tmp_path: Path, dsn: str, tid: str, flavour: str, zk_url: str, crash_at: str | None,
+              args: tuple[str, ...] = ()):
     env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour, "TRIDENT_TEST_PG": dsn, "TRIDENT_TEST_TOPOLOGY": tid,
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("TRIDENT_CRASH_AT", None)
@@ -200,7 +201,7 @@ def run_child(tmp_path: Path, dsn: str, tid: str, flavour: str, zk_url: str, cra
     return subprocess.run(
         [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "pg_kill_topology.py"),
          "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", "memory://",
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
+         "--max-spout-pending", "3", "--lock-wait", "30", "-q", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
 
@@ -237,3 +238,44 @@ def test_commits_on_spark_executors_reach_the_same_table(pg_dsn: str, spark_cont
                  spark_context=spark_context)
     assert counts(pg_dsn) == pgk.expected()
     assert select(pg_dsn, "SELECT DISTINCT epoch FROM trident_txids WHERE part >= 0") == [(1,)]
+
+
+def test_a_paused_driver_resumed_after_a_takeover_writes_nothing(tmp_path: Path, pg_dsn: str, zk_url: str) -> None:
+    """Driver A stops (SIGSTOP: a GC pause, a frozen VM) at the start of txid 5's commit,
+    before its committers write. Its ZooKeeper session expires; driver B takes the lock
+    and commits txid 5 and 6. A resumes: its tables' fence row holds B's epoch, so its
+    write of txid 5 is refused and A stops. Driver C finishes: the counts are exact."""
+    from transactional.testing._process import wait_until
+
+    tid = f"pg-stale-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": "transactional", "TRIDENT_TEST_PG": pg_dsn,
+           "TRIDENT_TEST_TOPOLOGY": tid, "TRIDENT_PAUSE_AT": "commit.before:txid=5",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRIDENT_CRASH_AT", None)
+    err = tmp_path / "a.err"
+    cmd = [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "pg_kill_topology.py"),
+           "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", "memory://",
+           "--max-spout-pending", "1", "--lock-wait", "30", "-q"]
+    with open(err, "wb") as e:
+        a = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=e, start_new_session=True)
+    try:
+        wait_until(lambda: "pause point commit.before" in err.read_text() or a.poll() is not None, 120,
+                   what="driver A to pause in the commit of txid 5")
+        assert a.poll() is None, err.read_text()[-3000:]
+        before = counts(pg_dsn)
+        b = run_child(tmp_path, pg_dsn, tid, "transactional", zk_url, None, ("--max-batches", "2"))
+        assert b.returncode == 0, b.stderr[-3000:]
+        after_b = counts(pg_dsn)
+        assert after_b != before
+        os.kill(a.pid, signal.SIGCONT)
+        assert a.wait(120) != 0
+        text = err.read_text()
+        assert "lost its lock and writes nothing" in text, text[-3000:]
+        assert counts(pg_dsn) == after_b                      # A wrote nothing
+    finally:
+        if a.poll() is None:
+            os.killpg(a.pid, signal.SIGKILL)
+            a.wait()
+    c = run_child(tmp_path, pg_dsn, tid, "transactional", zk_url, None)
+    assert c.returncode == 0, c.stderr[-3000:]
+    assert counts(pg_dsn) == pgk.expected()
