@@ -170,8 +170,9 @@ class TridentKafkaState(State):
             if err is not None:
                 errors.append(str(err))
 
+        skips = self._written_before(sorted(by_part), txid)
         for p, recs in sorted(by_part.items()):
-            skip = self._written_before(p, txid)
+            skip = skips[p]
             for seq, (k, v) in enumerate(recs):
                 if seq < skip:
                     continue
@@ -189,12 +190,29 @@ class TridentKafkaState(State):
             msg = f"Kafka topic {self.f.topic!r}: txid {txid}: {left} record(s) not delivered; {errors[:3]}"
             raise StateUnavailableError(msg)
 
-    def _written_before(self, p: int, txid: int) -> int:
-        """How many of ``txid``'s records an earlier attempt wrote to partition ``p``,
-        checking the fence and the order on the partition's last record."""
-        last = _last_record(self.f.bootstrap, self.f.topic, p, self.f.connect_timeout)
-        if last is None:
-            return 0
+    def _written_before(self, parts: list[int], txid: int) -> dict[int, int]:
+        """Per partition: how many of ``txid``'s records an earlier attempt wrote there,
+        checking the fence and the order on each partition's last record (one read of
+        all the partitions' tails)."""
+        out = {}
+        lasts = _last_records(self._consumer(), self.f.topic, parts, self.f.connect_timeout)
+        for p in parts:
+            last = lasts.get(p)
+            out[p] = 0 if last is None else self._check_last(p, last, txid)
+        return out
+
+    def _consumer(self) -> Any:
+        c = getattr(self, "_tail_consumer", None)
+        if c is None:
+            from confluent_kafka import Consumer
+
+            c = self._tail_consumer = Consumer({
+                "bootstrap.servers": self.f.bootstrap, "group.id": "trident-state", "enable.partition.eof": True,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
+                "logger": _Quiet()})
+        return c
+
+    def _check_last(self, p: int, last: Any, txid: int) -> int:
         h = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in (last.headers() or [])}
         if h.get(HEADER_STATE) != self.state_id or HEADER_TXID not in h:
             msg = (f"Kafka topic {self.f.topic!r} partition {p} ends with a record this state did not write "
@@ -213,38 +231,46 @@ class TridentKafkaState(State):
         return int(h[HEADER_SEQ]) + 1 if stored == txid else 0
 
     def close(self) -> None:
-        """Flush the producer."""
+        """Flush the producer, close the tail reader."""
         self.producer.flush(10)
+        c = getattr(self, "_tail_consumer", None)
+        if c is not None:
+            c.close()
 
 
-def _last_record(bootstrap: str, topic: str, partition: int, timeout: float) -> Any:
-    """The last record of a partition (None when empty): read from one before the end the
-    broker reports (a Fetch's high watermark is the truth where ListOffsets runs short)."""
+def _last_records(c: Any, topic: str, parts: list[int], timeout: float) -> dict[int, Any]:
+    """The last record of each partition (absent when empty), read from one before the end
+    the broker reports (a Fetch's high watermark is the truth where ListOffsets runs
+    short), all partitions at once with consumer ``c``."""
     import time
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-state", "enable.partition.eof": True,
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
-                  "logger": _Quiet()})
+    start = []
+    for p in parts:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
+        if hi > lo:
+            start.append(TopicPartition(topic, p, max(lo, hi - 1)))
+    if not start:
+        return {}
+    c.assign(start)
+    last: dict[int, Any] = {}
+    open_parts = {tp.partition for tp in start}
+    deadline = time.monotonic() + timeout
     try:
-        lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
-        if hi <= lo:
-            return None
-        c.assign([TopicPartition(topic, partition, max(lo, hi - 1))])
-        last = None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.5):
+        while open_parts and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.2):
                 err = m.error()
                 if err is None:
-                    last = m
+                    last[m.partition()] = m
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    return last
-        msg = f"Kafka topic {topic!r} partition {partition}: no end of partition within {timeout}s"
-        raise StateUnavailableError(msg)
+                    open_parts.discard(m.partition())
     finally:
-        c.close()
+        c.unassign()
+    if open_parts:
+        msg = f"Kafka topic {topic!r} partitions {sorted(open_parts)}: no end of partition within {timeout}s"
+        raise StateUnavailableError(msg)
+    return last
 
 
 def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> list[tuple[Any, Any]]:
