@@ -64,7 +64,7 @@ class TridentKafkaStateFactory(StateFactory):
 
     def __init__(self, bootstrap: str, topic: str, *, key_field: str | None = None, value_field: str = "value",
                  serializer: Callable[[Any], bytes | None] = default_serializer,
-                 producer_config: dict | None = None, state_id: str | None = None,
+                 producer_config: dict[str, Any] | None = None, state_id: str | None = None,
                  connect_timeout: float = 10.0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -106,7 +106,7 @@ class TridentKafkaStateFactory(StateFactory):
             raise ConfigError(msg)
         return len(t.partitions)
 
-    def make_state(self, conf: dict, metrics: Any, partition_index: int, num_partitions: int) -> TridentKafkaState:
+    def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> TridentKafkaState:
         """Check the topic (it exists, it has a partition for every task), open the producer."""
         n = self.num_partitions()
         if n < num_partitions:
@@ -329,7 +329,7 @@ class KafkaCommitter(BaseTransactionalBolt, Committer):
     def __init__(self, factory: TridentKafkaStateFactory) -> None:
         self.factory = factory
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         """Open (or reuse) the task's state; the framework begins its commit now."""
         self.state = context.state(self.factory)
 
@@ -354,12 +354,12 @@ class KafkaBolt(BaseRichBolt):
 
     def __init__(self, bootstrap: str, topic: str, *, key_field: str | None = None, value_field: str = "value",
                  serializer: Callable[[Any], bytes | None] = default_serializer,
-                 producer_config: dict | None = None) -> None:
+                 producer_config: dict[str, Any] | None = None) -> None:
         self.bootstrap, self.topic = bootstrap, topic
         self.key_field, self.value_field, self.serializer = key_field, value_field, serializer
         self.producer_config = dict(producer_config or {})
 
-    def prepare(self, conf: dict, context: Any, collector: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         """Keep the collector; open (once per process) the producer."""
         self.collector = collector
         self.producer = _producer(self.bootstrap, tuple(sorted(self.producer_config.items())))
@@ -402,7 +402,7 @@ class KafkaBolt(BaseRichBolt):
 _producers: dict[Any, Any] = {}
 
 
-def _producer(bootstrap: str, config: tuple) -> Any:
+def _producer(bootstrap: str, config: tuple[Any, ...]) -> Any:
     from confluent_kafka import Producer
 
     key = (bootstrap, config)

@@ -82,7 +82,7 @@ class ParquetStateFactory(StateFactory):
         """``parquet:<path>``."""
         return f"parquet:{self.path}"
 
-    def make_state(self, conf: dict, metrics: Any, partition_index: int, num_partitions: int) -> ParquetState:
+    def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> ParquetState:
         """Check the directory can be written (a probe file), before any batch."""
         fs, root = _fs(self.path, self.filesystem)
         probe = f"{root}/_committed/.probe-{partition_index}"
@@ -107,7 +107,7 @@ class ParquetState(State):
                  epoch: int | None) -> None:
         self.f, self.fs, self.root = factory, fs, root
         self.partition, self.num_partitions, self.epoch = partition, num_partitions, epoch
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[Any, ...]] = []
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``."""
@@ -214,7 +214,7 @@ def committed_files(path: str, filesystem: Any = None) -> list[str]:
 
     fs, root = _fs(path, filesystem)
     infos = fs.get_file_info(pafs.FileSelector(f"{root}/_committed", allow_not_found=True))
-    by_txid: dict[int, list[dict]] = {}
+    by_txid: dict[int, list[dict[str, Any]]] = {}
     for info in infos:
         if not info.path.endswith(".json"):
             continue

@@ -152,7 +152,7 @@ class PostgresStateFactory(StateFactory):
                    "connection string")
             raise StateUnavailableError(msg) from None
 
-    def make_state(self, conf: dict, metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
+    def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
         """Connect, check the schema (creating the table when asked), return the state."""
         conn = self.connect()
         try:
@@ -231,7 +231,7 @@ class PostgresState(State):
         self.state_id = state_id
         self.partition = partition
         self.epoch = epoch
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[Any, ...]] = []
         self.txid: int | None = None
         self._dumpable: dict[tuple[int, type], None] = {}
 
@@ -251,7 +251,7 @@ class PostgresState(State):
             self._check_values(r)
             self.rows.append(r)
 
-    def _check_values(self, r: tuple) -> None:
+    def _check_values(self, r: tuple[Any, ...]) -> None:
         from psycopg.adapt import PyFormat, Transformer
 
         for i, v in enumerate(r):
@@ -348,7 +348,7 @@ class PostgresState(State):
                 "AND attname = %s", (self.f.table, col)).fetchone()[0]
         return str(cache[col])
 
-    def _write(self, rows: list[tuple], txid: int) -> None:
+    def _write(self, rows: list[tuple[Any, ...]], txid: int) -> None:
         f, conn, t = self.f, self.conn, _q(self.f.table)
         cols = ", ".join(_q(c) for c in f.columns)
         if f.mode == "append":
@@ -359,7 +359,7 @@ class PostgresState(State):
         # upsert: the last row of each key wins (as applying them in order would); the
         # add_columns of a key's rows are summed
         kidx = [f.columns.index(k) for k in f.key_columns]
-        last: dict[tuple, tuple] = {}
+        last: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         aidx = [f.columns.index(c) for c in f.add_columns]
         for r in rows:
             k = tuple(r[i] for i in kidx)
@@ -386,7 +386,7 @@ class PostgresState(State):
         conn.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM trident_stage "
                      f"ON CONFLICT ({', '.join(_q(k) for k in f.key_columns)}) {action}")
 
-    def lookup(self, keys: Sequence[Any]) -> list[tuple | None]:
+    def lookup(self, keys: Sequence[Any]) -> list[tuple[Any, ...] | None]:
         """The committed rows (all columns) of ``keys`` (one value each, or a tuple of the
         key columns' values), None where absent: one query."""
         if not keys:
@@ -408,7 +408,7 @@ class PostgresState(State):
         self.conn.close()
 
 
-def _json(r: tuple) -> tuple:
+def _json(r: tuple[Any, ...]) -> tuple[Any, ...]:
     """dicts and lists as JSON text (for json/jsonb columns)."""
     if any(type(v) in (dict, list) for v in r):
         return tuple(json.dumps(v) if type(v) in (dict, list) else v for v in r)
@@ -439,13 +439,14 @@ class PostgresLookup(BaseQueryFunction):
     def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
         """The rows of the tuples' keys, in one query."""
         self._idx = [state.f.columns.index(c) for c in self.columns]
-        return state.lookup([tuple(t) if len(t) > 1 else t[0] for t in tuples])
+        rows: list[Any] = state.lookup([tuple(t) if len(t) > 1 else t[0] for t in tuples])
+        return rows
 
     def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
         """Emit the row's ``columns``."""
         collector.emit(tuple_of(result, self._idx))
 
 
-def tuple_of(row: tuple | None, idx: list[int]) -> tuple:
+def tuple_of(row: tuple[Any, ...] | None, idx: list[int]) -> tuple[Any, ...]:
     """The values at ``idx`` of ``row``; Nones for no row."""
     return (None,) * len(idx) if row is None else tuple(row[i] for i in idx)

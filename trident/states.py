@@ -85,7 +85,7 @@ class StateFactory:
         """The state's name in messages and on the status page."""
         return type(self).__name__
 
-    def make_state(self, conf: dict, metrics: Any, partition_index: int, num_partitions: int) -> State:
+    def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> State:
         """The state of task ``partition_index`` of ``num_partitions``."""
         raise NotImplementedError
 
@@ -149,7 +149,7 @@ class BackingMapStateFactory(StateFactory):
     wrappers' JSON-compatible dicts. A key must be updated by one task per txid (a
     fields grouping on the key does that: ``group_by``)."""
 
-    def __init__(self, backing_factory: Callable[[dict, int, int], Any], kind: str = "opaque",
+    def __init__(self, backing_factory: Callable[[dict[str, Any], int, int], Any], kind: str = "opaque",
                  name: str | None = None) -> None:
         self.backing_factory = backing_factory
         self.kind = map_class(kind).kind
@@ -161,23 +161,23 @@ class BackingMapStateFactory(StateFactory):
         """The name given, else the kind and the backing factory's name."""
         return self._name or f"{self.kind} map over {getattr(self.backing_factory, '__name__', 'a backing')}"
 
-    def make_state(self, conf: dict, metrics: Any, partition_index: int, num_partitions: int) -> State:
+    def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> State:
         """The map of task ``partition_index``, over the backing made for it."""
         backing = UserMapBacking(self.backing_factory(conf, partition_index, num_partitions), self.name)
         m = map_class(self.kind)(backing, self.name, writer=f"task{partition_index}")
         return _MapOverBacking(m, conf.get(EPOCH))
 
 
-def TransactionalMapFactory(backing_factory: Callable[[dict, int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
+def TransactionalMapFactory(backing_factory: Callable[[dict[str, Any], int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
     """A ``TransactionalMap`` over the user's backing (exactly once with transactional spouts)."""
     return BackingMapStateFactory(backing_factory, "transactional", name)
 
 
-def OpaqueMapFactory(backing_factory: Callable[[dict, int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
+def OpaqueMapFactory(backing_factory: Callable[[dict[str, Any], int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
     """An ``OpaqueMap`` over the user's backing (exactly once with any spout)."""
     return BackingMapStateFactory(backing_factory, "opaque", name)
 
 
-def NonTransactionalMapFactory(backing_factory: Callable[[dict, int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
+def NonTransactionalMapFactory(backing_factory: Callable[[dict[str, Any], int, int], Any], name: str | None = None) -> BackingMapStateFactory:  # noqa: N802 - Storm's name
     """A ``NonTransactionalMap`` over the user's backing (at least once)."""
     return BackingMapStateFactory(backing_factory, "non-transactional", name)
