@@ -28,6 +28,7 @@ class PersistProc(Proc):
         op = self.op
         assert op is not None
         self.map = _open_state(bolt, op)
+        self.bolt_txid: int = bolt.attempt.txid
         self.reducer = isinstance(op.fn, ReducerAggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
@@ -58,8 +59,12 @@ class PersistProc(Proc):
             self._sum_batches()
         if self.batches:
             b = self.batches[0]
-            if not self.acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
-                self._add_columns(b)
+            if not self.acc and b.num_columns == 2:
+                # one group field, nothing folded in Python: the columns go to the map as they
+                # are (a counter map adds them without a read; the others take them as lists)
+                new = self._combine(b.column(0), b.column(1))
+                if op.emit_values:
+                    self._emit(b.column(0).to_pylist(), new)
                 Proc.finish(self)
                 return
             keys, values = _keys_values(b)
@@ -95,14 +100,6 @@ class PersistProc(Proc):
                 self._fold(*_keys_values(part))
             self.batches = []
 
-    def _add_columns(self, b: Any) -> None:
-        """A batch of counts or sums added to a counter map, no value read back."""
-        if b.num_columns == 2:
-            self.map.add_columns(b.column(0), b.column(1))     # keys of groups: as arrays
-        else:
-            self.map.add(*_keys_values(b), distinct=True)
-        self.batches = []
-
     def _check_counter_totals(self) -> None:
         """A counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
         partials beyond them stops here, named, before anything is written."""
@@ -118,26 +115,31 @@ class PersistProc(Proc):
 
     def _write(self, keys: list[Any]) -> list[Any]:
         """Fold the task's values of ``keys`` into the map (one read, one write); the new
-        values (none for a counter map added to without a read)."""
+        values (none when nobody reads them and the map adds without a read)."""
+        op = self.op
+        assert op is not None
+        if self.reducer:
+            new: list[Any] = self.map.multi_update(keys, [_reduce_into(op.fn, self.acc[k]) for k in keys])
+            return new
+        return self._combine(keys, list(self.acc.values()))
+
+    def _combine(self, keys: Any, values: Any) -> list[Any]:
+        """``values`` folded into ``keys`` of the map through its one columnar entry,
+        ``combine`` (Storm's MapCombinerAggStateUpdater): a sum for counts and sums, else the
+        aggregator's ``combine`` over the stored value (its ``zero`` for a new key)."""
         op = self.op
         assert op is not None
         fn = op.fn
-        new: list[Any]
-        if self.reducer:
-            new = self.map.multi_update(keys, [_reduce_into(fn, self.acc[k]) for k in keys])
-            return new
+        combiner: Any
         if getattr(fn, "arrow_agg", None) in ("count", "sum"):
-            if not op.emit_values and hasattr(self.map, "add"):
-                self.map.add(keys, list(self.acc.values()))      # a counter map: no read
-                return []
-            new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
-            return new
-        zero = fn.zero
+            combiner = "sum"
+        else:
+            zero = fn.zero
 
-        def combine(old: Any, v: Any) -> Any:
-            return fn.combine(zero() if old is None else old, v)
-        new = self.map.multi_combine(keys, list(self.acc.values()), combine)
-        return new
+            def combiner(old: Any, v: Any) -> Any:
+                return fn.combine(zero() if old is None else old, v)
+        new = self.map.combine(self.bolt_txid, keys, values, combiner, new_values=op.emit_values)
+        return [] if new is None else list(new)
 
     def _emit(self, keys: list[Any], new: list[Any]) -> None:
         """``(key fields..., new value)`` per key, when the new values have a consumer."""
