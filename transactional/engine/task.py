@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from transactional.columns import ColumnBatch, rows_of
+from transactional.engine.faults import task_fault
 from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
 from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.exceptions import (
@@ -330,6 +331,7 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
     payloads = sorted(payloads, key=_payload_order)
+    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     bolt = new_bolt(component)
     context = TaskContext(topology, component, task, phase, states)
     if topology.core:
