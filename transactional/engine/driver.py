@@ -360,7 +360,8 @@ class Engine:
         store.record_commit(txid, a.meta, a.partitions)
         self.states.committed(txid)
         crash_point("commit.after_record", txid=txid)
-        # Step 6. drop its metadata.
+        # Step 6. drop its metadata (kept for `trident replay` with keep_batch_meta).
+        store.keep_meta(txid, a.meta, a.partitions, self.config.keep_batch_meta)
         store.drop_pending(txid)
         # Step 7. tell the coordinator (emitters get cleanup_before with the next batch).
         try:

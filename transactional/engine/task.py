@@ -303,6 +303,18 @@ class TaskContext:
         return self._states.map_state(name, opaque)
 
 
+#: ``trident replay --trace``: called after each bolt task with ``(component, task, attempt,
+#: payloads in, records out)`` (``set_tracer``); None: off
+_TRACER: Callable[[str, int, TransactionAttempt, list, list], None] | None = None
+
+
+def set_tracer(tracer: Callable[[str, int, TransactionAttempt, list, list], None] | None) -> None:
+    """Have ``tracer`` see every bolt task this process runs: its input payloads and output
+    records (``trident replay --trace`` runs its tasks in its own process); None: off."""
+    global _TRACER
+    _TRACER = tracer
+
+
 def _payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
@@ -362,4 +374,6 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
             execute(Tuple(v, fields, source, stream, source_task))
         n += len(values_list)
     bolt.finish_batch()
+    if _TRACER is not None:
+        _TRACER(component.id, task, attempt, payloads, router.records())
     return router.records(), n, router.emitted, None

@@ -12,6 +12,8 @@
                [--control-token TOKEN]   (the status page of every topology under the root, no driver needed)
     trident verify FILE [--crash-points all|LIST] [--kills N] [--seed S] [--budget SECS] [--junit FILE] [--json]
                                           (exactly once, proven: runs under faults against a clean run; docs/verify.md)
+    trident replay ID --file FILE --txids A..B --into NAMESPACE [--trace COMPONENT]
+                                          (re-emit kept batches into scratch state; keep_batch_meta)
     trident --version
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
@@ -50,6 +52,7 @@ from typing import IO, Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.ops import replay as replay_command
 from transactional.ops import verify as verify_command
 from transactional.ops.progress import plural
 from transactional.ops.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
@@ -486,6 +489,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("topology_id", help="the topology id")
         _coordination_args(p)
     verify_command.add_parser(sub)
+    replay_command.add_parser(sub)
     return parser
 
 
@@ -607,6 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: _ui(args))
     if args.command == "verify":
         return _guard(lambda: verify_command.command(args))
+    if args.command == "replay":
+        return _guard(lambda: replay_command.command(args))
     return _guard(lambda: _status(args))
 
 
