@@ -35,8 +35,8 @@ class Recovered:
 
     last_committed: int = 0
     committed_meta: Any = None
-    partitions: dict | None = None
-    pending: dict[int, dict] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
+    partitions: dict[Any, Any] | None = None
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
     maps: dict[str, str] = field(default_factory=dict)       # map name -> kind
 
 
@@ -131,7 +131,7 @@ class CoordinatorStore:
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")
 
-    def keep_meta(self, txid: int, meta: Any, partitions: dict | None, keep: int) -> None:
+    def keep_meta(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, keep: int) -> None:
         """Keep committed ``txid``'s metadata under ``kept/<txid>`` while it is among the last
         ``keep`` txids (``keep`` 0: none is kept). One write and one delete per commit; the
         first commit of a run also drops what an earlier run with a larger ``keep`` left."""
@@ -145,11 +145,11 @@ class CoordinatorStore:
         elif keep > 0 and txid - keep >= 1:
             self.state.delete(f"kept/{txid - keep}")
 
-    def kept_meta(self) -> dict[int, dict]:
+    def kept_meta(self) -> dict[int, dict[str, Any]]:
         """The kept txids' metadata (``keep_meta``): txid -> {"meta", "partitions"}."""
         return {int(n): cast("dict[str, Any]", self.state.get(f"kept/{n}")) for n in self.state.children("kept")}
 
-    def record_commit(self, txid: int, meta: Any, partitions: dict | None) -> None:
+    def record_commit(self, txid: int, meta: Any, partitions: dict[Any, Any] | None) -> None:
         self.state.set("committed", {"txid": txid, "meta": meta, "partitions": partitions})
 
     def recorded_stateful(self) -> dict[str, dict[str, int]]:

@@ -69,7 +69,7 @@ def _check_namespace(namespace: str, topology_id: str) -> None:
 
 
 def read_kept(coordination: str, topology_id: str, first: int, last: int, keep: int,
-              **options: Any) -> tuple[dict[int, dict], dict | None]:
+              **options: Any) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
     """The metadata of txids ``first..last`` of ``topology_id`` (kept after their commit, or
     still uncommitted) and of ``first - 1`` if kept (None if not). ``ReplayError`` naming the
     first txid whose metadata is gone, what is kept and ``keep_batch_meta``."""
@@ -107,7 +107,7 @@ class Tracer:
         self.component, self.out, self.limit = component, out or sys.stdout, limit
         self.seen = 0
 
-    def __call__(self, component: str, task: int, attempt: Any, payloads: list, records: list) -> None:
+    def __call__(self, component: str, task: int, attempt: Any, payloads: list[Any], records: list[Any]) -> None:
         if component != self.component:
             return
         self.seen += 1

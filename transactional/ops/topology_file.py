@@ -28,7 +28,7 @@ _MUST_RETURN = ("a TransactionalTopologyBuilder, a TopologyBuilder, a trident.Tr
 def load_topology_file(path: str) -> ModuleType:
     """Import a topology file as a module. Executors cannot import a file by path: its
     classes and functions go to them by value, in the components' executor blobs only
-    (``transactional.topology.ship_by_value``); on the driver the commit phase and the
+    (``transactional.pickling.ship_by_value``); on the driver the commit phase and the
     spout's coordinator run the module's own classes."""
     p = Path(path)
     if not p.is_file():
@@ -44,7 +44,7 @@ def load_topology_file(path: str) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(p.resolve().parent))
     spec.loader.exec_module(module)
-    from transactional.topology import ship_by_value
+    from transactional.pickling import ship_by_value
 
     ship_by_value(module)   # executors cannot import a file by path
     if not hasattr(module, "build_topology"):

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -298,8 +298,6 @@ class Verifier:
         self.run_id = uuid.uuid4().hex[:8]
         self.budget = _Budget(options.budget_secs)
         self.say = say or (lambda text: None)
-        self.driver_secs = 10.0          # measured: a driver's start-up plus its share of a run
-        self.run_secs = 30.0
         self.until_txid: int | None = None
 
     def scratch_id(self, name: str) -> str:
@@ -308,13 +306,12 @@ class Verifier:
 
     def run(self, name: str, kills: list[Kill], env: dict[str, str] | None = None) -> tuple[str, RunOutcome]:
         """Run the topology under scratch id ``name`` to completion, killing its driver at each
-        of ``kills`` in turn (a kill not reached is skipped); the id and the row so far."""
+        of ``kills`` in turn (a kill not reached is noted); the id and the row so far."""
         tid = self.scratch_id(name)
         row = RunOutcome(fault=name, kills_planned=len(kills))
         t0 = time.monotonic()
         log_path = self.workdir / f"{tid}.log"
         plan = list(kills)
-        attempts = 0
         with open(log_path, "ab") as log:
             def start(k: Kill | None) -> Driver:
                 e = dict(env or {})
@@ -322,46 +319,54 @@ class Verifier:
                     e["TRIDENT_CRASH_AT"] = k.spec
                 return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid)
 
-            current = start(plan[0] if plan else None)
-            try:
-                while True:
-                    if not current.wait_ready(max(1.0, min(300.0, self.budget.left()))):
-                        raise VerifyError(self._driver_failed(tid, current, log_path, "starting"))
-                    kill = plan.pop(0) if plan else None
-                    current.go()
-                    row.drivers += 1
-                    nxt = start(plan[0] if plan else None) if plan or kill is not None else None
-                    status = current.wait(max(0.0, self.budget.left()))
-                    if status is None:
-                        current.kill()
-                        if nxt is not None:
-                            nxt.kill()
-                        raise OutOfBudget
-                    current.reap_group()
-                    attempts += int((current.done or current.last_commit).get("attempts", 0))
-                    if status == -signal.SIGKILL and kill is not None:
-                        row.kills += 1
-                        self.say(f"  {name}: driver killed at {kill.spec}; restarting")
-                    elif status != 0:
-                        if nxt is not None:
-                            nxt.kill()
-                        raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
-                    elif current.done is not None:
-                        if kill is not None:
-                            row.note = _join(row.note, f"not reached: {kill.spec}")
-                        if nxt is not None:
-                            nxt.kill()
-                            nxt.reap_group()
-                        break
-                    assert nxt is not None
-                    current = nxt
-            finally:
-                for d in (current,):
-                    if d.proc.poll() is None:
-                        d.kill()
+            def start_next(killed: bool) -> Driver | None:
+                """The driver that resumes after a kill (started now, it waits with Spark up)."""
+                return start(plan[0] if plan else None) if plan or killed else None
+
+            current: Driver | None = start(plan[0] if plan else None)
+            while current is not None:
+                kill = plan.pop(0) if plan else None
+                current = self._drive(current, kill, start_next, row, tid, log_path)
+        for k in plan:
+            row.note = _join(row.note, f"not reached: {k.spec}")
         row.secs = time.monotonic() - t0
-        row.replays = attempts
         return tid, row
+
+    def _drive(self, current: Driver, kill: Kill | None, start_next: Callable[[bool], Driver | None], row: RunOutcome, tid: str,
+               log_path: Path) -> Driver | None:
+        """Let ``current`` run (the next driver starting meanwhile, ``start_next``) until it ends;
+        the driver that resumes the run after a kill, None once the run completed."""
+        try:
+            ready = current.wait_ready(max(1.0, min(300.0, self.budget.left())))
+        except BaseException:
+            current.kill()
+            raise
+        if not ready:
+            current.kill()
+            raise VerifyError(self._driver_failed(tid, current, log_path, "starting"))
+        current.go()
+        row.drivers += 1
+        nxt = start_next(kill is not None)
+        try:
+            status = current.wait(max(0.0, self.budget.left()))
+            if status is None:
+                current.kill()
+                raise OutOfBudget
+            current.reap_group()
+            row.replays += int((current.done or current.last_commit).get("attempts", 0))
+            if status == -signal.SIGKILL and kill is not None:
+                row.kills += 1
+                self.say(f"  {row.fault}: driver killed at {kill.spec}; restarting")
+                resumed, nxt = nxt, None
+                return resumed
+            if status != 0:
+                raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
+            if kill is not None:
+                row.note = _join(row.note, f"not reached: {kill.spec}")
+            return None
+        finally:
+            if nxt is not None:
+                nxt.kill()
 
     def _driver_failed(self, tid: str, driver: Driver, log_path: Path, doing: str) -> str:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
@@ -407,8 +412,8 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
     t0 = time.monotonic()
     module = load_topology_file(file)
     topology = built_topology(module.build_topology(), file)
-    core = topology.core
-    report = VerifyReport(file, topology.topology_id, "core (at least once)" if core else "transactional (exactly once)")
+    report = VerifyReport(file, topology.topology_id,
+                          "core (at least once)" if topology.core else "transactional (exactly once)")
     report.unchecked += check_spouts(topology)
     if getattr(module, "verify_outputs", None) is None:
         report.unchecked.append("writes outside the maps and KeyValueState (files, databases, sinks of your own) are not "
@@ -418,8 +423,7 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
         setup()
     with tempfile.TemporaryDirectory(prefix="trident-verify-") as tmp, scratch_servers(options, Path(tmp)) as urls:
         v = Verifier(file, options, urls, Path(tmp), say)
-        if options.max_batches is not None:
-            v.until_txid = options.max_batches
+        v.until_txid = options.max_batches
         say(f"trident verify {file}: reference run (topology {topology.topology_id!r} as {v.scratch_id('ref')})")
         try:
             ref_tid, ref_row = v.run("reference", [])
@@ -428,43 +432,50 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
             raise VerifyError(msg) from None
         reference = v.snapshot(ref_tid, module)
         report.reference_keys = sum(len(s) for s in reference.values())
-        last = _last_txid(urls[1], ref_tid)
-        report.reference_txids = last
+        last = report.reference_txids = _last_txid(urls[1], ref_tid)
         v.until_txid = last if options.max_batches is not None else None
-        v.run_secs = ref_row.secs
         if not report.reference_keys:
             report.unchecked.append("the reference run left no key in any map: there is nothing to compare")
         say(f"  reference: {last} txids, {report.reference_keys} keys in {ref_row.secs:.1f} s")
-        mid = max(1, (last + 1) // 2)
-        scenarios: list[tuple[str, list[Kill], dict[str, str]]] = [
-            (f"kill at {p}", [Kill(p, mid)], {}) for p in options.crash_points]
-        if options.kills:
-            scenarios.append((f"{options.kills} random kills (seed {options.seed})",
-                              plan_random_kills(options.kills, options.seed, last), {}))
-        if options.task_failures:
-            scenarios.append((f"task failures (rate {options.task_failure_rate:g})", [],
-                              {"TRIDENT_FAIL_TASKS": f"seed={options.seed},rate={options.task_failure_rate},"
-                                                     "max_attempt=1"}))
+        scenarios = _scenarios(options, last)
         for i, (name, kills, env) in enumerate(scenarios):
-            need = ref_row.secs * (len(kills) + 1) * 0.6
-            if v.budget.left() < need:
+            if v.budget.left() < ref_row.secs * (len(kills) + 1) * 0.6:
                 report.runs.append(RunOutcome(name, kills_planned=len(kills), verdict="SKIP",
                                               note=f"not run: --budget {options.budget_secs:g}s left too little"))
                 continue
             say(f"run {i + 1}/{len(scenarios)}: {name}")
-            try:
-                tid, row = v.run(f"r{i + 1}", kills, env)
-            except OutOfBudget:
-                report.runs.append(RunOutcome(name, kills_planned=len(kills), verdict="SKIP",
-                                              note=f"stopped: --budget {options.budget_secs:g}s ran out"))
-                continue
-            row.fault = name
-            row.replays = max(0, row.replays - last)
-            _judge(row, compare(reference, v.snapshot(tid, module)), core)
-            report.runs.append(row)
-            say(f"  {row.verdict}: {row.kills} kill(s), {row.compared} keys compared in {row.secs:.1f} s")
+            report.runs.append(_fault_run(v, f"r{i + 1}", name, kills, env, reference, module, topology.core, last))
     report.secs = time.monotonic() - t0
     return report
+
+
+def _scenarios(options: VerifyOptions, last: int) -> list[tuple[str, list[Kill], dict[str, str]]]:
+    """The runs under faults: (name, kills, environment) each."""
+    mid = max(1, (last + 1) // 2)
+    out: list[tuple[str, list[Kill], dict[str, str]]] = [
+        (f"kill at {p}", [Kill(p, mid)], {}) for p in options.crash_points]
+    if options.kills:
+        out.append((f"{options.kills} random kills (seed {options.seed})",
+                    plan_random_kills(options.kills, options.seed, last), {}))
+    if options.task_failures:
+        out.append((f"task failures (rate {options.task_failure_rate:g})", [],
+                    {"TRIDENT_FAIL_TASKS": f"seed={options.seed},rate={options.task_failure_rate},max_attempt=1"}))
+    return out
+
+
+def _fault_run(v: Verifier, run_name: str, name: str, kills: list[Kill], env: dict[str, str], reference: Snapshot,
+               module: Any, core: bool, last: int) -> RunOutcome:
+    """One run under faults, judged against ``reference``."""
+    try:
+        tid, row = v.run(run_name, kills, env)
+    except OutOfBudget:
+        return RunOutcome(name, kills_planned=len(kills), verdict="SKIP",
+                          note=f"stopped: --budget {v.options.budget_secs:g}s ran out")
+    row.fault = name
+    row.replays = max(0, row.replays - last)
+    _judge(row, compare(reference, v.snapshot(tid, module)), core)
+    v.say(f"  {row.verdict}: {row.kills} kill(s), {row.compared} keys compared in {row.secs:.1f} s")
+    return row
 
 
 def _last_txid(coordination: str, tid: str) -> int:
