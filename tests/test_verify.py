@@ -133,6 +133,22 @@ def test_verify_fails_a_counter_in_a_module_level_dict_without_the_txid_check(zk
 
 
 @pytest.mark.integration
+def test_the_status_of_a_verify_run_says_so(zk_url: str, redis_url: str) -> None:
+    from transactional.ops.status import format_status, topology_list, topology_status
+    from transactional.ops.webui.history import HistorySource
+
+    verify(str(CASES / "dict_counter.py"), options(zk_url, redis_url, crash_points=()))
+    ids = sorted(r["topology_id"] for r in topology_list(zk_url))
+    assert len(ids) == 1 and ids[0].startswith("verify-") and ids[0].endswith("-reference")
+    said = "verify run: a scratch copy of topology 'dict-counter' under fault 'reference' " \
+           f"(trident verify {CASES / 'dict_counter.py'}), not a production run"
+    assert f"    {said}" in format_status(topology_status(zk_url, ids[0])).splitlines()
+    page = HistorySource(zk_url).snapshot(ids[0])
+    assert page is not None and page["verify"] == {"of": "dict-counter", "fault": "reference",
+                                                    "file": str(CASES / "dict_counter.py")}
+
+
+@pytest.mark.integration
 def test_verify_fails_a_committer_appending_to_a_file_on_every_attempt(zk_url: str, redis_url: str,
                                                                         tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRIDENT_VERIFY_CASE_DIR", str(tmp_path))

@@ -8,7 +8,7 @@
                    gets the lock and fences its user-state writes with it (state/map.py)
     maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
                    a commit can repair an OpaqueMap a failed attempt wrote (state/map.py)
-    kept/<txid>    {"meta": ..., "partitions": ...}: a committed txid's metadata, kept for
+    kept/<txid>    {"meta": ..., "partitions": ..., "keep": N}: a committed txid's metadata, kept for
                    ``trident replay`` (``TopologyConfig.keep_batch_meta``: the last N txids)
     state          {"kind": "redis", "location": "host:port/db"}: the user state the
                    committed txids were written to (no credentials); a run whose state is
@@ -136,7 +136,7 @@ class CoordinatorStore:
         ``keep`` txids (``keep`` 0: none is kept). One write and one delete per commit; the
         first commit of a run also drops what an earlier run with a larger ``keep`` left."""
         if keep > 0:
-            self.state.set(f"kept/{txid}", {"meta": meta, "partitions": partitions})
+            self.state.set(f"kept/{txid}", {"meta": meta, "partitions": partitions, "keep": keep})
         if not self._kept_checked:
             self._kept_checked = True
             for name in self.state.children("kept"):

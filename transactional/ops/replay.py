@@ -68,11 +68,10 @@ def _check_namespace(namespace: str, topology_id: str) -> None:
         raise ReplayError(msg)
 
 
-def read_kept(coordination: str, topology_id: str, first: int, last: int, keep: int,
-              **options: Any) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
+def read_kept(coordination: str, topology_id: str, first: int, last: int, **options: Any) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
     """The metadata of txids ``first..last`` of ``topology_id`` (kept after their commit, or
     still uncommitted) and of ``first - 1`` if kept (None if not). ``ReplayError`` naming the
-    first txid whose metadata is gone, what is kept and ``keep_batch_meta``."""
+    first txid whose metadata is gone, what is kept and the run's ``keep_batch_meta``."""
     from state.base import open_transactional_state
     from transactional.engine.store import CoordinatorStore
 
@@ -92,6 +91,7 @@ def read_kept(coordination: str, topology_id: str, first: int, last: int, keep: 
     missing = [t for t in range(first, last + 1) if t not in kept]
     if missing:
         have = sorted(kept)
+        keep = max([int(r.get("keep") or 0) for r in kept.values()], default=0)
         msg = (f"topology {topology_id!r}: the metadata of txid {missing[0]} is gone, so its batch cannot be "
                f"re-emitted. It keeps the spout metadata of its last {keep} committed txid(s) "
                f"(keep_batch_meta = {keep}; kept now: {_ranges(have)}). Replay kept txids, or run the topology "
@@ -147,7 +147,7 @@ def replay(file: str, topology_id: str, txids: tuple[int, int], namespace: str, 
     first, last = txids
     options = {"auth": config.coordination_auth, "connect_timeout": config.connect_timeout_secs} \
         if config.coordination.startswith("zk:") else {}
-    metas, before = read_kept(config.coordination, topology_id, first, last, config.keep_batch_meta, **options)
+    metas, before = read_kept(config.coordination, topology_id, first, last, **options)
     module = load_topology_file(file)
     topology = built_topology(module.build_topology(), file)
     if trace is not None and trace not in {c.id for c in topology.bolts}:

@@ -205,9 +205,9 @@ class Driver:
     """A ``transactional.ops.verify_child`` process: started (Spark up), then told to go."""
 
     def __init__(self, file: str, topology_id: str, urls: tuple[str, str], options: VerifyOptions,
-                 env: dict[str, str], log: IO[bytes], until_txid: int | None) -> None:
+                 env: dict[str, str], log: IO[bytes], until_txid: int | None, fault: str = "none") -> None:
         cmd = [sys.executable, "-m", "transactional.ops.verify_child", file, "--topology-id", topology_id,
-               "--state", urls[0], "--coordination", urls[1], "--master", options.master]
+               "--state", urls[0], "--coordination", urls[1], "--master", options.master, "--fault", fault]
         if options.executor:
             cmd += ["--executor", options.executor]
         if until_txid is not None:
@@ -304,11 +304,12 @@ class Verifier:
         """The scratch topology id of run ``name``."""
         return f"verify-{self.run_id}-{name}"
 
-    def run(self, name: str, kills: list[Kill], env: dict[str, str] | None = None) -> tuple[str, RunOutcome]:
+    def run(self, name: str, kills: list[Kill], env: dict[str, str] | None = None,
+            fault: str | None = None) -> tuple[str, RunOutcome]:
         """Run the topology under scratch id ``name`` to completion, killing its driver at each
         of ``kills`` in turn (a kill not reached is noted); the id and the row so far."""
         tid = self.scratch_id(name)
-        row = RunOutcome(fault=name, kills_planned=len(kills))
+        row = RunOutcome(fault=fault or name, kills_planned=len(kills))
         t0 = time.monotonic()
         log_path = self.workdir / f"{tid}.log"
         plan = list(kills)
@@ -317,7 +318,7 @@ class Verifier:
                 e = dict(env or {})
                 if k is not None:
                     e["TRIDENT_CRASH_AT"] = k.spec
-                return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid)
+                return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid, row.fault)
 
             def start_next(killed: bool) -> Driver | None:
                 """The driver that resumes after a kill (started now, it waits with Spark up)."""
@@ -467,11 +468,10 @@ def _fault_run(v: Verifier, run_name: str, name: str, kills: list[Kill], env: di
                module: Any, core: bool, last: int) -> RunOutcome:
     """One run under faults, judged against ``reference``."""
     try:
-        tid, row = v.run(run_name, kills, env)
+        tid, row = v.run(run_name, kills, env, fault=name)
     except OutOfBudget:
         return RunOutcome(name, kills_planned=len(kills), verdict="SKIP",
                           note=f"stopped: --budget {v.options.budget_secs:g}s ran out")
-    row.fault = name
     row.replays = max(0, row.replays - last)
     _judge(row, compare(reference, v.snapshot(tid, module)), core)
     v.say(f"  {row.verdict}: {row.kills} kill(s), {row.compared} keys compared in {row.secs:.1f} s")

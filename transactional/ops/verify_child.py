@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--executor", default=None)
     p.add_argument("--until-txid", type=int, default=None)
+    p.add_argument("--fault", default="none", help="the fault of this run, for the status record")
     p.add_argument("--no-wait", action="store_true", help="run at once (no 'go' line)")
     args = p.parse_args(argv)
 
@@ -60,10 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     from transactional.ops.topology_file import built_topology, load_topology_file
 
     module = load_topology_file(args.file)
-    topology = dataclasses.replace(built_topology(module.build_topology(), args.file), topology_id=args.topology_id)
+    built = built_topology(module.build_topology(), args.file)
+    topology = dataclasses.replace(built, topology_id=args.topology_id)
     scratch: dict[str, Any] = {"state": args.state, "coordination": args.coordination, "spark_master": args.master,
                                "progress": False, "spark_ui": False, "metrics_port": None, "idle_timeout_secs": 0.0,
-                               "lock_wait_secs": 120.0}
+                               "lock_wait_secs": 120.0,
+                               # the status page and `trident status` say it is a verify run
+                               "conf": {"trident.verify": {"of": built.topology_id, "fault": args.fault,
+                                                           "file": args.file}}}
     if args.executor:
         scratch["executor"] = args.executor
     config = make_config([Layer(f"CONFIG of {args.file}", dict(getattr(module, "CONFIG", None) or {})),
