@@ -393,7 +393,7 @@ def plan_random_kills(n: int, seed: int, last_txid: int) -> list[Kill]:
     run reaches them (by txid, then by the point's place in the protocol).
 
     >>> [k.spec for k in plan_random_kills(2, 1, 5)]
-    ['commit.before_record:txid=2', 'commit.before:txid=5']
+    ['process.after_meta:txid=3', 'commit.before:txid=5']
     """
     rng = random.Random(seed)
     kills = [Kill(rng.choice(CRASH_POINTS), rng.randint(1, max(1, last_txid))) for _ in range(n)]
