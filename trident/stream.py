@@ -268,7 +268,8 @@ class Stream:
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(self)``: a reusable piece of stream (e.g. ``FirstN``)."""
-        return assembly.apply(self)
+        out: Stream = assembly.apply(self)
+        return out
 
     def to_stream(self) -> Stream:
         """This stream (for symmetry with ``GroupedStream.to_stream``)."""

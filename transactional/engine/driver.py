@@ -112,10 +112,12 @@ class Engine:
         self.listeners.append(_log_failure(topology.topology_id))
         if log.isEnabledFor(logging.DEBUG):
             self.listeners.append(_log_transition)
-        if self.progress_lines is not None:
-            self.listeners.append(self.progress_lines)
+        # on_commit hears a commit before the progress line says it: whoever reads the line
+        # (a person pressing Ctrl-C after "committed txid N") finds txid N recorded
         if on_commit is not None:
             self.listeners.append(lambda t: on_commit(t.txid, self.result) if t.kind == "committed" else None)
+        if self.progress_lines is not None:
+            self.listeners.append(self.progress_lines)
 
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:

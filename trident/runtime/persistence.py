@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident.operation import ReducerAggregator, TridentTuple
+from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
+
 
 class PersistProc(Proc):
     """``persistent_aggregate``, in the commit phase: the combined partials (or, for a
@@ -30,7 +32,7 @@ class PersistProc(Proc):
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
         if self.reducer:
@@ -49,79 +51,111 @@ class PersistProc(Proc):
             self.batches.append(b)
 
     def finish(self) -> None:
-        op, nxt = self.op, self.nxt
+        op = self.op
         assert op is not None
-        fn = op.fn
-        if self.batches and len(self.batches) > 1:
-            b = _concat(self.batches)
-            group = list(b.schema.names[:-1])
-            try:
-                self.batches = [arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])]
-            except SumOverflow:
-                # the partials' sum is beyond Arrow's integers, not the map's: add them in
-                # Python (exact), as the fold into the map does
-                acc = self.acc
-                for part in self.batches:
-                    for k, v in zip(*_keys_values(part), strict=True):
-                        old = acc.get(k, _MISSING)
-                        acc[k] = v if old is _MISSING else fn.combine(old, v)
-                self.batches = []
+        if len(self.batches) > 1:
+            self._sum_batches()
         if self.batches:
             b = self.batches[0]
-            acc = self.acc
-            if not acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
-                if b.num_columns == 2:
-                    self.map.add_columns(b.column(0), b.column(1))     # keys of groups: as arrays
-                else:
-                    self.map.add(*_keys_values(b), distinct=True)
-                self.batches = []
+            if not self.acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
+                self._add_columns(b)
                 Proc.finish(self)
                 return
             keys, values = _keys_values(b)
-            if acc:
-                for k, v in zip(keys, values, strict=True):
-                    old = acc.get(k, _MISSING)
-                    acc[k] = v if old is _MISSING else fn.combine(old, v)
+            if self.acc:
+                self._fold(keys, values)
             else:
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
-        if keys and op.state.state_type.value == "counter":
-            # a counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
-            # partials beyond them stops here, named, before anything is written
-            for k, v in self.acc.items():
-                if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
-                    raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
-                                        f"what counters map {op.state.name!r} holds",
-                                        f"Store it in a transactional or opaque map (trident.state."
-                                        f"transactional({op.state.name!r})), which holds Python ints "
-                                        "without bound, or sum smaller numbers") from None
         if keys:
-            if self.reducer:
-                def reduce_into(ts: list) -> Callable[[Any], Any]:
-                    def up(old: Any) -> Any:
-                        v = fn.init() if old is None else old
-                        for t in ts:
-                            v = fn.reduce(v, t)
-                        return v
-                    return up
-                new = self.map.multi_update(keys, [reduce_into(self.acc[k]) for k in keys])
-            elif getattr(fn, "arrow_agg", None) in ("count", "sum"):
-                if not op.emit_values and hasattr(self.map, "add"):
-                    self.map.add(keys, list(self.acc.values()))      # a counter map: no read
-                    new = []
-                else:
-                    new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
-            else:
-                zero = fn.zero
-
-                def combine(old: Any, v: Any) -> Any:
-                    return fn.combine(zero() if old is None else old, v)
-                new = self.map.multi_combine(keys, list(self.acc.values()), combine)
-            if op.emit_values and nxt is not None:
-                ng = len(op.group_idx)
-                for k, v in zip(keys, new, strict=True):
-                    nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
+            if op.state.state_type.value == "counter":
+                self._check_counter_totals()
+            self._emit(keys, self._write(keys))
         Proc.finish(self)
+
+    def _fold(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
+        """Combine ``values`` into the task's partials under ``keys``."""
+        assert self.op is not None
+        acc, fn = self.acc, self.op.fn
+        for k, v in zip(keys, values, strict=True):
+            old = acc.get(k, _MISSING)
+            acc[k] = v if old is _MISSING else fn.combine(old, v)
+
+    def _sum_batches(self) -> None:
+        """The record batches of partials as one, summed per key in Arrow; or, when the sum
+        is beyond Arrow's integers (not the map's), folded into ``acc`` in Python (exact),
+        as the fold into the map does."""
+        b = _concat(self.batches)
+        group = list(b.schema.names[:-1])
+        try:
+            self.batches = [arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])]
+        except SumOverflow:
+            for part in self.batches:
+                self._fold(*_keys_values(part))
+            self.batches = []
+
+    def _add_columns(self, b: Any) -> None:
+        """A batch of counts or sums added to a counter map, no value read back."""
+        if b.num_columns == 2:
+            self.map.add_columns(b.column(0), b.column(1))     # keys of groups: as arrays
+        else:
+            self.map.add(*_keys_values(b), distinct=True)
+        self.batches = []
+
+    def _check_counter_totals(self) -> None:
+        """A counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
+        partials beyond them stops here, named, before anything is written."""
+        op = self.op
+        assert op is not None
+        for k, v in self.acc.items():
+            if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+                raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
+                                    f"what counters map {op.state.name!r} holds",
+                                    f"Store it in a transactional or opaque map (trident.state."
+                                    f"transactional({op.state.name!r})), which holds Python ints "
+                                    "without bound, or sum smaller numbers") from None
+
+    def _write(self, keys: list[Any]) -> list[Any]:
+        """Fold the task's values of ``keys`` into the map (one read, one write); the new
+        values (none for a counter map added to without a read)."""
+        op = self.op
+        assert op is not None
+        fn = op.fn
+        new: list[Any]
+        if self.reducer:
+            new = self.map.multi_update(keys, [_reduce_into(fn, self.acc[k]) for k in keys])
+            return new
+        if getattr(fn, "arrow_agg", None) in ("count", "sum"):
+            if not op.emit_values and hasattr(self.map, "add"):
+                self.map.add(keys, list(self.acc.values()))      # a counter map: no read
+                return []
+            new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
+            return new
+        zero = fn.zero
+
+        def combine(old: Any, v: Any) -> Any:
+            return fn.combine(zero() if old is None else old, v)
+        new = self.map.multi_combine(keys, list(self.acc.values()), combine)
+        return new
+
+    def _emit(self, keys: list[Any], new: list[Any]) -> None:
+        """``(key fields..., new value)`` per key, when the new values have a consumer."""
+        op, nxt = self.op, self.nxt
+        assert op is not None
+        if op.emit_values and nxt is not None:
+            ng = len(op.group_idx)
+            for k, v in zip(keys, new, strict=True):
+                nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
+
+
+def _reduce_into(fn: Any, ts: list[TridentTuple]) -> Callable[[Any], Any]:
+    """The update of one key's stored value by reducer ``fn`` over the tuples ``ts``."""
+    def up(old: Any) -> Any:
+        v = fn.init() if old is None else old
+        for t in ts:
+            v = fn.reduce(v, t)
+        return v
+    return up
 
 
 class PartitionPersistProc(Proc):
@@ -136,7 +170,7 @@ class PartitionPersistProc(Proc):
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         assert self.op is not None
         self.tuples.append(self.tt(tuple(r[i] for i in self.op.in_idx)))
 
@@ -157,7 +191,8 @@ class _ReadView:
         self._m = m
 
     def multi_get(self, keys: Sequence[Any]) -> list[Any]:
-        return self._m.multi_get_committed(keys)
+        values: list[Any] = self._m.multi_get_committed(keys)
+        return values
 
     def get(self, key: Any) -> Any:
         return self.multi_get([key])[0]
@@ -173,9 +208,9 @@ class QueryProc(Proc):
         assert op is not None and self.nxt is not None
         self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
         self.tt = TridentTuple.of(op.in_fields)
-        self.buffered: list[tuple] = []
+        self.buffered: list[Row] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.buffered.append(r)
 
     def finish(self) -> None:
