@@ -194,6 +194,14 @@ def test_verify_passes_trident_word_count(zk_url: str, redis_url: str) -> None:
 
 
 @pytest.mark.integration
+def test_verify_checks_a_core_topology_at_least_once_on_its_key_value_state(zk_url: str, redis_url: str) -> None:
+    report = verify(str(EXAMPLES / "stateful_word_count.py"), options(zk_url, redis_url, crash_points=("commit.before",)))
+    assert report.kind == "core (at least once)" and report.reference_keys > 0
+    [row] = report.runs
+    assert (row.kills, row.verdict, row.missing) == (1, "PASS", 0) and row.compared == report.reference_keys
+
+
+@pytest.mark.integration
 def test_the_command_exits_1_on_a_failure_and_writes_json_and_junit(zk_url: str, redis_url: str,
                                                                       tmp_path: Path) -> None:
     junit = tmp_path / "verify.xml"
