@@ -364,6 +364,12 @@ def _parser() -> argparse.ArgumentParser:
     p_ui.add_argument("--control-token", metavar="TOKEN",
                       help="turn on the deactivate/activate/kill buttons; each request must carry TOKEN "
                            "(also TRIDENT_CONTROL_TOKEN)")
+    p_drpc = sub.add_parser("drpc", help="run a DRPC server: callers POST /drpc/<function>, remote DRPC topologies "
+                            "fetch the requests (docs/drpc.md)")
+    from transactional.ops.drpc_server import add_arguments as drpc_arguments
+
+    drpc_arguments(p_drpc)
+    _log_level_arg(p_drpc)
     for action, what in (("deactivate", "stop emitting new batches (those in flight commit); the driver waits"),
                          ("activate", "emit again after deactivate"),
                          ("kill", "stop the running driver after its commit under way; it releases the lock")):
@@ -465,7 +471,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill`` or ``ui``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill``, ``ui`` or ``drpc``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -495,6 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: verify_command.command(args))
     if args.command == "replay":
         return _guard(lambda: replay_command.command(args))
+    if args.command == "drpc":
+        from transactional.ops.drpc_server import main as drpc_main
+
+        setup_logging(args.log_level)
+        return _guard(lambda: drpc_main(args))
     return _guard(lambda: _status(args))
 
 
