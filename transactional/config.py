@@ -58,6 +58,7 @@ class TopologyConfig(BaseModel):
     micro_batch_size: int = Field(5000, description="core topologies: the most spout tuples one micro-batch takes")
     micro_batches_in_flight: int = Field(2, description="core topologies: micro-batches processing at once (their processing jobs overlap; commits stay in order)")
     message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
+    keep_batch_meta: int = Field(0, description="keep the spout metadata of the last N committed txids (0: dropped at commit) so that `trident replay ID --txids A..B` can re-emit those batches into scratch state (docs/verify.md)")
     max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
     retry_backoff_secs: float = Field(0.5, description="wait before re-emitting a failed txid; doubles with each failure of that txid")
     retry_backoff_max_secs: float = Field(10.0, description="the longest wait before a re-emit")
@@ -113,7 +114,7 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator("ackers", "checkpoint_interval_ms")
+    @field_validator("ackers", "checkpoint_interval_ms", "keep_batch_meta")
     @classmethod
     def _non_negative_int(cls, v: int) -> int:
         if v < 0:

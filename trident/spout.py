@@ -42,6 +42,9 @@ class FixedBatchSpout(PartitionedTransactionalSpout):
     ({'start': 0, 'end': 2}, {'start': 2, 'end': 3})
     """
 
+    #: ``trident verify``: a fresh run of the topology reads the same data (docs/verify.md)
+    replayable: bool | str = True
+
     def __init__(self, fields: Fields, max_batch_size: int, *values: Any, cycle: bool = False) -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             msg = f"max_batch_size must be an int >= 1; got {max_batch_size!r}"

@@ -192,6 +192,7 @@ class Engine:
             recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
                                       graph=topology_graph(self.topology), spouts=self.result._spout_ids,
                                       max_attempts=self.config.max_attempts, heartbeat=True,
+                                      verify=self.config.conf.get("trident.verify"),
                                       spark_ui=spark_ui_url if self.config.executor == "spark" else None)
             self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from transactional.columns import ColumnBatch, rows_of
+from transactional.engine.faults import task_fault
 from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
 from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.engine.user_states import TaskUserStates
@@ -333,6 +334,18 @@ class TaskContext:
         return self.user_states.state(factory)
 
 
+#: ``trident replay --trace``: called after each bolt task with ``(component, task, attempt,
+#: payloads in, records out)`` (``set_tracer``); None: off
+_TRACER: Callable[[str, int, TransactionAttempt, list[Any], list[Any]], None] | None = None
+
+
+def set_tracer(tracer: Callable[[str, int, TransactionAttempt, list[Any], list[Any]], None] | None) -> None:
+    """Have ``tracer`` see every bolt task this process runs: its input payloads and output
+    records (``trident replay --trace`` runs its tasks in its own process); None: off."""
+    global _TRACER
+    _TRACER = tracer
+
+
 def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
@@ -350,6 +363,7 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
     order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
     payloads = sorted(payloads, key=payload_order)
+    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     context = TaskContext(topology, component, task, phase, states)
     context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
                                          attempt, context.epoch, phase)
@@ -373,4 +387,6 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
         n += len(values_list)
     bolt.finish_batch()
     context.user_states.commit()      # the states it opened: commit(txid), in txid order
+    if _TRACER is not None:
+        _TRACER(component.id, task, attempt, payloads, router.records())
     return router.records(), n, router.emitted, None
