@@ -17,9 +17,11 @@ reference sentences at the rate of a bare ``consume()`` loop (both ≈116k recor
 ≈60-byte sentences on a 2-core machine busy with other jobs).
 
 What is read is decided by Kafka's documented protocol only: ListOffsets (``latest``)
-for the high watermark, Fetch from an explicit offset, ``OFFSET_OUT_OF_RANGE`` and the
-partition-EOF event. A broker that answers ListOffsets short (Tansu, see docs/kafka.md)
-only makes the spout lag until more data arrives; it never makes it read a wrong range.
+and the high watermark of Fetch responses, Fetch from an explicit offset,
+``OFFSET_OUT_OF_RANGE`` and the partition-EOF event. The plan trusts a Fetch response's
+high watermark over ListOffsets: some brokers (Tansu, see docs/kafka.md) answer
+ListOffsets short of the last records of a partition, and a plan bounded by that answer
+would leave them unread until more data arrives, with the lag reading 0.
 """
 
 from __future__ import annotations
@@ -311,6 +313,9 @@ class KafkaCoordinator(PartitionedCoordinator):
         self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
         self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
         self._done: dict[int, int] = {}        # partition -> end of its last committed batch (lag)
+        # partition -> (ListOffsets answer, the Fetch high watermark probed for it)
+        self._probed: dict[int, tuple[int, int]] = {}
+        self._prober: Consumer | None = None
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -355,7 +360,9 @@ class KafkaCoordinator(PartitionedCoordinator):
         return self._known
 
     def watermarks(self, partition: int) -> tuple[int, int] | None:
-        """``(low, high)`` of a partition, or None if the broker does not answer in time."""
+        """``(low, high)`` of a partition from ListOffsets, or None if the broker does not
+        answer in time. ``high`` may be short of the log's end on some brokers: see
+        ``high_watermark``."""
         try:
             return self.consumer.get_watermark_offsets(
                 TopicPartition(self.spout.topic, partition), timeout=self.spout.metadata_timeout_secs,
@@ -363,6 +370,59 @@ class KafkaCoordinator(PartitionedCoordinator):
         except KafkaException as e:
             log.warning("no watermarks for %s[%d]: %s", self.spout.topic, partition, e)
             return None
+
+    def high_watermark(self, partition: int, listed: int) -> int:
+        """The partition's high watermark as a Fetch response reports it, given ``listed``,
+        ListOffsets' answer (a lower bound: Kafka's high watermark never decreases).
+
+        A Fetch from ``listed`` returns the true high watermark in its response (the
+        partition-EOF event, or the watermark cached with the first record). Some brokers
+        (Tansu) answer ListOffsets with the base offset of the last record batch + 1, short
+        of the records in that batch; planning from it would stall them until the next
+        produce. The probe is one fetch of at most one record batch, and is skipped while
+        ListOffsets' answer has not moved since the last probe (no batch was appended).
+        Falls back to ``listed`` when the broker does not answer within 2 s."""
+        last = self._probed.get(partition)
+        if last is not None and last[0] == listed:
+            return max(last[1], listed)
+        high = self._probe(partition, listed)
+        if high is None:
+            return listed
+        self._probed[partition] = (listed, high)
+        return max(high, listed)
+
+    def _probe(self, partition: int, offset: int) -> int | None:
+        s = self.spout
+        if self._prober is None:
+            cfg = s.consumer_config("coordinator")
+            # one record batch per fetch is enough to learn the watermark
+            cfg.update({"max.partition.fetch.bytes": 1, "queued.min.messages": 1,
+                        "fetch.wait.max.ms": 10})
+            self._prober = Consumer(cfg)
+        c = self._prober
+        tp = TopicPartition(s.topic, partition, offset)
+        c.assign([tp])
+        deadline = time.monotonic() + min(s.metadata_timeout_secs, 2.0)
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                m = c.poll(min(remaining, 0.5))
+                if m is None or m.partition() != partition:
+                    continue
+                err, off = m.error(), m.offset()
+                if err is None and off is not None:
+                    # the fetch response's high watermark is cached before its records are queued
+                    hw = c.get_watermark_offsets(TopicPartition(s.topic, partition), cached=True)[1]
+                    return max(int(hw), off + 1)
+                if err is None:
+                    continue
+                if err.code() == KafkaError._PARTITION_EOF and off is not None:
+                    return off
+                if err.code() in _OUT_OF_RANGE or err.code() in _GONE or err.fatal():
+                    return None
+            log.warning("no fetch answer for %s[%d] within 2s: planning from ListOffsets", s.topic, partition)
+            return None
+        finally:
+            c.unassign()
 
     def initial_meta(self, partition: int, new_partition: bool) -> Meta | None:
         """Where ``partition`` begins when it has no batch yet, as the empty range
@@ -383,7 +443,7 @@ class KafkaCoordinator(PartitionedCoordinator):
         if new_partition or start == "earliest":
             s = low
         elif start == "latest":
-            s = high
+            s = self.high_watermark(partition, high)
         else:
             s = cast("dict[int, int]", start).get(partition, low)
         return {"start": s, "end": s}
@@ -410,6 +470,8 @@ class KafkaCoordinator(PartitionedCoordinator):
             return None
         high = wm[1]
         start = int(last_meta["end"])
+        if high < start + self.spout.max_records_per_partition:
+            high = self.high_watermark(partition, high)   # the plan reaches the log's end
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
@@ -452,6 +514,9 @@ class KafkaCoordinator(PartitionedCoordinator):
                 self.consumer.poll(0)
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
+        if self._prober is not None:
+            self._prober.close()
+            self._prober = None
         self.consumer.close()
 
 
@@ -567,10 +632,12 @@ class KafkaEmitter(PartitionedEmitter):
     def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
         """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone
         (below the log start; or, transactional, above the log end)."""
+        tp = TopicPartition(self.spout.topic, partition)
         try:
             low, high = self._consumer().get_watermark_offsets(
-                TopicPartition(self.spout.topic, partition), timeout=min(self.spout.metadata_timeout_secs, 2.0),
-                cached=False)
+                tp, timeout=min(self.spout.metadata_timeout_secs, 2.0), cached=False)
+            # ListOffsets may answer short (docs/kafka.md): the fetches' watermark counts too
+            high = max(high, self._consumer().get_watermark_offsets(tp, cached=True)[1])
         except KafkaException as e:
             if e.args and e.args[0].code() in _GONE and self._partition_missing(partition):
                 self._gone(tx, partition, start, end, "the topic or partition no longer exists")

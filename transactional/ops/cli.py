@@ -567,6 +567,9 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(action, help=what)
         p.add_argument("topology_id", help="the topology id")
         _coordination_args(p)
+    from transactional.ops import kafka_broker
+
+    kafka_broker.add_parser(sub)
     return parser
 
 
@@ -660,7 +663,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill`` or ``ui``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill``, ``ui`` or ``kafka-broker``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -686,6 +689,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: _manage(args))
     if args.command == "ui":
         return _guard(lambda: _ui(args))
+    if args.command == "kafka-broker":
+        from transactional.ops import kafka_broker
+
+        return _guard(lambda: kafka_broker.run(args))
     return _guard(lambda: _status(args))
 
 
