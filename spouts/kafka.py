@@ -44,10 +44,12 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     SpoutContext,
 )
+from spouts.kafka_columns import BAD_RECORD_FIELDS, BadRecordError, Records, Scheme
 from transactional.exceptions import ConfigError, FailedException, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
-__all__ = ["KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout", "RECORD_FIELDS"]
+__all__ = ["BAD_RECORD_FIELDS", "BadRecordError", "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
+           "RECORD_FIELDS"]
 
 log = logging.getLogger("trident.kafka")
 
@@ -135,6 +137,8 @@ class _KafkaSpout:
                  key_deserializer: str | Deserializer = "bytes",
                  fields: Sequence[str] = ("value",),
                  field_names: Sequence[str] | None = None,
+                 json_fields: Sequence[str] | None = None,
+                 bad_records_stream: str | None = None,
                  tx_field: str = "tx",
                  client_config: Mapping[str, Any] | None = None,
                  group_id: str | None = None,
@@ -174,7 +178,22 @@ class _KafkaSpout:
         if len(self.field_names) != len(self.fields):
             msg = f"field_names {self.field_names!r} must name each of fields {self.fields!r}"
             raise ConfigError(msg)
-        Fields(tx_field, *self.field_names)  # validates the names
+        if json_fields is not None:
+            if deserializer != "json" or isinstance(json_fields, str) or not json_fields:
+                msg = (f"json_fields names the fields of JSON-object values: give a list of names with "
+                       f"deserializer='json'; got json_fields={json_fields!r}, deserializer={deserializer!r}")
+                raise ConfigError(msg)
+            if "value" not in self.fields:
+                msg = f"json_fields expand the 'value' field, which fields {self.fields!r} does not emit"
+                raise ConfigError(msg)
+        self.json_fields = tuple(json_fields) if json_fields is not None else None
+        Fields(tx_field, *self.output_names())  # validates the names
+        if bad_records_stream is not None and (not isinstance(bad_records_stream, str) or not bad_records_stream
+                                               or bad_records_stream == "default"):
+            msg = (f"bad_records_stream must be None (stop at a bad record) or the name of a stream other "
+                   f"than 'default'; got {bad_records_stream!r}")
+            raise ConfigError(msg)
+        self.bad_records_stream = bad_records_stream
         self.tx_field = tx_field
         self.client_config = dict(client_config or {})
         for k, needed in _LOCKED.items():
@@ -201,8 +220,18 @@ class _KafkaSpout:
         """A reader of planned ranges; its Kafka consumer is created on first use."""
         return KafkaEmitter(self)
 
+    def output_names(self) -> tuple[str, ...]:
+        """The fields emitted after the attempt: ``field_names``, with ``value`` expanded
+        to ``json_fields`` when they are declared."""
+        out: list[str] = []
+        for f, name in zip(self.fields, self.field_names, strict=True):
+            out.extend(self.json_fields if f == "value" and self.json_fields is not None else (name,))
+        return tuple(out)
+
     def declare_output_fields(self, declarer: OutputDeclarer) -> None:
-        declarer.declare(Fields(self.tx_field, *self.field_names))
+        declarer.declare(Fields(self.tx_field, *self.output_names()))
+        if self.bad_records_stream is not None:
+            declarer.declare_stream(self.bad_records_stream, Fields(self.tx_field, *BAD_RECORD_FIELDS))
 
     def consumer_config(self, role: str) -> dict[str, Any]:
         """The librdkafka settings of this spout's consumers (``role`` is 'coordinator'
@@ -264,6 +293,13 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
       callable ``bytes -> value`` (runs in Spark tasks; must be picklable).
     - ``fields``: record attributes emitted after the TransactionAttempt, among
       ``RECORD_FIELDS`` (default ``("value",)``); ``field_names`` renames them.
+    - ``json_fields``: with ``deserializer="json"``, the names of the JSON object's fields
+      emitted in place of ``value`` (a column each on the columnar path).
+    - ``bad_records_stream``: a record the scheme cannot decode (not UTF-8, not JSON, not
+      an object, a field missing) stops the batch with ``BadRecordError`` naming topic,
+      partition and offset (None, the default), or is emitted on this stream as
+      ``(tx, *BAD_RECORD_FIELDS)`` and left out of the batch. The same on the row and
+      the columnar path (``spouts.kafka_columns``).
     - ``client_config``: librdkafka settings passed to every consumer (e.g. security).
     - ``group_id``: committed end offsets of each committed batch are written to Kafka
       under this consumer group, as information for lag monitors only (the coordinator
@@ -529,8 +565,9 @@ class KafkaEmitter(PartitionedEmitter):
     def __init__(self, spout: _KafkaSpout) -> None:
         self.spout = spout
         self.consumer: Consumer | None = None
-        self._value = deserializer_for(spout.deserializer, "deserializer")
-        self._key = deserializer_for(spout.key_deserializer, "key_deserializer")
+        self._scheme = Scheme(spout.deserializer, spout.json_fields)
+        self._key_scheme = Scheme(spout.key_deserializer, None)
+        self._names = spout.output_names()
 
     def _consumer(self) -> Consumer:
         if self.consumer is None:
@@ -539,22 +576,45 @@ class KafkaEmitter(PartitionedEmitter):
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: EmitCollector,
                              partition: int, meta: Meta) -> Meta | None:
-        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``,
-        each as ``(tx, *fields)``. Transactional: all of them or an exception; returns None.
-        Opaque: returns ``{"start", "end"}`` of what was emitted."""
+        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``:
+        as one Arrow record batch when every consumer takes columns and the scheme has an
+        Arrow type (``spouts.kafka_columns``), else each as ``(tx, *fields)``.
+        Transactional: all of them or an exception; returns None. Opaque: returns
+        ``{"start", "end"}`` of what was emitted."""
         start, end = int(meta["start"]), int(meta["end"])
+        got: list[Any] = []
         try:
-            pos, why = self._read(tx, collector, partition, start, end)
+            pos, why = self._read(tx, got, partition, start, end)
         finally:
             if not self.spout.reuse_consumer:
                 self.close()
         if pos < end:
             self._short(tx, partition, start, end, pos, why)
+        if got:
+            self._emit(tx, collector, partition, got)
         return {"start": start, "end": pos} if self.spout.opaque else None
+
+    def _emit(self, tx: TransactionAttempt, collector: EmitCollector, partition: int, got: list[Any]) -> None:
+        """The read messages, as one record batch or as tuples; bad records by the policy."""
+        s = self.spout
+        rec = Records(s.topic, partition, tx.txid, s.fields, self._scheme, self._key_scheme, s.bad_records_stream)
+        columnar = getattr(collector, "columnar", None)
+        batch = None
+        if self._scheme.columnar and columnar is not None and columnar("default"):
+            batch = rec.record_batch(got, self._names)
+        if batch is not None:
+            if batch.num_rows:
+                collector.emit_columns(batch)  # type: ignore[attr-defined]
+        else:
+            rec.bad.clear()
+            rec.emit_rows(tx, collector.emit, got)
+        if s.bad_records_stream is not None:
+            for bad in rec.bad:
+                collector.emit((tx, *bad), s.bad_records_stream)
 
     # Reading: 1. ask the fault seam; 2. assign at start; 3. consume until the end offset,
     # the partition EOF at or past it, a definite error, or the fetch deadline; 4. unassign.
-    def _read(self, tx: TransactionAttempt, collector: EmitCollector, partition: int,
+    def _read(self, tx: TransactionAttempt, got: list[Any], partition: int,
               start: int, end: int) -> tuple[int, str]:
         if end <= start:
             return end, ""
@@ -571,8 +631,7 @@ class KafkaEmitter(PartitionedEmitter):
         c = self._consumer()
         c.assign([TopicPartition(s.topic, partition, start)])
         pos, why = start, ""
-        emit, value_of, key_of = collector.emit, self._value, self._key
-        fast = s.fields == ("value",)
+        keep = got.append
         deadline = time.monotonic() + s.fetch_timeout_secs
         try:
             # Step 3. consume the range.
@@ -617,10 +676,7 @@ class KafkaEmitter(PartitionedEmitter):
                     if off >= limit:
                         pos = limit
                         break
-                    if fast:
-                        emit((tx, value_of(m.value())))
-                    else:
-                        emit((tx, *record_values(m, self.spout.fields, key_of, value_of)))
+                    keep(m)
                     pos = off + 1
             if pos < end and limit < end and not why:
                 why = "fetch fault injected"
