@@ -65,6 +65,7 @@ def build_trident(topology_id: str, bootstrap: str, topic: str, batch: int, para
                   columnar: bool) -> object:
     from trident import Count, TridentTopology
     from trident import state as trident_state
+
     from wordcount import SplitWords, split_batch
 
     spout = KafkaTransactionalSpout(bootstrap, topic, max_records_per_partition=max(1, batch // PARTITIONS),

@@ -8,7 +8,7 @@ high_watermark))``); emitters *read* exactly a planned range in Spark tasks with
 ``assign`` + ``seek`` (no consumer group membership), so a new batch and a replay are the
 same read.
 
-This is the only module that imports a Kafka client. It uses **confluent-kafka**
+The Kafka spouts (here, ``spouts.kafka_emitter`` and ``spouts.kafka_core``) use **confluent-kafka**
 (librdkafka), chosen by measurement: against the Tansu broker on this kind of machine it
 produced ≈300k msg/s and consumed ≈400-800k msg/s from one Python process, about ten
 times kafka-python (≈20k / ≈70k msg/s, measured here; docs/kafka.md). Reading is the per-record hot
@@ -26,7 +26,6 @@ would leave them unread until more data arrives, with the lag reading 0.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,6 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spouts.base import (
-    EmitCollector,
     Meta,
     OpaquePartitionedTransactionalSpout,
     OutputDeclarer,
@@ -44,8 +42,10 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     SpoutContext,
 )
-from spouts.kafka_columns import BAD_RECORD_FIELDS, BadRecordError, Records, Scheme
-from transactional.exceptions import ConfigError, FailedException, SpoutError
+from spouts.kafka_columns import BAD_RECORD_FIELDS, BadRecordError
+from spouts.kafka_emitter import _GONE, _OUT_OF_RANGE, KafkaEmitter
+from spouts.kafka_records import RECORD_FIELDS, Deserializer, deserializer_for
+from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
 __all__ = ["BAD_RECORD_FIELDS", "BadRecordError", "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
@@ -53,8 +53,6 @@ __all__ = ["BAD_RECORD_FIELDS", "BadRecordError", "KafkaTransactionalSpout", "Op
 
 log = logging.getLogger("trident.kafka")
 
-#: Attributes of a Kafka record a spout can emit, in the order given by ``fields``.
-RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
 #: Consumer settings the spout relies on; ``client_config`` may not change them.
 _LOCKED = {
@@ -64,8 +62,8 @@ _LOCKED = {
     "enable.partition.eof": True,       # "everything below the high watermark was delivered"
 }
 
-Deserializer = Callable[[bytes | None], Any]
 FetchFault = Callable[[TransactionAttempt, int, int, int], "int | None"]
+
 
 class _ClientLog:
     """librdkafka's own log lines (connection retries ...) at DEBUG: the spout reports
@@ -78,52 +76,6 @@ class _ClientLog:
 
 
 _CLIENT_LOG = _ClientLog()
-
-_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
-_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
-
-
-def deserializer_for(spec: str | Deserializer, what: str) -> Deserializer:
-    """The function turning a record's bytes into a value for ``spec``: ``'bytes'``,
-    ``'utf-8'``, ``'json'`` or a callable of your own; ``what`` names the option in errors."""
-    if callable(spec):
-        return spec
-    if spec == "bytes":
-        return _identity
-    if spec in ("utf-8", "utf8", "str"):
-        return _utf8
-    if spec == "json":
-        return _json
-    msg = f"{what} must be 'bytes', 'utf-8', 'json' or a callable(bytes) -> value; got {spec!r}"
-    raise ConfigError(msg)
-
-
-def record_values(m: Any, fields: Sequence[str], key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
-    """The values of record ``m`` for ``fields`` (among ``RECORD_FIELDS``)."""
-    out = []
-    for f in fields:
-        if f == "value":
-            out.append(value_of(m.value()))
-        elif f == "key":
-            out.append(key_of(m.key()))
-        elif f == "timestamp":
-            out.append(m.timestamp()[1])
-        else:
-            out.append(getattr(m, f)())
-    return tuple(out)
-
-
-def _identity(b: bytes | None) -> Any:
-    return b
-
-
-def _utf8(b: bytes | None) -> str | None:
-    return None if b is None else b.decode("utf-8")
-
-
-def _json(b: bytes | None) -> Any:
-    return None if b is None else json.loads(b)
-
 
 class _KafkaSpout:
     """Options and roles shared by both Kafka spouts (not for direct use)."""
@@ -146,11 +98,7 @@ class _KafkaSpout:
                  metadata_timeout_secs: float = 5.0,
                  reuse_consumer: bool = True,
                  fetch_fault: FetchFault | None = None) -> None:
-        if not isinstance(bootstrap_servers, str):
-            bootstrap_servers = ",".join(bootstrap_servers)
-        if not bootstrap_servers:
-            msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
-            raise ConfigError(msg)
+        bootstrap_servers = _check_servers(bootstrap_servers)
         if not isinstance(topic, str) or not topic:
             msg = f"topic must be a non-empty string; got {topic!r}"
             raise ConfigError(msg)
@@ -169,41 +117,12 @@ class _KafkaSpout:
         self.key_deserializer = key_deserializer
         deserializer_for(deserializer, "deserializer")
         deserializer_for(key_deserializer, "key_deserializer")
-        self.fields = tuple(fields)
-        bad = [f for f in self.fields if f not in RECORD_FIELDS]
-        if not self.fields or bad:
-            msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
-            raise ConfigError(msg)
-        self.field_names = tuple(field_names) if field_names is not None else self.fields
-        if len(self.field_names) != len(self.fields):
-            msg = f"field_names {self.field_names!r} must name each of fields {self.fields!r}"
-            raise ConfigError(msg)
-        if json_fields is not None:
-            if deserializer != "json" or isinstance(json_fields, str) or not json_fields:
-                msg = (f"json_fields names the fields of JSON-object values: give a list of names with "
-                       f"deserializer='json'; got json_fields={json_fields!r}, deserializer={deserializer!r}")
-                raise ConfigError(msg)
-            if "value" not in self.fields:
-                msg = f"json_fields expand the 'value' field, which fields {self.fields!r} does not emit"
-                raise ConfigError(msg)
-        self.json_fields = tuple(json_fields) if json_fields is not None else None
+        self.fields, self.field_names = _check_fields(fields, field_names, tx_field)
+        self.json_fields = _check_json_fields(json_fields, deserializer, self.fields)
         Fields(tx_field, *self.output_names())  # validates the names
-        if bad_records_stream is not None and (not isinstance(bad_records_stream, str) or not bad_records_stream
-                                               or bad_records_stream == "default"):
-            msg = (f"bad_records_stream must be None (stop at a bad record) or the name of a stream other "
-                   f"than 'default'; got {bad_records_stream!r}")
-            raise ConfigError(msg)
-        self.bad_records_stream = bad_records_stream
+        self.bad_records_stream = _check_bad_stream(bad_records_stream)
         self.tx_field = tx_field
-        self.client_config = dict(client_config or {})
-        for k, needed in _LOCKED.items():
-            if k in self.client_config and self.client_config[k] != needed:
-                msg = (f"client_config may not set {k!r} (the spout needs {needed!r}); "
-                       f"got {self.client_config[k]!r}")
-                raise ConfigError(msg)
-        if "bootstrap.servers" in self.client_config:
-            msg = "give the brokers as bootstrap_servers, not in client_config"
-            raise ConfigError(msg)
+        self.client_config = _check_client_config(client_config)
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
@@ -233,6 +152,7 @@ class _KafkaSpout:
         if self.bad_records_stream is not None:
             declarer.declare_stream(self.bad_records_stream, Fields(self.tx_field, *BAD_RECORD_FIELDS))
 
+
     def consumer_config(self, role: str) -> dict[str, Any]:
         """The librdkafka settings of this spout's consumers (``role`` is 'coordinator'
         or 'emitter'): ``client_config`` plus the settings the spout relies on."""
@@ -249,6 +169,70 @@ class _KafkaSpout:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
                 f"max_records_per_partition={self.max_records_per_partition})")
+
+
+def _check_servers(bootstrap_servers: str | Sequence[str]) -> str:
+    """``bootstrap_servers`` as librdkafka takes them (comma-separated); ``ConfigError`` if none."""
+    if not isinstance(bootstrap_servers, str):
+        bootstrap_servers = ",".join(bootstrap_servers)
+    if not bootstrap_servers:
+        msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
+        raise ConfigError(msg)
+    return bootstrap_servers
+
+
+def _check_fields(fields: Sequence[str], field_names: Sequence[str] | None,
+                  tx_field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The record attributes a spout emits and their field names, checked."""
+    checked = tuple(fields)
+    bad = [f for f in checked if f not in RECORD_FIELDS]
+    if not checked or bad:
+        msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
+        raise ConfigError(msg)
+    names = tuple(field_names) if field_names is not None else checked
+    if len(names) != len(checked):
+        msg = f"field_names {names!r} must name each of fields {checked!r}"
+        raise ConfigError(msg)
+    Fields(tx_field, *names)  # validates the names
+    return checked, names
+
+
+def _check_json_fields(json_fields: Sequence[str] | None, deserializer: Any,
+                       fields: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``json_fields`` checked against the scheme and the emitted fields."""
+    if json_fields is None:
+        return None
+    if deserializer != "json" or isinstance(json_fields, str) or not json_fields:
+        msg = (f"json_fields names the fields of JSON-object values: give a list of names with "
+               f"deserializer='json'; got json_fields={json_fields!r}, deserializer={deserializer!r}")
+        raise ConfigError(msg)
+    if "value" not in fields:
+        msg = f"json_fields expand the 'value' field, which fields {fields!r} does not emit"
+        raise ConfigError(msg)
+    return tuple(json_fields)
+
+
+def _check_bad_stream(bad_records_stream: str | None) -> str | None:
+    """``bad_records_stream``: None, or a stream name other than 'default'."""
+    if bad_records_stream is not None and (not isinstance(bad_records_stream, str) or not bad_records_stream
+                                           or bad_records_stream == "default"):
+        msg = (f"bad_records_stream must be None (stop at a bad record) or the name of a stream other "
+               f"than 'default'; got {bad_records_stream!r}")
+        raise ConfigError(msg)
+    return bad_records_stream
+
+
+def _check_client_config(client_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``client_config`` as a dict; ``ConfigError`` if it changes what the spout relies on."""
+    config = dict(client_config or {})
+    for k, needed in _LOCKED.items():
+        if k in config and config[k] != needed:
+            msg = f"client_config may not set {k!r} (the spout needs {needed!r}); got {config[k]!r}"
+            raise ConfigError(msg)
+    if "bootstrap.servers" in config:
+        msg = "give the brokers as bootstrap_servers, not in client_config"
+        raise ConfigError(msg)
+    return config
 
 
 def _check_start(start: Any) -> str | dict[int, int]:
@@ -556,189 +540,3 @@ class KafkaCoordinator(PartitionedCoordinator):
         self.consumer.close()
 
 
-# -- Spark task side ---------------------------------------------------------------------------
-
-class KafkaEmitter(PartitionedEmitter):
-    """Reads planned offset ranges with assign + seek, in Spark tasks. Created by
-    ``get_emitter``; users do not subclass it."""
-
-    def __init__(self, spout: _KafkaSpout) -> None:
-        self.spout = spout
-        self.consumer: Consumer | None = None
-        self._scheme = Scheme(spout.deserializer, spout.json_fields)
-        self._key_scheme = Scheme(spout.key_deserializer, None)
-        self._names = spout.output_names()
-
-    def _consumer(self) -> Consumer:
-        if self.consumer is None:
-            self.consumer = Consumer(self.spout.consumer_config("emitter"))
-        return self.consumer
-
-    def emit_partition_batch(self, tx: TransactionAttempt, collector: EmitCollector,
-                             partition: int, meta: Meta) -> Meta | None:
-        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``:
-        as one Arrow record batch when every consumer takes columns and the scheme has an
-        Arrow type (``spouts.kafka_columns``), else each as ``(tx, *fields)``.
-        Transactional: all of them or an exception; returns None. Opaque: returns
-        ``{"start", "end"}`` of what was emitted."""
-        start, end = int(meta["start"]), int(meta["end"])
-        got: list[Any] = []
-        try:
-            pos, why = self._read(tx, got, partition, start, end)
-        finally:
-            if not self.spout.reuse_consumer:
-                self.close()
-        if pos < end:
-            self._short(tx, partition, start, end, pos, why)
-        if got:
-            self._emit(tx, collector, partition, got)
-        return {"start": start, "end": pos} if self.spout.opaque else None
-
-    def _emit(self, tx: TransactionAttempt, collector: EmitCollector, partition: int, got: list[Any]) -> None:
-        """The read messages, as one record batch or as tuples; bad records by the policy."""
-        s = self.spout
-        rec = Records(s.topic, partition, tx.txid, s.fields, self._scheme, self._key_scheme, s.bad_records_stream)
-        columnar = getattr(collector, "columnar", None)
-        batch = None
-        if self._scheme.columnar and columnar is not None and columnar("default"):
-            batch = rec.record_batch(got, self._names)
-        if batch is not None:
-            if batch.num_rows:
-                collector.emit_columns(batch)  # type: ignore[attr-defined]
-        else:
-            rec.bad.clear()
-            rec.emit_rows(tx, collector.emit, got)
-        if s.bad_records_stream is not None:
-            for bad in rec.bad:
-                collector.emit((tx, *bad), s.bad_records_stream)
-
-    # Reading: 1. ask the fault seam; 2. assign at start; 3. consume until the end offset,
-    # the partition EOF at or past it, a definite error, or the fetch deadline; 4. unassign.
-    def _read(self, tx: TransactionAttempt, got: list[Any], partition: int,
-              start: int, end: int) -> tuple[int, str]:
-        if end <= start:
-            return end, ""
-        s = self.spout
-        # Step 1. the fault-injection seam: unfetchable from `limit` on.
-        limit = end
-        if s.fetch_fault is not None:
-            f = s.fetch_fault(tx, partition, start, end)
-            if f is not None:
-                limit = max(start, min(end, int(f)))
-        if limit <= start:
-            return start, "fetch fault injected"
-        # Step 2. assign at the start offset: no group membership, no committed offsets.
-        c = self._consumer()
-        c.assign([TopicPartition(s.topic, partition, start)])
-        pos, why = start, ""
-        keep = got.append
-        deadline = time.monotonic() + s.fetch_timeout_secs
-        try:
-            # Step 3. consume the range.
-            while pos < limit:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    why = f"not fetched within fetch_timeout_secs={s.fetch_timeout_secs:g}"
-                    break
-                msgs = c.consume(min(limit - pos, 10_000), min(remaining, 0.5))
-                if not msgs:
-                    # nothing for a while: a range that is gone need not wait for the deadline
-                    self._check_gone(tx, partition, start, end, pos)
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        code = err.code()
-                        if code == KafkaError._PARTITION_EOF:
-                            # every record below the high watermark m.offset() was delivered
-                            hw = m.offset()
-                            if hw is not None and hw >= limit:
-                                pos = limit
-                            elif hw is not None and hw < end:
-                                why = f"the partition ends at offset {hw}"
-                                pos = max(pos, hw) if s.opaque else pos
-                                return pos, why
-                            continue
-                        if code in _OUT_OF_RANGE:
-                            self._gone(tx, partition, start, end, f"offset out of range ({err.str()})")
-                        if code in _GONE:
-                            self._gone(tx, partition, start, end, f"the partition is gone ({err.str()})")
-                        if err.fatal():
-                            msg = (
-                                f"Kafka client error reading {s.topic}[{partition}] in "
-                                f"txid {tx.txid}: {err.str()}"
-                            )
-                            raise SpoutError(msg)
-                        why = err.str()  # retriable (transport, leader change ...): keep trying
-                        continue
-                    off = m.offset()
-                    if off is None or off < pos:
-                        continue
-                    if off >= limit:
-                        pos = limit
-                        break
-                    keep(m)
-                    pos = off + 1
-            if pos < end and limit < end and not why:
-                why = "fetch fault injected"
-            return pos, why
-        finally:
-            # Step 4. leave nothing assigned (buffered messages are dropped).
-            c.unassign()
-
-    def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
-        """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone
-        (below the log start; or, transactional, above the log end)."""
-        tp = TopicPartition(self.spout.topic, partition)
-        try:
-            low, high = self._consumer().get_watermark_offsets(
-                tp, timeout=min(self.spout.metadata_timeout_secs, 2.0), cached=False)
-            # ListOffsets may answer short (docs/kafka.md): the fetches' watermark counts too
-            high = max(high, self._consumer().get_watermark_offsets(tp, cached=True)[1])
-        except KafkaException as e:
-            if e.args and e.args[0].code() in _GONE and self._partition_missing(partition):
-                self._gone(tx, partition, start, end, "the topic or partition no longer exists")
-            return  # the broker does not answer: unavailable, not gone
-        if low > pos:
-            self._gone(tx, partition, start, end, f"the log now starts at offset {low} (retention)")
-        if high < end and not self.spout.opaque:
-            self._gone(tx, partition, start, end, f"the partition ends at offset {high}")
-
-    def _partition_missing(self, partition: int) -> bool:
-        """True if fresh metadata from the broker lacks the topic or the partition."""
-        try:
-            md = self._consumer().list_topics(self.spout.topic, timeout=min(self.spout.metadata_timeout_secs, 2.0))
-        except KafkaException:
-            return False
-        t = md.topics.get(self.spout.topic)
-        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            return True
-        return t.error is None and partition not in t.partitions
-
-    def _short(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int, why: str) -> None:
-        """The read stopped at ``pos`` before ``end``: decide whether the range is gone
-        (SpoutError), or unavailable now (opaque: fine; transactional: fail the batch)."""
-        s = self.spout
-        if why != "fetch fault injected":
-            self._check_gone(tx, partition, start, end, pos)
-        if s.opaque:
-            log.warning("%s[%d] txid %d: emitted offsets %d..%d of %d..%d (%s); the rest follows in "
-                        "later batches", s.topic, partition, tx.txid, start, pos, start, end, why)
-            return
-        msg = (
-            f"Kafka topic {s.topic!r} partition {partition}: offsets {start}..{end - 1} "
-            f"of txid {tx.txid} read only up to {pos} ({why}); the batch is retried"
-        )
-        raise FailedException(msg)
-
-    def _gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, why: str) -> None:
-        msg = (
-            f"Kafka topic {self.spout.topic!r} partition {partition}: offsets {start}..{end - 1} "
-            f"of txid {tx.txid} can no longer be read: {why}. The batch cannot be replayed "
-            f"exactly; restore the data or start a new topology id"
-        )
-        raise SpoutError(msg)
-
-    def close(self) -> None:
-        if self.consumer is not None:
-            c, self.consumer = self.consumer, None
-            c.close()

@@ -96,6 +96,9 @@ class Scheme:
             except UnicodeDecodeError as e:
                 msg = f"the value is not UTF-8 ({e.reason} at byte {e.start})"
                 raise _Bad(msg) from None
+        return self._decode_json(b)
+
+    def _decode_json(self, b: bytes) -> Any:
         try:
             v = _loads(b)
         except _JSON_ERRORS as e:
@@ -175,40 +178,50 @@ class Records:
             value_cols = self._value_columns(self.scheme, values)
             key_col = self._value_columns(self.key_of, keys) if keyed else [None]
             if value_cols is None or key_col is None:   # a bad record among them: keep the good
-                good = []
-                for m in msgs:
-                    try:
-                        self.scheme.decode(m.value())
-                        if keyed:
-                            self.key_of.decode(m.key())
-                    except _Bad as e:
-                        self._bad(m, str(e))
-                        continue
-                    good.append(m)
-                msgs, values = good, [m.value() for m in good]
-                keys = [m.key() for m in good] if keyed else []
+                msgs = self._good(msgs, keyed)
+                values = [m.value() for m in msgs]
+                keys = [m.key() for m in msgs] if keyed else []
                 value_cols = self._value_columns(self.scheme, values)
                 key_col = self._value_columns(self.key_of, keys) if keyed else [None]
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
         assert value_cols is not None and key_col is not None
+        return pa.RecordBatch.from_arrays(self._columns(msgs, value_cols, key_col[0]), names=list(names))
+
+    def _good(self, msgs: Sequence[Any], keyed: bool) -> list[Any]:
+        """``msgs`` without the bad records (which go by the policy)."""
+        good = []
+        for m in msgs:
+            try:
+                self.scheme.decode(m.value())
+                if keyed:
+                    self.key_of.decode(m.key())
+            except _Bad as e:
+                self._bad(m, str(e))
+                continue
+            good.append(m)
+        return good
+
+    def _columns(self, msgs: Sequence[Any], value_cols: list[Any], key_col: Any) -> list[Any]:
+        """The columns of the fields, in order."""
+        import pyarrow as pa
+
         cols: list[Any] = []
         n = len(msgs)
         for f in self.fields:
             if f == "value":
                 cols.extend(value_cols)
             elif f == "key":
-                cols.append(key_col[0])
+                cols.append(key_col)
             elif f == "offset":
                 cols.append(pa.array([m.offset() for m in msgs], pa.int64()))
             elif f == "timestamp":
                 cols.append(pa.array([m.timestamp()[1] for m in msgs], pa.int64()))
             elif f == "partition":
-                cols.append(pa.repeat(pa.scalar(self.partition, pa.int32()), n) if hasattr(pa, "repeat")
-                            else pa.array([self.partition] * n, pa.int32()))
+                cols.append(pa.array([self.partition] * n, pa.int32()))
             else:  # topic
                 cols.append(pa.array([self.topic] * n, pa.string()))
-        return pa.RecordBatch.from_arrays(cols, names=list(names))
+        return cols
 
     @staticmethod
     def _value_columns(s: Scheme, values: list[bytes | None]) -> list[Any] | None:

