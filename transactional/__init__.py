@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         TopologyFailedError,
         TridentError,
     )
+    from transactional.local_cluster import LocalCluster
     from transactional.result import RunResult
     from transactional.topology import Topology, TransactionalTopologyBuilder
     from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
@@ -36,6 +37,7 @@ __all__ = [
     "TopologyConfig", "run_topology", "RunResult",
     "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
+    "LocalCluster",
 ]
 
 
@@ -47,6 +49,7 @@ _WHERE = {
     "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
+    "LocalCluster": "transactional.local_cluster",
     **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
     "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
     "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",

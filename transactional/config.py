@@ -70,6 +70,10 @@ class TopologyConfig(BaseModel):
     control_token: str | None = Field(None, description="a secret that turns on the status page's deactivate, activate and kill buttons; every such request must carry it (None: the buttons are off)")
     progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
     conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")
+    drpc_servers: list[str] = Field(default_factory=list, description="Distributed RPC: the `trident drpc` servers ('host:port') a topology made with create_remote_topology() or new_drpc_stream(drpc=None) fetches requests from and answers (Storm's drpc.servers)")
+    drpc_request_timeout_secs: float = Field(600.0, description="Distributed RPC: a request not answered in this time gets DRPCExecutionException('timed out') (Storm's drpc.request.timeout.secs)")
+    drpc_batch_size: int = Field(256, description="Distributed RPC: the most requests one batch (txid) carries")
+    drpc_token: str | None = Field(None, description="Distributed RPC: the shared token the `trident drpc` servers check (their --token / TRIDENT_DRPC_TOKEN); None: TRIDENT_DRPC_TOKEN from the environment, if set")
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -77,7 +81,7 @@ class TopologyConfig(BaseModel):
         except ValidationError as e:
             raise ConfigError(_explain(e)) from None
 
-    @field_validator("max_spout_pending", "max_attempts", "micro_batch_size", "micro_batches_in_flight")
+    @field_validator("max_spout_pending", "max_attempts", "micro_batch_size", "micro_batches_in_flight", "drpc_batch_size")
     @classmethod
     def _at_least_one(cls, v: int | None) -> int | None:
         if v is not None and v < 1:
@@ -85,7 +89,7 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs")
+    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs", "drpc_request_timeout_secs")
     @classmethod
     def _positive(cls, v: float) -> float:
         if not v > 0:

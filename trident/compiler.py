@@ -168,6 +168,10 @@ class _Compiler:
     def _emit(self) -> Topology:
         segs = self.segments
         self._set_parallelism()
+        # a DRPC stream's last stages feed its return bolt (trident.drpc)
+        from trident.drpc import add_returns, plan_returns
+
+        drpc_returns = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
         # persist ops emit their new values only when something reads them
         for s in segs:
             if s.ops and s.ops[-1].kind == "persist":
@@ -179,6 +183,7 @@ class _Compiler:
             if not s.cid or (s.spout is not None and not s.ops):
                 continue
             self._bolt(b, s)
+        add_returns(b, drpc_returns)
         return b.build()
 
     def _set_parallelism(self) -> None:

@@ -395,6 +395,11 @@ class GroupedStream:
         """Several aggregators per group in one pass."""
         return ChainedAggregatorDeclarer(self.stream, self.group_fields)
 
+    def state_query(self, state: TridentState, in_fields: Any, function: QueryFunction, out_fields: Any) -> Stream:
+        """Storm's ``GroupedStream.stateQuery``: the tuples partitioned by the group fields,
+        then ``Stream.state_query`` (the result is ungrouped)."""
+        return self.stream.partition_by(self.group_fields).state_query(state, in_fields, function, out_fields)
+
     def to_stream(self) -> Stream:
         """The stream, ungrouped."""
         return self.stream

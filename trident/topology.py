@@ -78,6 +78,16 @@ class TridentTopology:
         fields = d.streams["default"].fields
         return self._add(Node("spout", [], Fields(*fields[1:]), spout=spout, spout_id=txid_name))
 
+    def new_drpc_stream(self, function: str, drpc: Any = None) -> Stream:
+        """A stream of the DRPC calls of ``function`` (Storm's ``newDRPCStream``): one tuple
+        per request, with the field ``args``; each request is its own batch, and the tuples
+        at the end of the stream are the answer, a JSON list of lists (``trident.drpc``).
+        ``drpc``: a ``transactional.drpc.LocalDRPC``, or None for the ``trident drpc``
+        servers of ``TopologyConfig.drpc_servers``."""
+        from trident.drpc import drpc_spout, spout_id
+
+        return self.new_stream(spout_id(function), drpc_spout(function, drpc))
+
     def merge(self, *streams: Stream) -> Stream:
         """The tuples of every stream of the batch as one stream (fields named as the first's;
         all must have as many fields)."""

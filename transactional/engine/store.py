@@ -5,9 +5,9 @@
                    uncommitted txids: written before they run; ``commit_started`` lists the
                    attempts whose commit phase began (written before it writes user state)
     epoch          n: the epoch of the newest lock holder; each driver takes n + 1 when it
-                   gets the lock and fences its user-state writes with it (state/map.py)
+                   gets the lock and fences its user-state writes with it (state/map/)
     maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
-                   a commit can repair an OpaqueMap a failed attempt wrote (state/map.py)
+                   a commit can repair an OpaqueMap a failed attempt wrote (state/map/)
     state          {"kind": "redis", "location": "host:port/db"}: the user state the
                    committed txids were written to (no credentials); a run whose state is
                    another is refused (``check_user_state``)

@@ -445,6 +445,12 @@ def _parser() -> argparse.ArgumentParser:
     p_ui.add_argument("--control-token", metavar="TOKEN",
                       help="turn on the deactivate/activate/kill buttons; each request must carry TOKEN "
                            "(also TRIDENT_CONTROL_TOKEN)")
+    p_drpc = sub.add_parser("drpc", help="run a DRPC server: callers POST /drpc/<function>, remote DRPC topologies "
+                            "fetch the requests (docs/drpc.md)")
+    from transactional.ops.drpc_server import add_arguments as drpc_arguments
+
+    drpc_arguments(p_drpc)
+    _log_level_arg(p_drpc)
     for action, what in (("deactivate", "stop emitting new batches (those in flight commit); the driver waits"),
                          ("activate", "emit again after deactivate"),
                          ("kill", "stop the running driver after its commit under way; it releases the lock")):
@@ -547,7 +553,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill``, ``ui`` or ``kafka-broker``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill``, ``ui``, ``drpc`` or ``kafka-broker``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -573,6 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: _manage(args))
     if args.command == "ui":
         return _guard(lambda: _ui(args))
+    if args.command == "drpc":
+        from transactional.ops.drpc_server import main as drpc_main
+
+        setup_logging(args.log_level)
+        return _guard(lambda: drpc_main(args))
     if args.command == "kafka-broker":
         from transactional.ops import kafka_broker
 
