@@ -26,7 +26,7 @@ try:
     create_topic(k.bootstrap, "p", 1)
     produce(k.bootstrap, "p", {0: make_corpus(N)})
     out = {}
-    for rnd in range(2):
+    for _round in range(2):
         spout = KafkaTransactionalSpout(k.bootstrap, "p", max_records_per_partition=12_500)
         for columnar in (True, False):
             e = spout.get_emitter({}, None); col = Cols()
