@@ -25,6 +25,7 @@ from trident.operation import (
 )
 from trident.runtime.op import Op
 from trident.state import MapStateFactory, StateType, TridentState
+from trident.states import is_state_factory, mark_factory
 
 if TYPE_CHECKING:
     from trident.topology import TridentTopology
@@ -198,7 +199,7 @@ class Stream:
         """Several aggregators over the same tuples in one pass (``.aggregate(...)...chain_end()``)."""
         return ChainedAggregatorDeclarer(self, Fields())
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate every batch into one stored value (key ``"$GLOBAL"``) of the map,
         exactly once; ``persistent_aggregate(factory, Count(), Fields("count"))`` reads no
@@ -235,7 +236,7 @@ class Stream:
         return self._repartition("all")
 
     # -- state -------------------------------------------------------------------------------
-    def partition_persist(self, state_factory: MapStateFactory, in_fields: Any, updater: StateUpdater,
+    def partition_persist(self, state_factory: Any, in_fields: Any, updater: StateUpdater,
                           out_fields: Any = None) -> TridentState:
         """Hand each task's tuples of a batch to ``updater.update_state(map, tuples,
         collector)`` in the commit phase; what it emits (``out_fields``) is the state's
@@ -287,10 +288,13 @@ def _callable(fn: Any, cls: type, what: str) -> Any:
 
 
 def _check_factory(f: Any) -> None:
-    if not isinstance(f, MapStateFactory):
+    if not isinstance(f, MapStateFactory) and not is_state_factory(f):
         msg = ("a state factory is trident.state.transactional(name), opaque(name) or "
-               f"non_transactional(name); got {f!r}")
+               "non_transactional(name), or a trident.states.StateFactory (make_state(conf, metrics, "
+               f"partition_index, num_partitions)); got {f!r}")
         raise ConfigError(msg)
+    if is_state_factory(f):
+        mark_factory(f)
 
 
 def _check_aggregator(agg: Any, what: str) -> None:
@@ -329,7 +333,7 @@ def _aggregate(stream: Stream, group: Fields, in_fields: Any, agg: Any, out_fiel
     return topo._add(Node("boundary", [stream.node], fields, op=op, grouping=grouping, keys=group))
 
 
-def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields: Any, agg: Any,
+def _persist(stream: Stream, group: Fields, factory: Any, in_fields: Any, agg: Any,
              out_fields: Any) -> TridentState:
     _check_factory(factory)
     if not isinstance(agg, (CombinerAggregator, ReducerAggregator)):
@@ -341,7 +345,7 @@ def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields:
         msg = f"persistent_aggregate stores one value per key; declare one output field, not {list(out)}"
         raise ConfigError(msg)
     f, idx = (stream._in(in_fields, "persistent_aggregate") if in_fields is not None else (Fields(), ()))
-    if factory.state_type is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
+    if getattr(factory, "state_type", None) is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
         msg = (f"state {factory.name!r} is a counter map: it adds numbers, so it takes Count() or Sum(), "
                f"not {type(agg).__name__}; use trident.state.transactional({factory.name!r}) for other aggregators")
         raise ConfigError(msg)
@@ -383,7 +387,7 @@ class GroupedStream:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self.stream, self.group_fields, in_fields, aggregator, out_fields, scope="partition")
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate each group of every batch into the map under the group's key (the
         value of one group field, a tuple of several), exactly once per txid."""

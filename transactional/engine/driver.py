@@ -48,6 +48,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
+from transactional.engine.user_states import forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl
 from transactional.ops.progress import Progress
@@ -210,6 +211,7 @@ class Engine:
                     recorder.close(error)
         finally:
             state.close()
+            forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 

@@ -24,10 +24,10 @@ from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.exceptions import FailedException
 
 __all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
-           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
+           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port"]
 
 _SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
-            "ManagedKafka": "kafka", "free_port": "_process"}
+            "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process"}
 
 
 def __getattr__(name: str) -> Any:

@@ -11,6 +11,7 @@ from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
+from trident.states import is_state_factory
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
@@ -26,7 +27,7 @@ class PersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.map = _open_state(bolt, op)
         self.reducer = isinstance(op.fn, ReducerAggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
@@ -68,7 +69,7 @@ class PersistProc(Proc):
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
         if keys:
-            if op.state.state_type.value == "counter":
+            if getattr(op.state, "state_type", None) == "counter":
                 self._check_counter_totals()
             self._emit(keys, self._write(keys))
         Proc.finish(self)
@@ -166,7 +167,10 @@ class PartitionPersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.bolt = bolt
+        # a map of the topology is opened now (the driver finds the maps committers open in
+        # prepare); a State API state in finish
+        self.map = None if is_state_factory(op.state) else _open_state(bolt, op)
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
@@ -179,9 +183,25 @@ class PartitionPersistProc(Proc):
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
         c = _Collect(push, len(op.out_fields), op_label(op))
-        if self.tuples:
+        if self.map is None:
+            # a State API state: every task opens it every batch, also with no tuples, so a
+            # replay that gives this task none still takes back what an earlier attempt of
+            # the txid wrote here (an opaque spout's replay may be another batch)
+            st = _open_state(self.bolt, op)
+            if self.tuples:
+                op.fn.update_state(st, self.tuples, c)
+        elif self.tuples:     # Storm's rule: a task with no tuples leaves the map alone
             op.fn.update_state(self.map, self.tuples, c)
         Proc.finish(self)
+
+
+def _open_state(bolt: TridentBolt, op: Any) -> Any:
+    """The state of a persist or query op: a map of the topology (``trident.state``), or
+    what a State API factory makes for this task (``context.state``: the framework runs
+    its ``begin_commit``/``commit`` around the task's batch)."""
+    if is_state_factory(op.state):
+        return bolt.context.state(op.state)
+    return bolt.context.map_state(op.state.name, op.state.state_type.value)
 
 
 class _ReadView:
@@ -206,7 +226,8 @@ class QueryProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None and self.nxt is not None
-        self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
+        self.bolt = bolt
+        self.view = None if is_state_factory(op.state) else _ReadView(_open_state(bolt, op))
         self.tt = TridentTuple.of(op.in_fields)
         self.buffered: list[Row] = []
 
@@ -218,7 +239,7 @@ class QueryProc(Proc):
         assert op is not None and nxt is not None
         if self.buffered:
             tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.buffered]
-            results = op.fn.batch_retrieve(self.view, tts)
+            results = op.fn.batch_retrieve(self.view if self.view is not None else _open_state(self.bolt, op), tts)
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)
