@@ -2,7 +2,14 @@
 a 4-partition topic, counted exactly once into Redis by a KafkaTransactionalSpout topology.
 
     python benchmarks/kafka_wordcount.py [--sentences 1000000] [--batch 50000] [--master local[2]]
-        [--bootstrap HOST:PORT] [--redis redis://HOST:PORT/0] [--opaque]
+        [--bootstrap HOST:PORT] [--topic T] [--produce-only] [--redis redis://HOST:PORT/0] [--opaque]
+        [--api bolt|trident|trident-columnar]
+
+``--api trident-columnar``: Trident with the spout's partition reads as Arrow record
+batches, ``map_batches`` split (Arrow kernels), ``group_by(word).persistent_aggregate(
+counters, Count())``; ``--api trident``: the same with ``each(Split)``, one tuple per word;
+``--api bolt`` (default): the bolt API's split-count below. ``--produce-only`` fills a new
+topic and prints its name (then ``--topic`` reads it: several runs on one topic).
 
 Starts its own Tansu broker unless ``--bootstrap`` is given, and its own ``redis-server``
 unless ``--redis`` is given. Topology: Kafka spout (``--parallelism`` tasks over 4
@@ -54,6 +61,24 @@ def build(topology_id: str, bootstrap: str, topic: str, batch: int, parallelism:
     return b
 
 
+def build_trident(topology_id: str, bootstrap: str, topic: str, batch: int, parallelism: int, committers: int,
+                  columnar: bool) -> object:
+    from trident import Count, TridentTopology
+    from trident import state as trident_state
+
+    from wordcount import SplitWords, split_batch
+
+    spout = KafkaTransactionalSpout(bootstrap, topic, max_records_per_partition=max(1, batch // PARTITIONS),
+                                    field_names=("sentence",))
+    t = TridentTopology(topology_id)
+    s = t.new_stream("spout", spout).parallelism_hint(parallelism)
+    s = s.map_batches(split_batch, Fields("word")) if columnar else s.each(Fields("sentence"), SplitWords(),
+                                                                             Fields("word"))
+    s.group_by(Fields("word")).persistent_aggregate(trident_state.counters("word-counts"), Count(),
+                                                    Fields("count")).parallelism_hint(committers)
+    return t.build()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sentences", type=int, default=1_000_000)
@@ -65,6 +90,9 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="an existing broker (default: start Tansu)")
     ap.add_argument("--redis", help="redis://host:port/db (default: start redis-server)")
     ap.add_argument("--opaque", action="store_true", help="OpaqueKafkaTransactionalSpout + OpaqueMap")
+    ap.add_argument("--api", choices=["bolt", "trident", "trident-columnar"], default="bolt")
+    ap.add_argument("--topic", help="read this topic (filled by --produce-only) instead of producing one")
+    ap.add_argument("--produce-only", action="store_true", help="produce the corpus to a new topic, print its name")
     args = ap.parse_args()
 
     servers = []
@@ -83,39 +111,54 @@ def main() -> None:
 
         corpus = make_corpus(args.sentences)
         words = sum(s.count(" ") + 1 for s in corpus)
-        topic = f"bench-sentences-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, PARTITIONS)
-        t0 = time.monotonic()
-        produce(bootstrap, topic, {p: corpus[p::PARTITIONS] for p in range(PARTITIONS)})
-        produce_secs = time.monotonic() - t0
+        produce_secs = 0.0
+        topic = args.topic
+        if topic is None:
+            topic = f"bench-sentences-{uuid.uuid4().hex[:8]}"
+            create_topic(bootstrap, topic, PARTITIONS)
+            t0 = time.monotonic()
+            produce(bootstrap, topic, {p: corpus[p::PARTITIONS] for p in range(PARTITIONS)})
+            produce_secs = time.monotonic() - t0
+        if args.produce_only:
+            print(topic)
+            return
 
         cfg = TopologyConfig(spark_master=args.master, spark_ui=False, max_spout_pending=args.max_spout_pending,
                              state=redis_url, progress=False, message_timeout_secs=600)
         sc = get_or_create_context(cfg)
         sc.parallelize(range(4), 2).count()  # start the Python workers before timing
         tid = f"bench-kafka-wordcount-{uuid.uuid4().hex[:8]}"
-        topo = build(tid, bootstrap, topic, args.batch, args.parallelism, args.committers, args.opaque)
+        if args.api == "bolt":
+            topo = build(tid, bootstrap, topic, args.batch, args.parallelism, args.committers, args.opaque)
+        else:
+            topo = build_trident(tid, bootstrap, topic, args.batch, args.parallelism, args.committers,
+                                 args.api == "trident-columnar")
         t0 = time.monotonic()
         r = run_topology(topo, cfg)
         wall = time.monotonic() - t0
 
         want = Counter(w for s in corpus for w in s.split())
         keys = list(want)
-        kind = OpaqueMap if args.opaque else TransactionalMap
-        got = kind(RedisMapBacking.from_url(redis_url, f"{tid}:word-counts")).multi_get(keys)
+        if args.api == "bolt":
+            kind = OpaqueMap if args.opaque else TransactionalMap
+            got = kind(RedisMapBacking.from_url(redis_url, f"{tid}:word-counts")).multi_get(keys)
+        else:
+            got = r.map_state("word-counts").multi_get(keys)
         exact = all(g == want[k] for k, g in zip(keys, got, strict=True))
         line = {
-            "benchmark": "kafka_wordcount", "spout": "opaque" if args.opaque else "transactional",
+            "benchmark": "kafka_wordcount", "api": args.api,
+            "spout": "opaque" if args.opaque else "transactional",
+            "state": "counters" if args.api != "bolt" else ("OpaqueMap" if args.opaque else "TransactionalMap"),
             "sentences": args.sentences, "words": words, "partitions": PARTITIONS,
             "batches": r.batches_committed, "batch_sentences": args.batch, "wall_secs": round(wall, 2),
-            "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
-            "commit_latency_p99_ms": round(r.latency_ms(99), 1),
+            "words_per_sec": round(words / wall), "batch_latency_p50_ms": round(r.latency_ms(50), 1),
+            "batch_latency_p99_ms": round(r.latency_ms(99), 1),
             "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),
             "produce_secs": round(produce_secs, 2), "exact": exact, "failed_attempts": len(r.failures),
             "max_spout_pending": args.max_spout_pending, "master": args.master,
             "parallelism": args.parallelism, "committers": args.committers,
             "broker": "tansu (started)" if not args.bootstrap else bootstrap,
-            "state": "redis (started)" if not args.redis else TopologyConfig(state=redis_url).redacted()["state"],
+            "redis": "redis (started)" if not args.redis else TopologyConfig(state=redis_url).redacted()["state"],
         }
         print(json.dumps(line), flush=True)
         if not exact:

@@ -17,9 +17,11 @@ reference sentences at the rate of a bare ``consume()`` loop (both ≈116k recor
 ≈60-byte sentences on a 2-core machine busy with other jobs).
 
 What is read is decided by Kafka's documented protocol only: ListOffsets (``latest``)
-for the high watermark, Fetch from an explicit offset, ``OFFSET_OUT_OF_RANGE`` and the
-partition-EOF event. A broker that answers ListOffsets short (Tansu, see docs/kafka.md)
-only makes the spout lag until more data arrives; it never makes it read a wrong range.
+and the high watermark of Fetch responses, Fetch from an explicit offset,
+``OFFSET_OUT_OF_RANGE`` and the partition-EOF event. The plan trusts a Fetch response's
+high watermark over ListOffsets: some brokers (Tansu, see docs/kafka.md) answer
+ListOffsets short of the last records of a partition, and a plan bounded by that answer
+would leave them unread until more data arrives, with the lag reading 0.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     SpoutContext,
 )
-from spouts.kafka_emitter import KafkaEmitter
+from spouts.kafka_columns import BAD_RECORD_FIELDS, BadRecordError
+from spouts.kafka_emitter import _GONE, _OUT_OF_RANGE, KafkaEmitter
 from spouts.kafka_records import RECORD_FIELDS, Deserializer, deserializer_for
 from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
-__all__ = ["KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout", "RECORD_FIELDS"]
+__all__ = ["BAD_RECORD_FIELDS", "BadRecordError", "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
+           "RECORD_FIELDS"]
 
 log = logging.getLogger("trident.kafka")
 
@@ -85,6 +89,8 @@ class _KafkaSpout:
                  key_deserializer: str | Deserializer = "bytes",
                  fields: Sequence[str] = ("value",),
                  field_names: Sequence[str] | None = None,
+                 json_fields: Sequence[str] | None = None,
+                 bad_records_stream: str | None = None,
                  tx_field: str = "tx",
                  client_config: Mapping[str, Any] | None = None,
                  group_id: str | None = None,
@@ -112,6 +118,9 @@ class _KafkaSpout:
         deserializer_for(deserializer, "deserializer")
         deserializer_for(key_deserializer, "key_deserializer")
         self.fields, self.field_names = _check_fields(fields, field_names, tx_field)
+        self.json_fields = _check_json_fields(json_fields, deserializer, self.fields)
+        Fields(tx_field, *self.output_names())  # validates the names
+        self.bad_records_stream = _check_bad_stream(bad_records_stream)
         self.tx_field = tx_field
         self.client_config = _check_client_config(client_config)
         self.group_id = group_id
@@ -130,8 +139,19 @@ class _KafkaSpout:
         """A reader of planned ranges; its Kafka consumer is created on first use."""
         return KafkaEmitter(self)
 
+    def output_names(self) -> tuple[str, ...]:
+        """The fields emitted after the attempt: ``field_names``, with ``value`` expanded
+        to ``json_fields`` when they are declared."""
+        out: list[str] = []
+        for f, name in zip(self.fields, self.field_names, strict=True):
+            out.extend(self.json_fields if f == "value" and self.json_fields is not None else (name,))
+        return tuple(out)
+
     def declare_output_fields(self, declarer: OutputDeclarer) -> None:
-        declarer.declare(Fields(self.tx_field, *self.field_names))
+        declarer.declare(Fields(self.tx_field, *self.output_names()))
+        if self.bad_records_stream is not None:
+            declarer.declare_stream(self.bad_records_stream, Fields(self.tx_field, *BAD_RECORD_FIELDS))
+
 
     def consumer_config(self, role: str) -> dict[str, Any]:
         """The librdkafka settings of this spout's consumers (``role`` is 'coordinator'
@@ -175,6 +195,31 @@ def _check_fields(fields: Sequence[str], field_names: Sequence[str] | None,
         raise ConfigError(msg)
     Fields(tx_field, *names)  # validates the names
     return checked, names
+
+
+def _check_json_fields(json_fields: Sequence[str] | None, deserializer: Any,
+                       fields: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``json_fields`` checked against the scheme and the emitted fields."""
+    if json_fields is None:
+        return None
+    if deserializer != "json" or isinstance(json_fields, str) or not json_fields:
+        msg = (f"json_fields names the fields of JSON-object values: give a list of names with "
+               f"deserializer='json'; got json_fields={json_fields!r}, deserializer={deserializer!r}")
+        raise ConfigError(msg)
+    if "value" not in fields:
+        msg = f"json_fields expand the 'value' field, which fields {fields!r} does not emit"
+        raise ConfigError(msg)
+    return tuple(json_fields)
+
+
+def _check_bad_stream(bad_records_stream: str | None) -> str | None:
+    """``bad_records_stream``: None, or a stream name other than 'default'."""
+    if bad_records_stream is not None and (not isinstance(bad_records_stream, str) or not bad_records_stream
+                                           or bad_records_stream == "default"):
+        msg = (f"bad_records_stream must be None (stop at a bad record) or the name of a stream other "
+               f"than 'default'; got {bad_records_stream!r}")
+        raise ConfigError(msg)
+    return bad_records_stream
 
 
 def _check_client_config(client_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -232,6 +277,13 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
       callable ``bytes -> value`` (runs in Spark tasks; must be picklable).
     - ``fields``: record attributes emitted after the TransactionAttempt, among
       ``RECORD_FIELDS`` (default ``("value",)``); ``field_names`` renames them.
+    - ``json_fields``: with ``deserializer="json"``, the names of the JSON object's fields
+      emitted in place of ``value`` (a column each on the columnar path).
+    - ``bad_records_stream``: a record the scheme cannot decode (not UTF-8, not JSON, not
+      an object, a field missing) stops the batch with ``BadRecordError`` naming topic,
+      partition and offset (None, the default), or is emitted on this stream as
+      ``(tx, *BAD_RECORD_FIELDS)`` and left out of the batch. The same on the row and
+      the columnar path (``spouts.kafka_columns``).
     - ``client_config``: librdkafka settings passed to every consumer (e.g. security).
     - ``group_id``: committed end offsets of each committed batch are written to Kafka
       under this consumer group, as information for lag monitors only (the coordinator
@@ -281,6 +333,9 @@ class KafkaCoordinator(PartitionedCoordinator):
         self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
         self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
         self._done: dict[int, int] = {}        # partition -> end of its last committed batch (lag)
+        # partition -> (ListOffsets answer, the Fetch high watermark probed for it)
+        self._probed: dict[int, tuple[int, int]] = {}
+        self._prober: Consumer | None = None
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -325,7 +380,9 @@ class KafkaCoordinator(PartitionedCoordinator):
         return self._known
 
     def watermarks(self, partition: int) -> tuple[int, int] | None:
-        """``(low, high)`` of a partition, or None if the broker does not answer in time."""
+        """``(low, high)`` of a partition from ListOffsets, or None if the broker does not
+        answer in time. ``high`` may be short of the log's end on some brokers: see
+        ``high_watermark``."""
         try:
             return self.consumer.get_watermark_offsets(
                 TopicPartition(self.spout.topic, partition), timeout=self.spout.metadata_timeout_secs,
@@ -333,6 +390,59 @@ class KafkaCoordinator(PartitionedCoordinator):
         except KafkaException as e:
             log.warning("no watermarks for %s[%d]: %s", self.spout.topic, partition, e)
             return None
+
+    def high_watermark(self, partition: int, listed: int) -> int:
+        """The partition's high watermark as a Fetch response reports it, given ``listed``,
+        ListOffsets' answer (a lower bound: Kafka's high watermark never decreases).
+
+        A Fetch from ``listed`` returns the true high watermark in its response (the
+        partition-EOF event, or the watermark cached with the first record). Some brokers
+        (Tansu) answer ListOffsets with the base offset of the last record batch + 1, short
+        of the records in that batch; planning from it would stall them until the next
+        produce. The probe is one fetch of at most one record batch, and is skipped while
+        ListOffsets' answer has not moved since the last probe (no batch was appended).
+        Falls back to ``listed`` when the broker does not answer within 2 s."""
+        last = self._probed.get(partition)
+        if last is not None and last[0] == listed:
+            return max(last[1], listed)
+        high = self._probe(partition, listed)
+        if high is None:
+            return listed
+        self._probed[partition] = (listed, high)
+        return max(high, listed)
+
+    def _probe(self, partition: int, offset: int) -> int | None:
+        s = self.spout
+        if self._prober is None:
+            cfg = s.consumer_config("coordinator")
+            # one record batch per fetch is enough to learn the watermark
+            cfg.update({"max.partition.fetch.bytes": 1, "queued.min.messages": 1,
+                        "fetch.wait.max.ms": 10})
+            self._prober = Consumer(cfg)
+        c = self._prober
+        tp = TopicPartition(s.topic, partition, offset)
+        c.assign([tp])
+        deadline = time.monotonic() + min(s.metadata_timeout_secs, 2.0)
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                m = c.poll(min(remaining, 0.5))
+                if m is None or m.partition() != partition:
+                    continue
+                err, off = m.error(), m.offset()
+                if err is None and off is not None:
+                    # the fetch response's high watermark is cached before its records are queued
+                    hw = c.get_watermark_offsets(TopicPartition(s.topic, partition), cached=True)[1]
+                    return max(int(hw), off + 1)
+                if err is None:
+                    continue
+                if err.code() == KafkaError._PARTITION_EOF and off is not None:
+                    return off
+                if err.code() in _OUT_OF_RANGE or err.code() in _GONE or err.fatal():
+                    return None
+            log.warning("no fetch answer for %s[%d] within 2s: planning from ListOffsets", s.topic, partition)
+            return None
+        finally:
+            c.unassign()
 
     def initial_meta(self, partition: int, new_partition: bool) -> Meta | None:
         """Where ``partition`` begins when it has no batch yet, as the empty range
@@ -353,7 +463,7 @@ class KafkaCoordinator(PartitionedCoordinator):
         if new_partition or start == "earliest":
             s = low
         elif start == "latest":
-            s = high
+            s = self.high_watermark(partition, high)
         else:
             s = cast("dict[int, int]", start).get(partition, low)
         return {"start": s, "end": s}
@@ -380,6 +490,8 @@ class KafkaCoordinator(PartitionedCoordinator):
             return None
         high = wm[1]
         start = int(last_meta["end"])
+        if high < start + self.spout.max_records_per_partition:
+            high = self.high_watermark(partition, high)   # the plan reaches the log's end
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
@@ -422,6 +534,9 @@ class KafkaCoordinator(PartitionedCoordinator):
                 self.consumer.poll(0)
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
+        if self._prober is not None:
+            self._prober.close()
+            self._prober = None
         self.consumer.close()
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spouts.base import EmitCollector, Meta, PartitionedEmitter
-from spouts.kafka_records import deserializer_for, record_values
+from spouts.kafka_columns import Records, Scheme
 from transactional.exceptions import FailedException, SpoutError
 from transactional.tuples import TransactionAttempt
 
@@ -31,8 +31,9 @@ class KafkaEmitter(PartitionedEmitter):
     def __init__(self, spout: _KafkaSpout) -> None:
         self.spout = spout
         self.consumer: Consumer | None = None
-        self._value = deserializer_for(spout.deserializer, "deserializer")
-        self._key = deserializer_for(spout.key_deserializer, "key_deserializer")
+        self._scheme = Scheme(spout.deserializer, spout.json_fields)
+        self._key_scheme = Scheme(spout.key_deserializer, None)
+        self._names = spout.output_names()
 
     def _consumer(self) -> Consumer:
         if self.consumer is None:
@@ -41,22 +42,45 @@ class KafkaEmitter(PartitionedEmitter):
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: EmitCollector,
                              partition: int, meta: Meta) -> Meta | None:
-        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``,
-        each as ``(tx, *fields)``. Transactional: all of them or an exception; returns None.
-        Opaque: returns ``{"start", "end"}`` of what was emitted."""
+        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``:
+        as one Arrow record batch when every consumer takes columns and the scheme has an
+        Arrow type (``spouts.kafka_columns``), else each as ``(tx, *fields)``.
+        Transactional: all of them or an exception; returns None. Opaque: returns
+        ``{"start", "end"}`` of what was emitted."""
         start, end = int(meta["start"]), int(meta["end"])
+        got: list[Any] = []
         try:
-            pos, why = self._read(tx, collector, partition, start, end)
+            pos, why = self._read(tx, got, partition, start, end)
         finally:
             if not self.spout.reuse_consumer:
                 self.close()
         if pos < end:
             self._short(tx, partition, start, end, pos, why)
+        if got:
+            self._emit(tx, collector, partition, got)
         return {"start": start, "end": pos} if self.spout.opaque else None
+
+    def _emit(self, tx: TransactionAttempt, collector: EmitCollector, partition: int, got: list[Any]) -> None:
+        """The read messages, as one record batch or as tuples; bad records by the policy."""
+        s = self.spout
+        rec = Records(s.topic, partition, tx.txid, s.fields, self._scheme, self._key_scheme, s.bad_records_stream)
+        columnar = getattr(collector, "columnar", None)
+        batch = None
+        if self._scheme.columnar and columnar is not None and columnar("default"):
+            batch = rec.record_batch(got, self._names)
+        if batch is not None:
+            if batch.num_rows:
+                collector.emit_columns(batch)  # type: ignore[attr-defined]
+        else:
+            rec.bad.clear()
+            rec.emit_rows(tx, collector.emit, got)
+        if s.bad_records_stream is not None:
+            for bad in rec.bad:
+                collector.emit((tx, *bad), s.bad_records_stream)
 
     # Reading: 1. ask the fault seam; 2. assign at start; 3. consume until the end offset,
     # the partition EOF at or past it, a definite error, or the fetch deadline; 4. unassign.
-    def _read(self, tx: TransactionAttempt, collector: EmitCollector, partition: int,
+    def _read(self, tx: TransactionAttempt, got: list[Any], partition: int,
               start: int, end: int) -> tuple[int, str]:
         if end <= start:
             return end, ""
@@ -74,12 +98,12 @@ class KafkaEmitter(PartitionedEmitter):
         c.assign([TopicPartition(s.topic, partition, start)])
         try:
             # Step 3. consume the range.
-            return self._consume(c, tx, collector, partition, start, end, limit)
+            return self._consume(c, tx, got, partition, start, end, limit)
         finally:
             # Step 4. leave nothing assigned (buffered messages are dropped).
             c.unassign()
 
-    def _consume(self, c: Consumer, tx: TransactionAttempt, collector: EmitCollector, partition: int,
+    def _consume(self, c: Consumer, tx: TransactionAttempt, got: list[Any], partition: int,
                  start: int, end: int, limit: int) -> tuple[int, str]:
         """Step 3 of ``_read``: emit the records from ``start`` below ``limit``; returns where
         the read stopped and why (empty: it did not stop short)."""
@@ -94,20 +118,19 @@ class KafkaEmitter(PartitionedEmitter):
             if not msgs:
                 # nothing for a while: a range that is gone need not wait for the deadline
                 self._check_gone(tx, partition, start, end, pos)
-            pos, why, ended = self._take(msgs, tx, collector, partition, start, end, limit, pos, why)
+            pos, why, ended = self._take(msgs, tx, got, partition, start, end, limit, pos, why)
             if ended:
                 return pos, why
         if pos < end and limit < end and not why:
             why = "fetch fault injected"
         return pos, why
 
-    def _take(self, msgs: list[Any], tx: TransactionAttempt, collector: EmitCollector, partition: int,
+    def _take(self, msgs: list[Any], tx: TransactionAttempt, got: list[Any], partition: int,
               start: int, end: int, limit: int, pos: int, why: str) -> tuple[int, str, bool]:
-        """Emit the records among ``msgs`` (one ``consume``) from ``pos`` below ``limit``;
+        """Keep the records among ``msgs`` (one ``consume``) from ``pos`` below ``limit``;
         returns the new position, why the read may stop short, and whether the partition
         ended below ``end`` (the read stops there)."""
-        emit, value_of, key_of, fields = collector.emit, self._value, self._key, self.spout.fields
-        fast = fields == ("value",)
+        keep = got.append
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -120,10 +143,7 @@ class KafkaEmitter(PartitionedEmitter):
                 continue
             if off >= limit:
                 return limit, why, False
-            if fast:
-                emit((tx, value_of(m.value())))
-            else:
-                emit((tx, *record_values(m, fields, key_of, value_of)))
+            keep(m)
             pos = off + 1
         return pos, why, False
 
@@ -154,10 +174,12 @@ class KafkaEmitter(PartitionedEmitter):
     def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
         """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone
         (below the log start; or, transactional, above the log end)."""
+        tp = TopicPartition(self.spout.topic, partition)
         try:
             low, high = self._consumer().get_watermark_offsets(
-                TopicPartition(self.spout.topic, partition), timeout=min(self.spout.metadata_timeout_secs, 2.0),
-                cached=False)
+                tp, timeout=min(self.spout.metadata_timeout_secs, 2.0), cached=False)
+            # ListOffsets may answer short (docs/kafka.md): the fetches' watermark counts too
+            high = max(high, self._consumer().get_watermark_offsets(tp, cached=True)[1])
         except KafkaException as e:
             if e.args and e.args[0].code() in _GONE and self._partition_missing(partition):
                 self._gone(tx, partition, start, end, "the topic or partition no longer exists")

@@ -106,14 +106,17 @@ class Count(BaseTransactionalBolt, Committer):
 
 class Recorder:
     """A ``fetch_fault`` that records every read (txid, attempt, partition, start, end) in
-    an ``EventLog`` and makes ``partition`` unfetchable during ``txids`` (all attempts)."""
+    an ``EventLog`` and makes ``partition`` unfetchable during ``txids`` (all attempts),
+    and any partition during the first attempt of ``first_attempt_txids``."""
 
-    def __init__(self, path: str, partition: int | None = None, txids: frozenset[int] = frozenset()) -> None:
+    def __init__(self, path: str, partition: int | None = None, txids: frozenset[int] = frozenset(),
+                 first_attempt_txids: frozenset[int] = frozenset()) -> None:
         self.log = EventLog(path)
-        self.partition, self.txids = partition, txids
+        self.partition, self.txids, self.first = partition, txids, first_attempt_txids
 
     def __call__(self, tx, partition, start, end):
-        down = partition == self.partition and tx.txid in self.txids
+        down = (partition == self.partition and tx.txid in self.txids) or \
+            (tx.txid in self.first and tx.attempt_id == 1)
         self.log.record("read", txid=tx.txid, attempt=tx.attempt_id, partition=partition,
                         start=start, end=end, down=down)
         return start if down else None
@@ -122,21 +125,49 @@ class Recorder:
         return self.log.events("read")
 
 
+def split_batch(batch):
+    """The columnar split: sentences -> words, Arrow kernels only."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa.RecordBatch.from_arrays([pc.list_flatten(pc.utf8_split_whitespace(batch.column(0)))], names=["word"])
+
+
 def build_topology(topology_id: str | None = None, bootstrap: str | None = None, topic: str | None = None, *,
                    opaque: bool = False, max_records: int | None = None, recorder: Recorder | None = None,
-                   plans: tuple[FaultPlan | None, FaultPlan | None] = (None, None), **spout_options):
+                   plans: tuple[FaultPlan | None, FaultPlan | None] = (None, None), columnar: bool | None = None,
+                   **spout_options):
     """spout (Kafka, 2 tasks) -> split (3, shuffle) -> count (committer, 2, fields on word).
 
+    ``columnar``: the same count as a Trident topology whose stages take the spout's
+    batches as Arrow columns: spout (2 tasks) -> ``map_batches(split_batch)`` ->
+    ``group_by(word).persistent_aggregate(Count())`` into the map "counts" (``plans``
+    do not apply: fail reads with the ``recorder``).
+
     Without arguments (``trident run``), configured by the environment:
-    TRIDENT_TEST_TOPOLOGY, KAFKA_TEST_BOOTSTRAP, KAFKA_TEST_TOPIC, KAFKA_TEST_MAX_RECORDS.
+    TRIDENT_TEST_TOPOLOGY, KAFKA_TEST_BOOTSTRAP, KAFKA_TEST_TOPIC, KAFKA_TEST_MAX_RECORDS,
+    KAFKA_TEST_COLUMNAR=1.
     """
     topology_id = topology_id or os.environ["TRIDENT_TEST_TOPOLOGY"]
     bootstrap = bootstrap or os.environ["KAFKA_TEST_BOOTSTRAP"]
     topic = topic or os.environ["KAFKA_TEST_TOPIC"]
     max_records = max_records or int(os.environ.get("KAFKA_TEST_MAX_RECORDS", "15"))
+    if columnar is None:
+        columnar = os.environ.get("KAFKA_TEST_COLUMNAR") == "1"
     cls = OpaqueKafkaTransactionalSpout if opaque else KafkaTransactionalSpout
     spout = cls(bootstrap, topic, max_records_per_partition=max_records, field_names=("sentence",),
                 fetch_fault=recorder, fetch_timeout_secs=5, **spout_options)
+    if columnar:
+        from trident import Count as TridentCount
+        from trident import TridentTopology
+        from trident import state as trident_state
+
+        t = TridentTopology(topology_id)
+        flavour = trident_state.opaque if opaque else trident_state.transactional
+        t.new_stream("spout", spout).parallelism_hint(2).map_batches(split_batch, Fields("word")) \
+            .group_by(Fields("word")).persistent_aggregate(flavour("counts"), TridentCount(), Fields("n")) \
+            .parallelism_hint(2)
+        return t.build()
     split, count = SplitCount(), Count(opaque)
     if plans[0] is not None:
         split = with_faults(split, plans[0])
@@ -220,6 +251,39 @@ def test_exact_counts_with_failures_at_random_txids(spark_context, kafka_broker,
         assert_tiles([(s, e) for rs in last for (q, s, e) in rs if q == p], len(corpus[p]))
 
 
+@pytest.mark.parametrize("opaque", [False, True], ids=["transactional", "opaque"])
+def test_columnar_exact_counts_with_failed_reads_at_random_txids(spark_context, kafka_broker, corpus_topic,
+                                                                 tmp_path, opaque):
+    """The columnar path (Trident stages taking the spout's Arrow batches): reads fail in
+    the first attempt of seeded-random txids; a transactional replay reads the stored
+    ranges again, an opaque batch goes on with what it read; the counts are exact."""
+    topic, corpus = corpus_topic
+    failing = frozenset(random.Random(5).sample(range(1, 5), 2))
+    rec = Recorder(str(tmp_path / "reads.jsonl"), first_attempt_txids=failing)
+    t = build_topology(new_id("kafka-columnar"), kafka_broker.bootstrap, topic, opaque=opaque, recorder=rec,
+                       columnar=True)
+    result = run_topology(t, config(), spark_context=spark_context)
+    assert counts_of(result, opaque) == exact(corpus)
+    reads = rec.reads()
+    assert any(r["down"] for r in reads)
+    if opaque:   # the reads that were down delivered nothing; the later batches caught up
+        return
+    by_txid = ranges_by_txid(reads)
+    last = [max(a.items())[1] for a in by_txid.values()]
+    for p in range(4):
+        assert_tiles([(s, e) for rs in last for (q, s, e) in rs if q == p], len(corpus[p]))
+    if not opaque:
+        assert result.failures
+        for txid in failing:
+            # each partition read the same offsets in every attempt (the failed one may have
+            # been cancelled before it read every partition)
+            per_partition: dict[int, set] = {}
+            for rs in by_txid[txid].values():
+                for q, s, e in rs:
+                    per_partition.setdefault(q, set()).add((s, e))
+            assert len(by_txid[txid]) > 1 and all(len(v) == 1 for v in per_partition.values()), by_txid[txid]
+
+
 def test_transactional_replay_of_a_failed_txid_reads_the_stored_offsets(spark_context, kafka_broker,
                                                                          corpus_topic, tmp_path):
     """txid 3 fails in the commit phase on its first attempt; its replay and the replays
@@ -238,11 +302,13 @@ def test_transactional_replay_of_a_failed_txid_reads_the_stored_offsets(spark_co
     assert counts_of(result) == exact(corpus)
 
 
+@pytest.mark.parametrize("columnar", [False, True], ids=["rows", "columns"])
 def test_opaque_partition_unfetchable_for_a_few_batches_catches_up_exactly(spark_context, kafka_broker,
-                                                                           corpus_topic, tmp_path):
+                                                                           corpus_topic, tmp_path, columnar):
     topic, corpus = corpus_topic
     rec = Recorder(str(tmp_path / "reads.jsonl"), partition=1, txids=frozenset({2, 3, 4}))
-    b = build_topology(new_id("kafka-down"), kafka_broker.bootstrap, topic, opaque=True, recorder=rec)
+    b = build_topology(new_id("kafka-down"), kafka_broker.bootstrap, topic, opaque=True, recorder=rec,
+                       columnar=columnar)
     result = run_topology(b, config(), spark_context=spark_context)
     assert counts_of(result, opaque=True) == exact(corpus)
     reads = rec.reads()
@@ -256,7 +322,9 @@ def test_opaque_partition_unfetchable_for_a_few_batches_catches_up_exactly(spark
         max(t for t, rs in last.items() if any(q == 0 for q, _, _ in rs)), "partition 1 did not lag"
 
 
-def test_partition_added_mid_run_is_read_from_its_start(spark_context, kafka_broker, kafka_topic, tmp_path):
+@pytest.mark.parametrize("columnar", [False, True], ids=["rows", "columns"])
+def test_partition_added_mid_run_is_read_from_its_start(spark_context, kafka_broker, kafka_topic, tmp_path,
+                                                        columnar):
     first = make_corpus(3, partitions=2, per_partition=30)
     kafka_broker.create_topic(kafka_topic, 2)
     kafka_broker.produce(kafka_topic, first)
@@ -265,7 +333,7 @@ def test_partition_added_mid_run_is_read_from_its_start(spark_context, kafka_bro
     # Tansu has no CreatePartitions: the helper recreates the topic, which crashes
     # librdkafka consumers that fetched from it, so emitters close theirs after each read
     b = build_topology(new_id("kafka-grow"), kafka_broker.bootstrap, kafka_topic, max_records=5,
-                       recorder=rec, reuse_consumer=False)
+                       recorder=rec, reuse_consumer=False, columnar=columnar)
     grown_at: list[int] = []
 
     def on_commit(txid, result):
@@ -325,7 +393,9 @@ def committed_txid(coordination: str, tid: str) -> int:
 
 
 @pytest.mark.slow
-def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_broker, kafka_topic, redis_url, zk_url):
+@pytest.mark.parametrize("columnar", [False, True], ids=["rows", "columns"])
+def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_broker, kafka_topic, redis_url, zk_url,
+                                                                      columnar):
     """Six SIGKILLs of the driver: three at a random crash point of a random upcoming txid
     (exact moments inside the commit protocol), three from outside at a random delay after
     the run is seen committing (tests/test_zookeeper_engine.py kills at every crash point). After each, a restart resumes from ZooKeeper; at the end
@@ -336,7 +406,10 @@ def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_brok
     tid = new_id("kafka-sigkill")
     zk = zk_url + "?session_timeout=1"
     env = {"TRIDENT_TEST_TOPOLOGY": tid, "KAFKA_TEST_BOOTSTRAP": kafka_broker.bootstrap,
-           "KAFKA_TEST_TOPIC": kafka_topic, "KAFKA_TEST_MAX_RECORDS": "10"}   # 40 batches
+           # 40 batches; 80 on the columnar path, which is fast enough to finish 40 before the kills
+           "KAFKA_TEST_TOPIC": kafka_topic, "KAFKA_TEST_MAX_RECORDS": "5" if columnar else "10",
+           "KAFKA_TEST_COLUMNAR": "1" if columnar else "0"}
+    batches = 400 // int(env["KAFKA_TEST_MAX_RECORDS"])
     rng = random.Random(2024)
     last = 0
     for i in range(6):
@@ -361,11 +434,11 @@ def test_driver_sigkilled_at_random_moments_resumes_with_exact_counts(kafka_brok
         now = committed_txid(zk, tid)
         assert now >= last, f"kill {i}: committed txid went back from {last} to {now}"
         last = now
-    assert last < 40, "the kills came too late to interrupt the run"
+    assert last < batches, "the kills came too late to interrupt the run"
     p = start_driver(env, redis_url, zk)
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-3000:]
-    assert committed_txid(zk, tid) == 40
+    assert committed_txid(zk, tid) == batches
     counts = TransactionalMap(RedisMapBacking.from_url(redis_url, f"{tid}:counts"))
     got = {w: n for w, n in zip(WORDS, counts.multi_get(WORDS), strict=True) if n is not None}
     assert got == exact(corpus)

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,13 +218,33 @@ class CountRecords(BaseTransactionalBolt, Committer):
         pass
 
 
-def _topology(tid: str, bootstrap: str, topic: str, opaque: bool, planned_flag: str) -> TransactionalTopologyBuilder:
+def record_keys(batch):
+    """The columnar key of each record: ``"<partition>:<offset>"`` (Arrow kernels)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = pc.binary_join_element_wise(pc.cast(batch.column(0), pa.string()), pc.cast(batch.column(1), pa.string()),
+                                       ":")
+    return pa.RecordBatch.from_arrays([keys], names=["key"])
+
+
+def _topology(tid: str, bootstrap: str, topic: str, opaque: bool, planned_flag: str,
+              columnar: bool = False) -> Any:
     cls = OpaqueLatestSpout if opaque else LatestSpout
     # reuse_consumer=False: the topic is recreated to add a partition (Tansu has no
     # CreatePartitions), which crashes librdkafka consumers that fetched from it
     spout = cls(bootstrap, topic, start="latest", fields=("partition", "offset"), fetch_timeout_secs=5,
                 max_records_per_partition=7, reuse_consumer=False)
     spout.planned_flag = planned_flag
+    if columnar:   # Trident stages taking the spout's reads as Arrow batches
+        from trident import Count, TridentTopology
+        from trident import state as trident_state
+
+        t = TridentTopology(tid)
+        flavour = trident_state.opaque if opaque else trident_state.transactional
+        t.new_stream("spout", spout).parallelism_hint(2).map_batches(record_keys, Fields("key")) \
+            .group_by(Fields("key")).persistent_aggregate(flavour("records"), Count(), Fields("n"))
+        return t.build()
     b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
     b.set_bolt("count", CountRecords(opaque), 2).shuffle_grouping("spout")
     return b
@@ -241,9 +262,10 @@ def _read_back(result, opaque: bool, ends: dict[int, int]) -> dict[str, int]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("opaque", [False, True], ids=["transactional", "opaque"])
+@pytest.mark.parametrize("opaque, columnar", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["transactional", "opaque", "transactional-columns", "opaque-columns"])
 def test_latest_counts_everything_produced_after_the_first_start_across_a_restart(
-        spark_context, kafka_broker, kafka_topic, zk_url, redis_url, tmp_path, opaque):
+        spark_context, kafka_broker, kafka_topic, zk_url, redis_url, tmp_path, opaque, columnar):
     kafka = kafka_broker
     kafka.create_topic(kafka_topic, 4)
     # before the topology first starts: not read ('latest'); every partition's last
@@ -251,7 +273,7 @@ def test_latest_counts_everything_produced_after_the_first_start_across_a_restar
     before = kafka.produce(kafka_topic, {p: _records(10 + p, "old") for p in range(4)})
     tid = f"latest-{'opaque' if opaque else 'tx'}-{uuid.uuid4().hex[:8]}"
     flag = tmp_path / "planned"
-    b = _topology(tid, kafka.bootstrap, kafka_topic, opaque, str(flag))
+    b = _topology(tid, kafka.bootstrap, kafka_topic, opaque, str(flag), columnar)
     conf = dict(spark_master="local[2]", coordination=zk_url, state=redis_url, max_spout_pending=2,
                 progress=False, poll_interval_secs=0.1)
     want: set[str] = set()

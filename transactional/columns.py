@@ -66,17 +66,57 @@ def record_batches(data: Any, fields: Sequence[str]) -> list[Any]:
             for b in batches if b.num_rows]
 
 
+#: Python types a column of rows may hold to become an Arrow column as it is (each comes
+#: back from Arrow as the same type and value); None is a null in any of them.
+_PLAIN = {str: "string", int: "int64", float: "float64", bool: "bool_", bytes: "binary"}
+
+
+def rows_batch(rows: Sequence[tuple[Any, ...]], fields: Sequence[str]) -> Any:
+    """A record batch of Python ``rows`` (columns ``fields``) built once, or None when a
+    column's values would not come back from Arrow as they are: more than one type in a
+    column (ints mixed with floats, ...), tuples, lists, dicts, objects, ints beyond 64
+    bits. One ``set(map(type, ...))`` per column decides; no tuple is built per row."""
+    import pyarrow as pa
+
+    if not rows:
+        return None
+    cols = list(zip(*rows, strict=True))
+    if len(cols) != len(fields):
+        return None
+    arrays = []
+    for col in cols:
+        kinds = set(map(type, col))
+        kinds.discard(type(None))
+        if len(kinds) != 1:
+            return None
+        name = _PLAIN.get(kinds.pop())
+        if name is None:
+            return None
+        try:
+            arrays.append(pa.array(col, getattr(pa, name)()))
+        except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+    return pa.RecordBatch.from_arrays(arrays, names=list(fields))
+
+
 def emit_rows(collector: Any, tx: TransactionAttempt, rows: Any, fields: Sequence[str],
               stream: str = "default") -> None:
     """Emit ``rows`` (a list of value tuples, or a pyarrow table or record batch with
-    columns ``fields``) on ``stream`` of ``collector``. Arrow data goes as columns when
-    every consumer takes them; otherwise, and always for Python rows (whose values Arrow
-    might convert: ints mixed with floats, tuples, objects), one ``(tx, *row)`` tuple per
-    row."""
-    if is_arrow(rows) and getattr(collector, "columnar", None) is not None and collector.columnar(stream):
+    columns ``fields``) on ``stream`` of ``collector``. When every consumer takes
+    columns, Arrow data goes as it is and Python rows as one record batch built here,
+    once (``rows_batch``: plain values, one type per column); otherwise, and for rows
+    whose values Arrow would change (ints mixed with floats, tuples, objects), one
+    ``(tx, *row)`` tuple per row."""
+    columnar = getattr(collector, "columnar", None) is not None and collector.columnar(stream)
+    if is_arrow(rows) and columnar:
         for b in record_batches(rows, fields):
             collector.emit_columns(b, stream)
         return
+    if columnar and not is_arrow(rows):
+        b = rows_batch(rows, fields)
+        if b is not None:
+            collector.emit_columns(b, stream)
+            return
     emit = collector.emit
     for row in (rows_of(rows) if is_arrow(rows) else rows):
         emit((tx, *row), stream)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from spouts.base import PartitionedCoordinator, PartitionedEmitter, PartitionedTransactionalSpout
+from transactional.columns import emit_rows
 from transactional.tuples import Fields, TransactionAttempt
 
 
@@ -22,13 +23,19 @@ class _Coordinator(PartitionedCoordinator):
 
 
 class _Emitter(PartitionedEmitter):
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], fields: Fields) -> None:
         self.rows = rows
+        self.fields = fields
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: Any, partition: int, meta: Any) -> Any:
         rows, n = self.rows, len(self.rows)
-        for i in range(meta["start"], meta["end"]):
-            collector.emit((tx, *rows[i % n]))
+        start, end = meta["start"], meta["end"]
+        if start // n == (end - 1) // n:             # within one cycle: a slice
+            part = rows[start % n:(end - 1) % n + 1]
+        else:
+            part = [rows[i % n] for i in range(start, end)]
+        # one record batch for consumers that take columns, else a tuple per row
+        emit_rows(collector, tx, part, self.fields)
         return meta
 
 
@@ -67,7 +74,7 @@ class FixedBatchSpout(PartitionedTransactionalSpout):
 
     def get_emitter(self, conf: dict[str, Any], context: Any) -> PartitionedEmitter:
         """Emits the planned range of ``values``."""
-        return _Emitter(self.rows)
+        return _Emitter(self.rows, self.fields)
 
     def declare_output_fields(self, declarer: Any) -> None:
         """The TransactionAttempt field, then ``fields``."""

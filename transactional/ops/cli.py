@@ -378,6 +378,9 @@ def _parser() -> argparse.ArgumentParser:
         _coordination_args(p)
     verify_command.add_parser(sub)
     replay_command.add_parser(sub)
+    from transactional.ops import kafka_broker
+
+    kafka_broker.add_parser(sub)
     return parser
 
 
@@ -471,43 +474,52 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill``, ``ui`` or ``drpc``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill``, ``ui``, ``verify``, ``replay``, ``drpc`` or
+    ``kafka-broker``; returns the exit status."""
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        module = load_topology_file(args.file)
-        return _guard(lambda: _run(module.build_topology, args.file, getattr(module, "report", None), args,
-                                   getattr(module, "CONFIG", None), getattr(module, "setup", None)))
-    if args.command == "describe":
-        return _guard(lambda: _describe(args))
-    if args.command == "package":
-        module = load_topology_file(args.file)
+    command = _COMMANDS.get(args.command, _status)
+    return _guard(lambda: command(args))
 
-        def package() -> int:
-            from transactional.ops.ship import SUBMIT_SCRIPT, code_zip
 
-            setup_logging(args.log_level)
-            built_topology(module.build_topology(), args.file)   # imports what building it imports
-            path = code_zip(args.out_dir)
-            print(path)
-            print(f"spark-submit --master MASTER --py-files {path} --files {args.file} "
-                  f"{SUBMIT_SCRIPT} run {Path(args.file).name} [options]", file=sys.stderr)
-            return 0
-        return _guard(package)
-    if args.command in ("list", "deactivate", "activate", "kill"):
-        return _guard(lambda: _manage(args))
-    if args.command == "ui":
-        return _guard(lambda: _ui(args))
-    if args.command == "verify":
-        return _guard(lambda: verify_command.command(args))
-    if args.command == "replay":
-        return _guard(lambda: replay_command.command(args))
-    if args.command == "drpc":
-        from transactional.ops.drpc_server import main as drpc_main
+def _run_command(args: argparse.Namespace) -> int:
+    module = load_topology_file(args.file)
+    return _run(module.build_topology, args.file, getattr(module, "report", None), args,
+                getattr(module, "CONFIG", None), getattr(module, "setup", None))
 
-        setup_logging(args.log_level)
-        return _guard(lambda: drpc_main(args))
-    return _guard(lambda: _status(args))
 
+def _package(args: argparse.Namespace) -> int:
+    from transactional.ops.ship import SUBMIT_SCRIPT, code_zip
+
+    module = load_topology_file(args.file)
+    setup_logging(args.log_level)
+    built_topology(module.build_topology(), args.file)   # imports what building it imports
+    path = code_zip(args.out_dir)
+    print(path)
+    print(f"spark-submit --master MASTER --py-files {path} --files {args.file} "
+          f"{SUBMIT_SCRIPT} run {Path(args.file).name} [options]", file=sys.stderr)
+    return 0
+
+
+def _drpc(args: argparse.Namespace) -> int:
+    from transactional.ops.drpc_server import main as drpc_main
+
+    setup_logging(args.log_level)
+    return drpc_main(args)
+
+
+def _kafka_broker(args: argparse.Namespace) -> int:
+    from transactional.ops import kafka_broker
+
+    return kafka_broker.run(args)
+
+
+#: what each subcommand runs (``status`` otherwise), inside ``_guard``
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run_command, "describe": _describe, "package": _package,
+    "list": _manage, "deactivate": _manage, "activate": _manage, "kill": _manage, "ui": _ui,
+    "verify": lambda args: verify_command.command(args), "replay": lambda args: replay_command.command(args),
+    "drpc": _drpc, "kafka-broker": _kafka_broker,
+}
 
 if __name__ == "__main__":
     sys.exit(main())
