@@ -26,8 +26,10 @@ if TYPE_CHECKING:
         TridentError,
     )
     from transactional.result import RunResult
+    from transactional.ticks import is_tick
     from transactional.topology import Topology, TransactionalTopologyBuilder
     from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
+    from transactional.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt, Count, Duration
 
 __all__ = [
     "TransactionalTopologyBuilder", "Topology", "TransactionAttempt", "Fields", "Values", "Tuple",
@@ -36,6 +38,7 @@ __all__ = [
     "TopologyConfig", "run_topology", "RunResult",
     "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
+    "is_tick", "BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration",
 ]
 
 
@@ -48,6 +51,8 @@ _WHERE = {
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
     **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
+    "is_tick": "transactional.ticks",
+    **{n: "transactional.windowing" for n in ("BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration")},
     "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
     "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",
     "Tuple": "transactional.tuples", "Values": "transactional.tuples",

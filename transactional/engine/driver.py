@@ -53,6 +53,7 @@ from transactional.engine.coordinator import (
     Transition,
 )
 from transactional.engine.core.driver import CoreDriver
+from transactional.engine.core.windows import check_windows
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.maps import StateRegistry
@@ -194,7 +195,7 @@ class Engine:
             self._take_lock(state, owner)
             store = CoordinatorStore(state)
             # refuse, before anything is written, state that would silently lose what was committed
-            keeps = bool(store.recover_maps()) or any(c.core == "stateful" for c in self.topology.bolts)
+            keeps = bool(store.recover_maps()) or any(c.core in ("stateful", "swindowed") for c in self.topology.bolts)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
             self.states.record_map = store.record_map
@@ -242,12 +243,13 @@ class Engine:
 
     def _core_driver(self, state: TransactionalState, epoch: int) -> CoreDriver:
         """The spouts, ackers and checkpoints of a core topology (``transactional.engine.core.driver``)."""
-        stateful = any(c.core == "stateful" for c in self.topology.bolts)
+        stateful = any(c.core in ("stateful", "swindowed") for c in self.topology.bolts)
         if stateful and self.config.checkpoint_interval_ms >= self.config.message_timeout_secs * 1000:
             msg = (f"checkpoint_interval_ms={self.config.checkpoint_interval_ms} must be below "
                    f"message_timeout_secs={self.config.message_timeout_secs} (x1000): a stateful bolt's tuples "
                    "are acked at the checkpoint, and would time out first and be replayed")
             raise ConfigError(msg)
+        check_windows(self.topology, self.config)
         options = {} if self.config.state.startswith("memory:") else {
             "connect_timeout": self.config.connect_timeout_secs}
         core = CoreDriver(self.topology, self.config, self.conf, self.result, state, options, epoch=epoch)
@@ -385,12 +387,13 @@ class Engine:
         executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
         emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
         run_stages = None
+        conf = core.conf_for(txid, self.conf)      # with the micro-batch's ticks
         if self.plan.commit:
             def run_stages(states: Any) -> dict:
                 if self.plan.commits_on_executors:   # a Spark job over the processing output kept there
-                    rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept, states)
+                    rep = run_commit(self.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
                 else:
-                    rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [r.records],
+                    rep = run_commit(self.plan, self._driver, self._driver_shared, conf, attempt, [r.records],
                                      states)
                 _add_report(rep, executed, emitted, busy)
                 return rep

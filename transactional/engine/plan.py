@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from transactional.engine.core.task import TICKS
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
@@ -420,6 +421,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
     (spout id -> one list per task), which stand for the spouts' stages."""
     t0 = time.monotonic()
     topology = plan.topology
+    if fed is not None and TICKS in fed:       # the bolts that get a tick in this micro-batch
+        conf = {**conf, TICKS: fed[TICKS]}
     ex.begin(group, f"trident {topology.topology_id} txid {attempt.txid} attempt "
                     f"{attempt.attempt_id} (processing)")
     acc = ex.accumulator()

@@ -292,6 +292,14 @@ class TaskContext:
             raise RuntimeError(msg)
         return self._states.key_value_state(owner)
 
+    def window_state(self) -> Any:
+        """The task's windows, kept on the driver across micro-batches (windowed bolts of
+        core topologies: ``transactional.engine.core.windows``)."""
+        if self._states is None or not hasattr(self._states, "window_state"):
+            msg = f"{self.component_id!r} has no windows: only windowed bolts of core topologies do"
+            raise RuntimeError(msg)
+        return self._states.window_state()
+
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         if self._states is None:
             msg = (
@@ -311,6 +319,10 @@ def new_bolt(component: ComponentSpec) -> Any:
     and for a core bolt (``component.core``) its batch-path adapter
     (``transactional.engine.core.task.adapter``)."""
     bolt = component.new_instance()
+    if component.core in ("windowed", "swindowed"):
+        from transactional.engine.core.windows import Windowed
+
+        return Windowed(bolt)
     if component.core and component.kind == "bolt":
         from transactional.engine.core.task import adapter
 
@@ -333,12 +345,15 @@ def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: T
     bolt = new_bolt(component)
     context = TaskContext(topology, component, task, phase, states)
     if topology.core:
-        from transactional.engine.core.task import CoreRouter, feed, task_seed
+        from transactional.engine.core.task import TICKS, CoreRouter, feed, task_seed, tick_tuple
 
         core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
                                                                attempt.attempt_id, component.id, task), only)
         bolt.prepare(conf, context, core, attempt)
         n = feed(bolt, topology, payloads)
+        tick = conf.get(TICKS, {}).get(component.id)
+        if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
+            bolt.execute(tick_tuple(tick, n))
         bolt.finish_batch()
         return core.records(), n, core.emitted, core.report()
     router = Router(topology, component, task, attempt, only)

@@ -26,6 +26,7 @@ from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.exceptions import FailedException, InvalidTupleError
+from transactional.ticks import TICK_COMPONENT, TICK_FREQ_KEY, TICK_STREAM
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, Tuple
 
@@ -252,6 +253,22 @@ class CoreRouter:
 def task_seed(salt: int, txid: int, attempt: int, component: str, task: int) -> int:
     """The seed of a task's tuple ids: the same for a task Spark runs again."""
     return zlib.crc32(f"{salt}:{txid}:{attempt}:{component}:{task}".encode()) << 32 | (salt & 0xFFFFFFFF)
+
+
+#: The key, in a micro-batch's conf, of the bolts that get a tick: ``{component: interval}``.
+TICKS = "topology.ticks"
+_TICK_FIELDS = Fields("rate_secs")
+
+
+def tick_tuple(freq: float, key: int) -> CoreTuple:
+    """A tick tuple (``transactional.ticks``): untracked, from ``__system``'s ``__tick`` stream."""
+    return CoreTuple((freq,), _TICK_FIELDS, TICK_COMPONENT, TICK_STREAM, -1, None, key)
+
+
+def tick_freq(component: ComponentSpec, default: float | None) -> float | None:
+    """A bolt's tick interval in seconds: its own setting, else the topology's."""
+    v = component.conf.get(TICK_FREQ_KEY, default)
+    return None if v is None else float(v)
 
 
 def feed(bolt: Any, topology: Topology, payloads: list[tuple]) -> int:
