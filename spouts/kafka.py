@@ -8,7 +8,7 @@ high_watermark))``); emitters *read* exactly a planned range in Spark tasks with
 ``assign`` + ``seek`` (no consumer group membership), so a new batch and a replay are the
 same read.
 
-This is the only module that imports a Kafka client. It uses **confluent-kafka**
+The Kafka spouts (here, ``spouts.kafka_emitter`` and ``spouts.kafka_core``) use **confluent-kafka**
 (librdkafka), chosen by measurement: against the Tansu broker on this kind of machine it
 produced ≈300k msg/s and consumed ≈400-800k msg/s from one Python process, about ten
 times kafka-python (≈20k / ≈70k msg/s, measured here; docs/kafka.md). Reading is the per-record hot
@@ -24,7 +24,6 @@ only makes the spout lag until more data arrives; it never makes it read a wrong
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +32,6 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spouts.base import (
-    EmitCollector,
     Meta,
     OpaquePartitionedTransactionalSpout,
     OutputDeclarer,
@@ -42,15 +40,15 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     SpoutContext,
 )
-from transactional.exceptions import ConfigError, FailedException, SpoutError
+from spouts.kafka_emitter import KafkaEmitter
+from spouts.kafka_records import RECORD_FIELDS, Deserializer, deserializer_for
+from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
 __all__ = ["KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout", "RECORD_FIELDS"]
 
 log = logging.getLogger("trident.kafka")
 
-#: Attributes of a Kafka record a spout can emit, in the order given by ``fields``.
-RECORD_FIELDS = ("topic", "partition", "offset", "key", "value", "timestamp")
 
 #: Consumer settings the spout relies on; ``client_config`` may not change them.
 _LOCKED = {
@@ -60,8 +58,8 @@ _LOCKED = {
     "enable.partition.eof": True,       # "everything below the high watermark was delivered"
 }
 
-Deserializer = Callable[[bytes | None], Any]
 FetchFault = Callable[[TransactionAttempt, int, int, int], "int | None"]
+
 
 class _ClientLog:
     """librdkafka's own log lines (connection retries ...) at DEBUG: the spout reports
@@ -74,52 +72,6 @@ class _ClientLog:
 
 
 _CLIENT_LOG = _ClientLog()
-
-_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
-_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
-
-
-def deserializer_for(spec: str | Deserializer, what: str) -> Deserializer:
-    """The function turning a record's bytes into a value for ``spec``: ``'bytes'``,
-    ``'utf-8'``, ``'json'`` or a callable of your own; ``what`` names the option in errors."""
-    if callable(spec):
-        return spec
-    if spec == "bytes":
-        return _identity
-    if spec in ("utf-8", "utf8", "str"):
-        return _utf8
-    if spec == "json":
-        return _json
-    msg = f"{what} must be 'bytes', 'utf-8', 'json' or a callable(bytes) -> value; got {spec!r}"
-    raise ConfigError(msg)
-
-
-def record_values(m: Any, fields: Sequence[str], key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
-    """The values of record ``m`` for ``fields`` (among ``RECORD_FIELDS``)."""
-    out = []
-    for f in fields:
-        if f == "value":
-            out.append(value_of(m.value()))
-        elif f == "key":
-            out.append(key_of(m.key()))
-        elif f == "timestamp":
-            out.append(m.timestamp()[1])
-        else:
-            out.append(getattr(m, f)())
-    return tuple(out)
-
-
-def _identity(b: bytes | None) -> Any:
-    return b
-
-
-def _utf8(b: bytes | None) -> str | None:
-    return None if b is None else b.decode("utf-8")
-
-
-def _json(b: bytes | None) -> Any:
-    return None if b is None else json.loads(b)
-
 
 class _KafkaSpout:
     """Options and roles shared by both Kafka spouts (not for direct use)."""
@@ -140,11 +92,7 @@ class _KafkaSpout:
                  metadata_timeout_secs: float = 5.0,
                  reuse_consumer: bool = True,
                  fetch_fault: FetchFault | None = None) -> None:
-        if not isinstance(bootstrap_servers, str):
-            bootstrap_servers = ",".join(bootstrap_servers)
-        if not bootstrap_servers:
-            msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
-            raise ConfigError(msg)
+        bootstrap_servers = _check_servers(bootstrap_servers)
         if not isinstance(topic, str) or not topic:
             msg = f"topic must be a non-empty string; got {topic!r}"
             raise ConfigError(msg)
@@ -163,26 +111,9 @@ class _KafkaSpout:
         self.key_deserializer = key_deserializer
         deserializer_for(deserializer, "deserializer")
         deserializer_for(key_deserializer, "key_deserializer")
-        self.fields = tuple(fields)
-        bad = [f for f in self.fields if f not in RECORD_FIELDS]
-        if not self.fields or bad:
-            msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
-            raise ConfigError(msg)
-        self.field_names = tuple(field_names) if field_names is not None else self.fields
-        if len(self.field_names) != len(self.fields):
-            msg = f"field_names {self.field_names!r} must name each of fields {self.fields!r}"
-            raise ConfigError(msg)
-        Fields(tx_field, *self.field_names)  # validates the names
+        self.fields, self.field_names = _check_fields(fields, field_names, tx_field)
         self.tx_field = tx_field
-        self.client_config = dict(client_config or {})
-        for k, needed in _LOCKED.items():
-            if k in self.client_config and self.client_config[k] != needed:
-                msg = (f"client_config may not set {k!r} (the spout needs {needed!r}); "
-                       f"got {self.client_config[k]!r}")
-                raise ConfigError(msg)
-        if "bootstrap.servers" in self.client_config:
-            msg = "give the brokers as bootstrap_servers, not in client_config"
-            raise ConfigError(msg)
+        self.client_config = _check_client_config(client_config)
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
@@ -218,6 +149,45 @@ class _KafkaSpout:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
                 f"max_records_per_partition={self.max_records_per_partition})")
+
+
+def _check_servers(bootstrap_servers: str | Sequence[str]) -> str:
+    """``bootstrap_servers`` as librdkafka takes them (comma-separated); ``ConfigError`` if none."""
+    if not isinstance(bootstrap_servers, str):
+        bootstrap_servers = ",".join(bootstrap_servers)
+    if not bootstrap_servers:
+        msg = "bootstrap_servers is empty; e.g. '127.0.0.1:9092'"
+        raise ConfigError(msg)
+    return bootstrap_servers
+
+
+def _check_fields(fields: Sequence[str], field_names: Sequence[str] | None,
+                  tx_field: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The record attributes a spout emits and their field names, checked."""
+    checked = tuple(fields)
+    bad = [f for f in checked if f not in RECORD_FIELDS]
+    if not checked or bad:
+        msg = f"fields must name record attributes among {RECORD_FIELDS}; got {tuple(fields)!r}"
+        raise ConfigError(msg)
+    names = tuple(field_names) if field_names is not None else checked
+    if len(names) != len(checked):
+        msg = f"field_names {names!r} must name each of fields {checked!r}"
+        raise ConfigError(msg)
+    Fields(tx_field, *names)  # validates the names
+    return checked, names
+
+
+def _check_client_config(client_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``client_config`` as a dict; ``ConfigError`` if it changes what the spout relies on."""
+    config = dict(client_config or {})
+    for k, needed in _LOCKED.items():
+        if k in config and config[k] != needed:
+            msg = f"client_config may not set {k!r} (the spout needs {needed!r}); got {config[k]!r}"
+            raise ConfigError(msg)
+    if "bootstrap.servers" in config:
+        msg = "give the brokers as bootstrap_servers, not in client_config"
+        raise ConfigError(msg)
+    return config
 
 
 def _check_start(start: Any) -> str | dict[int, int]:
@@ -455,167 +425,3 @@ class KafkaCoordinator(PartitionedCoordinator):
         self.consumer.close()
 
 
-# -- Spark task side ---------------------------------------------------------------------------
-
-class KafkaEmitter(PartitionedEmitter):
-    """Reads planned offset ranges with assign + seek, in Spark tasks. Created by
-    ``get_emitter``; users do not subclass it."""
-
-    def __init__(self, spout: _KafkaSpout) -> None:
-        self.spout = spout
-        self.consumer: Consumer | None = None
-        self._value = deserializer_for(spout.deserializer, "deserializer")
-        self._key = deserializer_for(spout.key_deserializer, "key_deserializer")
-
-    def _consumer(self) -> Consumer:
-        if self.consumer is None:
-            self.consumer = Consumer(self.spout.consumer_config("emitter"))
-        return self.consumer
-
-    def emit_partition_batch(self, tx: TransactionAttempt, collector: EmitCollector,
-                             partition: int, meta: Meta) -> Meta | None:
-        """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``,
-        each as ``(tx, *fields)``. Transactional: all of them or an exception; returns None.
-        Opaque: returns ``{"start", "end"}`` of what was emitted."""
-        start, end = int(meta["start"]), int(meta["end"])
-        try:
-            pos, why = self._read(tx, collector, partition, start, end)
-        finally:
-            if not self.spout.reuse_consumer:
-                self.close()
-        if pos < end:
-            self._short(tx, partition, start, end, pos, why)
-        return {"start": start, "end": pos} if self.spout.opaque else None
-
-    # Reading: 1. ask the fault seam; 2. assign at start; 3. consume until the end offset,
-    # the partition EOF at or past it, a definite error, or the fetch deadline; 4. unassign.
-    def _read(self, tx: TransactionAttempt, collector: EmitCollector, partition: int,
-              start: int, end: int) -> tuple[int, str]:
-        if end <= start:
-            return end, ""
-        s = self.spout
-        # Step 1. the fault-injection seam: unfetchable from `limit` on.
-        limit = end
-        if s.fetch_fault is not None:
-            f = s.fetch_fault(tx, partition, start, end)
-            if f is not None:
-                limit = max(start, min(end, int(f)))
-        if limit <= start:
-            return start, "fetch fault injected"
-        # Step 2. assign at the start offset: no group membership, no committed offsets.
-        c = self._consumer()
-        c.assign([TopicPartition(s.topic, partition, start)])
-        pos, why = start, ""
-        emit, value_of, key_of = collector.emit, self._value, self._key
-        fast = s.fields == ("value",)
-        deadline = time.monotonic() + s.fetch_timeout_secs
-        try:
-            # Step 3. consume the range.
-            while pos < limit:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    why = f"not fetched within fetch_timeout_secs={s.fetch_timeout_secs:g}"
-                    break
-                msgs = c.consume(min(limit - pos, 10_000), min(remaining, 0.5))
-                if not msgs:
-                    # nothing for a while: a range that is gone need not wait for the deadline
-                    self._check_gone(tx, partition, start, end, pos)
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        code = err.code()
-                        if code == KafkaError._PARTITION_EOF:
-                            # every record below the high watermark m.offset() was delivered
-                            hw = m.offset()
-                            if hw is not None and hw >= limit:
-                                pos = limit
-                            elif hw is not None and hw < end:
-                                why = f"the partition ends at offset {hw}"
-                                pos = max(pos, hw) if s.opaque else pos
-                                return pos, why
-                            continue
-                        if code in _OUT_OF_RANGE:
-                            self._gone(tx, partition, start, end, f"offset out of range ({err.str()})")
-                        if code in _GONE:
-                            self._gone(tx, partition, start, end, f"the partition is gone ({err.str()})")
-                        if err.fatal():
-                            msg = (
-                                f"Kafka client error reading {s.topic}[{partition}] in "
-                                f"txid {tx.txid}: {err.str()}"
-                            )
-                            raise SpoutError(msg)
-                        why = err.str()  # retriable (transport, leader change ...): keep trying
-                        continue
-                    off = m.offset()
-                    if off is None or off < pos:
-                        continue
-                    if off >= limit:
-                        pos = limit
-                        break
-                    if fast:
-                        emit((tx, value_of(m.value())))
-                    else:
-                        emit((tx, *record_values(m, self.spout.fields, key_of, value_of)))
-                    pos = off + 1
-            if pos < end and limit < end and not why:
-                why = "fetch fault injected"
-            return pos, why
-        finally:
-            # Step 4. leave nothing assigned (buffered messages are dropped).
-            c.unassign()
-
-    def _check_gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int) -> None:
-        """Raise SpoutError if the watermarks say offsets from ``pos`` to ``end`` are gone
-        (below the log start; or, transactional, above the log end)."""
-        try:
-            low, high = self._consumer().get_watermark_offsets(
-                TopicPartition(self.spout.topic, partition), timeout=min(self.spout.metadata_timeout_secs, 2.0),
-                cached=False)
-        except KafkaException as e:
-            if e.args and e.args[0].code() in _GONE and self._partition_missing(partition):
-                self._gone(tx, partition, start, end, "the topic or partition no longer exists")
-            return  # the broker does not answer: unavailable, not gone
-        if low > pos:
-            self._gone(tx, partition, start, end, f"the log now starts at offset {low} (retention)")
-        if high < end and not self.spout.opaque:
-            self._gone(tx, partition, start, end, f"the partition ends at offset {high}")
-
-    def _partition_missing(self, partition: int) -> bool:
-        """True if fresh metadata from the broker lacks the topic or the partition."""
-        try:
-            md = self._consumer().list_topics(self.spout.topic, timeout=min(self.spout.metadata_timeout_secs, 2.0))
-        except KafkaException:
-            return False
-        t = md.topics.get(self.spout.topic)
-        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            return True
-        return t.error is None and partition not in t.partitions
-
-    def _short(self, tx: TransactionAttempt, partition: int, start: int, end: int, pos: int, why: str) -> None:
-        """The read stopped at ``pos`` before ``end``: decide whether the range is gone
-        (SpoutError), or unavailable now (opaque: fine; transactional: fail the batch)."""
-        s = self.spout
-        if why != "fetch fault injected":
-            self._check_gone(tx, partition, start, end, pos)
-        if s.opaque:
-            log.warning("%s[%d] txid %d: emitted offsets %d..%d of %d..%d (%s); the rest follows in "
-                        "later batches", s.topic, partition, tx.txid, start, pos, start, end, why)
-            return
-        msg = (
-            f"Kafka topic {s.topic!r} partition {partition}: offsets {start}..{end - 1} "
-            f"of txid {tx.txid} read only up to {pos} ({why}); the batch is retried"
-        )
-        raise FailedException(msg)
-
-    def _gone(self, tx: TransactionAttempt, partition: int, start: int, end: int, why: str) -> None:
-        msg = (
-            f"Kafka topic {self.spout.topic!r} partition {partition}: offsets {start}..{end - 1} "
-            f"of txid {tx.txid} can no longer be read: {why}. The batch cannot be replayed "
-            f"exactly; restore the data or start a new topology id"
-        )
-        raise SpoutError(msg)
-
-    def close(self) -> None:
-        if self.consumer is not None:
-            c, self.consumer = self.consumer, None
-            c.close()

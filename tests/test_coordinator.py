@@ -1,6 +1,6 @@
 """The transaction coordinator (transactional/engine/coordinator.py) as a pure state machine.
 
-``CoordinatorMachine`` plays the engine's part (``transactional.engine.driver._Attempts`` and
+``CoordinatorMachine`` plays the engine's part (``transactional.engine.attempts.Attempts`` and
 ``Engine._loop``) against a ``Coordinator`` with random settings and each replay policy:
 actions are carried out in the order the engine does (one queue; a Plan is answered at once
 by a fake spout, a Commit at once with ``committed`` or ``failed``, a Launch starts a job
@@ -163,8 +163,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         # the engine
         self.queue: deque = deque()
         self.jobs: set[tuple[int, int]] = set()         # running processing jobs
-        self.groups: set[tuple[int, int]] = set()       # _Attempts.groups
-        self.results: set[tuple[int, int]] = set()      # _Attempts.results
+        self.groups: set[tuple[int, int]] = set()       # Attempts.groups
+        self.results: set[tuple[int, int]] = set()      # Attempts.results
         self.cancelled: set[tuple[int, int]] = set()
         self.done = False
         self.happy = False

@@ -336,3 +336,24 @@ def test_a_commit_component_placed_on_executors_gets_its_executor_form():
     with pytest.raises(TopologyError, match="component 'sum' .UpdateGlobalCount. runs only in the driver "
                                             "process that built the topology"):
         elsewhere.new_instance()
+
+
+# -- what goes by value: the user's modules, not the project's packages ---------------------------
+
+def test_executors_import_the_projects_packages_trident_too():
+    """Only the user's modules go to executors by value; the project's packages, trident
+    among them, are imported there. A user's aggregator then derives from the very
+    ``trident.operation`` classes that trident's runtime checks it against (a by-value copy
+    of trident beside the imported one fails ``isinstance``: ``Total.init() takes 1
+    positional argument but 3 were given``)."""
+    from transactional.pickling import _by_value
+    from trident import ReducerAggregator
+
+    class Total(ReducerAggregator):
+        def init(self):
+            return 0
+
+        def reduce(self, curr, tuple):
+            return curr + tuple[0]
+
+    assert set(_by_value([Total()], 3, set(), {})) == {__name__}

@@ -367,7 +367,7 @@ def test_arrow_sums_are_checked_for_every_integer_type() -> None:
     """The kernel under Count/Sum: exact in range whatever Arrow wraps on the way, and
     ``SumOverflow`` (key, exact value, type) beyond, for signed, unsigned, small and
     decimal integers; booleans and floats pass."""
-    from trident._runtime import SumOverflow, arrow_group_agg
+    from trident.runtime.arrow import SumOverflow, arrow_group_agg
 
     def agg(values: Any, type: Any, keys: list | None = None) -> list:
         cols = {"v": pa.array(values, type)}

@@ -48,7 +48,7 @@ class TopologyContext(Protocol):
         """Parallelism of ``component_id``."""
         ...
 
-    def map_state(self, name: str, opaque: bool | str = False) -> MapState:
+    def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
         """The exactly-once map ``<topology_id>:<name>`` over the configured state
         (``TopologyConfig.state``): a ``TransactionalMap`` or, with ``opaque=True``, an
         ``OpaqueMap`` (or a kind by name: ``"non-transactional"``, see ``state.map_class``). In a committer the framework calls ``begin_commit``/``commit``
@@ -59,11 +59,11 @@ class TopologyContext(Protocol):
 class BatchOutputCollector(Protocol):
     """Given to batch bolts in ``prepare``."""
 
-    def emit(self, values: tuple, stream: str = "default") -> None:
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> None:
         """Send ``values`` (TransactionAttempt first) to every subscriber of ``stream``."""
         ...
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default") -> None:
         """Send ``values`` to task ``task`` of the subscribers of the direct ``stream``."""
         ...
 
@@ -91,7 +91,7 @@ class BaseBatchBolt:
     ...         declarer.declare(Fields("id", "count"))
     """
 
-    def prepare(self, conf: dict, context: TopologyContext, collector: BatchOutputCollector,
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: BatchOutputCollector,
                 id: Any) -> None:
         """Called once per task per batch, before any ``execute``. ``id`` is the batch's
         ``TransactionAttempt``. Keep ``collector`` and ``id`` for later."""
@@ -110,7 +110,7 @@ class BaseBatchBolt:
 class BaseTransactionalBolt(BaseBatchBolt):
     """A batch bolt of a transactional topology: ``id`` is a ``TransactionAttempt``."""
 
-    def prepare(self, conf: dict, context: TopologyContext, collector: BatchOutputCollector,
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: BatchOutputCollector,
                 id: TransactionAttempt) -> None:
         """As ``BaseBatchBolt.prepare``; ``id`` is the batch's ``TransactionAttempt``."""
 
@@ -132,7 +132,7 @@ class BaseBasicBolt:
     ...         declarer.declare(Fields("id", "word"))
     """
 
-    def prepare(self, conf: dict, context: TopologyContext) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
         """Called once per task per batch before the first ``execute``."""
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
@@ -151,7 +151,7 @@ class BasicBoltAdapter(BaseBatchBolt):
     def __init__(self, bolt: BaseBasicBolt) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: TopologyContext, collector: BatchOutputCollector,
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: BatchOutputCollector,
                 id: Any) -> None:
         """Prepare the basic bolt for this task's batch and keep ``collector`` for its ``execute``."""
         self.bolt.prepare(conf, context)

@@ -41,14 +41,14 @@ def is_arrow(data: Any) -> bool:
     return type(data).__module__.startswith("pyarrow") and hasattr(data, "schema") and hasattr(data, "num_rows")
 
 
-def rows_of(batch: Any) -> Iterable[tuple]:
+def rows_of(batch: Any) -> Iterable[tuple[Any, ...]]:
     """The rows of a record batch or table, as tuples."""
     if batch.num_rows == 0:
         return ()
     return zip(*[c.to_pylist() for c in batch.columns], strict=True)
 
 
-def batch_of(rows: Sequence[tuple], fields: Sequence[str]) -> Any:
+def batch_of(rows: Sequence[tuple[Any, ...]], fields: Sequence[str]) -> Any:
     """A record batch of ``rows`` with columns ``fields``."""
     import pyarrow as pa
 

@@ -97,7 +97,7 @@ class BaseRichBolt:
     ...         declarer.declare(Fields("word"))
     """
 
-    def prepare(self, conf: dict, context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         """Called once per task per micro-batch, before any ``execute``; keep ``collector``."""
 
     def execute(self, tuple: Tuple) -> None:

@@ -113,13 +113,14 @@ class RunResult:
         read values: ``result.map_state("counts").get("cow")``."""
         return self._states.existing(name, opaque)
 
-    def key_value_state(self, component: str) -> dict:
+    def key_value_state(self, component: str) -> dict[Any, Any]:
         """Core topologies: every key and value of a stateful bolt's ``KeyValueState``s
         (all its tasks) as the run left them: ``result.key_value_state("count")["cow"]``."""
         if not hasattr(self._states, "items"):
             msg = f"{self.topology_id!r} has no stateful bolt state to read"
             raise KeyError(msg)
-        return self._states.items(component)
+        items: dict[Any, Any] = self._states.items(component)
+        return items
 
     def on_transition(self, t: Transition) -> None:
         """The coordinator's listener: keeps the counts and latencies of the run."""
@@ -157,9 +158,9 @@ class RunResult:
         fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
         return redact_text(f"{type(self).__name__}({fields})")
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """A JSON-friendly summary (redacted: ``transactional.redaction``)."""
-        return redact({
+        summary: dict[str, Any] = redact({
             "topology_id": self.topology_id, "first_txid": self.first_txid, "last_txid": self.last_txid,
             "batches_committed": self.batches_committed, "attempts": self.attempts,
             "failed_attempts": len(self.failures), "spout_tuples": self.tuples,
@@ -171,6 +172,7 @@ class RunResult:
             **({"acked": self.acked, "failed": self.failed, "timed_out": self.timed_out, "pending": self.pending,
                 "checkpoints": self.checkpoints} if self.acked else {}),
         })
+        return summary
 
 
 def _r(v: float | None) -> float | None:

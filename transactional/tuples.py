@@ -30,7 +30,7 @@ class TransactionAttempt(NamedTuple):
         return f"TransactionAttempt(txid={self.txid}, attempt_id={self.attempt_id})"
 
 
-class Fields(tuple):
+class Fields(tuple[Any, ...]):
     """Ordered field names of a stream, as Storm's ``Fields``.
 
     >>> f = Fields("id", "word")
@@ -56,7 +56,7 @@ class Fields(tuple):
         return f"Fields({', '.join(map(repr, self))})"
 
 
-def Values(*values: Any) -> tuple:
+def Values(*values: Any) -> tuple[Any, ...]:
     """The values of one tuple, as Storm's ``new Values(...)``: a plain Python tuple.
 
     >>> Values("tx", "word", 3)
@@ -78,7 +78,7 @@ class Tuple:
 
     __slots__ = ("values", "fields", "source_component", "source_stream", "source_task")
 
-    def __init__(self, values: tuple, fields: Fields, source_component: str,
+    def __init__(self, values: tuple[Any, ...], fields: Fields, source_component: str,
                  source_stream: str = "default", source_task: int = 0) -> None:
         self.values = values
         self.fields = fields
@@ -116,6 +116,6 @@ class Tuple:
         """True when the tuple has a field ``name`` (Storm's ``contains``)."""
         return name in self.fields
 
-    def select(self, fields: Sequence[str]) -> tuple:
+    def select(self, fields: Sequence[str]) -> tuple[Any, ...]:
         """The values of ``fields``, in that order."""
         return tuple(self.values[self.fields.index(f)] for f in fields)

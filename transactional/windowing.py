@@ -290,7 +290,7 @@ class BaseWindowedBolt:
         return self._with(late_stream=stream)
 
     # -- what users implement ------------------------------------------------------------------
-    def prepare(self, conf: dict, context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         """Called once per task per micro-batch, before any ``execute``; keep ``collector``."""
 
     def execute(self, window: TupleWindow) -> None:

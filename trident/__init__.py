@@ -37,7 +37,8 @@ from trident.operation import (
 )
 from trident.spout import FixedBatchSpout
 from trident.state import MapStateFactory, StateType, TridentState
-from trident.topology import ChainedAggregatorDeclarer, GroupedStream, Stream, TridentTopology
+from trident.stream import ChainedAggregatorDeclarer, GroupedStream, Stream
+from trident.topology import TridentTopology
 
 __all__ = [
     "TridentTopology", "Stream", "GroupedStream", "ChainedAggregatorDeclarer", "TridentState",

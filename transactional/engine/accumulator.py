@@ -6,16 +6,18 @@ not import the driver's modules (``_spark`` imports the config, and pydantic wit
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.accumulators import AccumulatorParam
 
 from transactional.engine.plan import empty_report, merge_reports
 
 
-class ReportParam(AccumulatorParam):
+class ReportParam(AccumulatorParam[dict[str, Any]]):
     """Merges task reports (``transactional.engine.plan.merge_reports``)."""
 
-    def zero(self, value: dict) -> dict:
+    def zero(self, value: dict[str, Any]) -> dict[str, Any]:
         return empty_report()
 
-    def addInPlace(self, a: dict, b: dict) -> dict:
+    def addInPlace(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return merge_reports(a, b)

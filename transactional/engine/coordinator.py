@@ -45,6 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from transactional.engine.replay import (
+    CoreReplay,
+    OpaqueReplay,
+    ReplayPolicy,
+    SpoutsReplay,
+    TransactionalReplay,
+    advance,
+)
 from transactional.exceptions import TopologyFailedError
 
 __all__ = ["Coordinator", "CoordinatorSettings", "Status", "Plan", "Launch", "Record", "Cancel",
@@ -91,7 +99,7 @@ class Plan:
 
     txid: int
     prev_meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     keep: Any = None
 
 
@@ -103,7 +111,7 @@ class Launch:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     commit_started: tuple[int, ...]
 
 
@@ -133,7 +141,7 @@ class Commit:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     commit_started: tuple[int, ...]
 
 
@@ -157,126 +165,7 @@ class Transition:
     txid: int
     attempt: int
     at: float
-    info: dict = field(default_factory=dict)
-
-
-# -- replay policies --------------------------------------------------------------------------------
-
-def advance(partitions: dict | None, meta: Any) -> dict:
-    """The partition state after a batch with (partitioned) metadata ``meta``."""
-    out = dict(partitions or {})
-    out.update(meta or {})
-    return out
-
-
-class ReplayPolicy:
-    """How a spout kind re-emits a failed txid. One object per kind."""
-
-    partitioned = True
-    replays = False          # a failed txid is re-emitted with its stored metadata
-
-    def replay_meta(self, meta: Any) -> Any | None:
-        """The metadata a failed txid is re-emitted with, or None: plan it again."""
-        raise NotImplementedError
-
-    def keep(self, meta: Any) -> Any | None:
-        """When ``replay_meta`` is None: the part of ``meta`` the new plan must reuse."""
-        return None
-
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
-        """The metadata to keep when an attempt reports what it ``actual``-ly emitted, or
-        None when that is what was planned."""
-        return None
-
-    def advance(self, state: Any, meta: Any) -> Any:
-        """The spout's state after a batch with metadata ``meta``: the partition state
-        (partition -> its latest metadata), or None for a spout without partitions."""
-        return advance(state, meta) if self.partitioned else None
-
-
-class TransactionalReplay(ReplayPolicy):
-    """Transactional and partitioned spouts: a replay re-emits exactly the stored metadata."""
-
-    replays = True
-
-    def __init__(self, partitioned: bool = True) -> None:
-        self.partitioned = partitioned
-
-    def replay_meta(self, meta: Any) -> Any | None:
-        return meta
-
-
-class OpaqueReplay(ReplayPolicy):
-    """Opaque spouts: a replay is planned again from where the previous batch ended; a
-    batch that emitted less than planned keeps what it emitted."""
-
-    def replay_meta(self, meta: Any) -> Any | None:
-        return None
-
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
-        if not actual:
-            return None
-        kept = {p: actual.get(p, m) for p, m in planned.items()}
-        return None if kept == planned else kept
-
-
-class CoreReplay(ReplayPolicy):
-    """Core topologies' micro-batches: a failed one is planned again from new
-    ``next_tuple`` calls (its spouts replay the tuples it held, as they were failed)."""
-
-    partitioned = False
-
-    def replay_meta(self, meta: Any) -> Any | None:
-        return None
-
-
-class SpoutsReplay(ReplayPolicy):
-    """The spouts of one topology, each with its own policy (Storm's MasterBatchCoordinator
-    keeps a list of spouts under one txid).
-
-    A txid's metadata is ``{spout_id: meta}``, None for a spout with nothing in that txid;
-    the state is ``{spout_id: state}``, where a spout without partitions keeps its last
-    metadata, so that one that sat a txid out continues from its own last batch. A failed
-    txid is re-emitted as stored when every spout replays; otherwise it is planned again
-    and the spouts that replay (transactional ones) ``keep`` their part, a None ("nothing
-    in this txid") included: a transactional spout's batch of a txid never changes.
-
-    >>> p = SpoutsReplay({"t": TransactionalReplay(False), "o": OpaqueReplay()})
-    >>> p.replay_meta({"t": [0, 3], "o": {"0": [5, 9]}}), p.keep({"t": None, "o": {"0": [5, 9]}})
-    (None, {'t': None})
-    >>> p.advance({"t": [0, 3], "o": {"0": [0, 5]}}, {"t": None, "o": {"1": [0, 2]}})
-    {'t': [0, 3], 'o': {'0': [0, 5], '1': [0, 2]}}
-    """
-
-    def __init__(self, policies: dict[str, ReplayPolicy]) -> None:
-        self.policies = dict(policies)
-        self.replays = all(p.replays for p in self.policies.values())
-
-    def replay_meta(self, meta: Any) -> Any | None:
-        if not self.replays:
-            return None
-        return {sid: (meta or {}).get(sid) for sid in self.policies}
-
-    def keep(self, meta: Any) -> Any | None:
-        kept = {sid: (meta or {}).get(sid) for sid, p in self.policies.items() if p.replays}
-        return kept or None
-
-    def adopt(self, planned: Any, actual: dict | None) -> Any | None:
-        out, changed = dict(planned), False
-        for sid, p in self.policies.items():
-            if planned.get(sid) is not None:
-                kept = p.adopt(planned[sid], (actual or {}).get(sid))
-                if kept is not None:
-                    out[sid], changed = kept, True
-        return out if changed else None
-
-    def advance(self, state: Any, meta: Any) -> Any:
-        state, meta = state or {}, meta or {}
-        out = {}
-        for sid, p in self.policies.items():
-            m, prev = meta.get(sid), state.get(sid)
-            out[sid] = prev if m is None else (p.advance(prev, m) if p.partitioned else m)
-        return out
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 # -- the state machine --------------------------------------------------------------------------------
@@ -306,7 +195,7 @@ class _Batch:
     txid: int
     attempt: int
     meta: Any
-    partitions: dict | None
+    partitions: dict[Any, Any] | None
     status: Status
     launched_at: float
 
@@ -319,8 +208,8 @@ class Recovered:
 
     last_committed: int = 0
     committed_meta: Any = None
-    partitions: dict | None = None
-    pending: dict[int, dict] = field(default_factory=dict)
+    partitions: dict[Any, Any] | None = None
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -374,7 +263,7 @@ class Coordinator:
         """The first actions of a run."""
         return self._fill(now)
 
-    def planned(self, txid: int, meta: Any, partitions: dict | None, now: float, busy: bool = False) -> list[Action]:
+    def planned(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float, busy: bool = False) -> list[Action]:
         """The spout's metadata for ``txid`` (None: nothing to emit now). ``busy``: work is
         pending outside the coordinator (a core topology's tuple trees), so the run is not
         idle even with nothing to emit. Deactivated since the Plan: nothing is launched
@@ -394,7 +283,7 @@ class Coordinator:
         self.idle_since = None
         return self._launch(txid, meta, partitions, now) + self._fill(now)
 
-    def processed(self, txid: int, attempt: int, actual: dict | None, now: float) -> list[Action]:
+    def processed(self, txid: int, attempt: int, actual: dict[Any, Any] | None, now: float) -> list[Action]:
         """The processing job of (``txid``, ``attempt``) succeeded; ``actual``: what an
         opaque emitter really emitted, per partition."""
         b = self.inflight.get(txid)
@@ -504,7 +393,7 @@ class Coordinator:
         return (self.stopped is None and not self.paused and len(self.inflight) < self.settings.max_spout_pending
                 and (self.limit is None or self.next_txid <= self.limit))
 
-    def _prev(self, txid: int) -> tuple[Any, dict | None]:
+    def _prev(self, txid: int) -> tuple[Any, dict[str, Any] | None]:
         b = self.inflight.get(txid - 1)
         if b is not None:
             return b.meta, b.partitions
@@ -528,7 +417,7 @@ class Coordinator:
             actions.append(Plan(t, prev_meta, prev_parts, self.keep.get(t)))
         return actions
 
-    def _launch(self, txid: int, meta: Any, partitions: dict | None, now: float) -> list[Action]:
+    def _launch(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float) -> list[Action]:
         attempt = self.attempts[txid] = self.attempts.get(txid, 0) + 1
         self.keep.pop(txid, None)
         self.inflight[txid] = _Batch(txid, attempt, meta, partitions, Status.PROCESSING, now)

@@ -22,7 +22,7 @@ from typing import Any
 
 PRELOAD = ("pyspark.worker", "pyspark.cloudpickle", "pyarrow", "pyarrow.compute", "pyarrow.ipc",
            "transactional.engine.plan", "transactional.engine.task", "transactional.engine.planning", "transactional.engine.accumulator",
-           "trident._runtime", "trident.builtin", "state.map")
+           "trident.runtime.bolt", "trident.builtin", "state.map")
 
 
 def prefer_installed_pyspark() -> bool:

@@ -5,17 +5,10 @@ job from a driver thread (up to ``max_spout_pending`` at once); when it is the o
 in flight and processed, run its commit phase here, in the main thread, while later
 txids keep processing.
 
-Commit of txid t (``Engine._commit``):
-  1. txid t-1 is committed (commits are taken strictly in order by the main loop);
-  2. check that this driver still holds the topology's lock;
-  3. note durably that this attempt's commit began; run the committers and the bolts
-     downstream of them, maps in ``begin_commit(t)`` buffering their updates;
-     (first, if an earlier attempt of t began its commit, opaque maps roll back what it wrote);
-  4. ``commit(t)`` the maps: each writes what t changed in one atomic write fenced by
-     this driver's epoch;
-  5. record t as committed (with its metadata and the partition state);
-  6. drop t's metadata;
-  7. tell the spout's coordinator; emitters get ``cleanup_before`` with the next batch.
+What depends on the topology's kind -- planning a txid, what the driver feeds its job,
+its commit, the spouts' timers -- is the kind's runner (``transactional.engine.runner``:
+``TransactionalRunner``, whose commit is ``transactional.engine.commit.CommitProtocol``;
+``transactional.engine.core.runner.CoreRunner``), picked once, from ``RUNNERS``.
 
 Failure of attempt (t, a) -- a task failure, a failed or timed-out job, a failed commit
 -- fails t and every later txid in flight: their jobs are cancelled and each is
@@ -25,10 +18,8 @@ opaque spouts: planned again from where the previous batch ended).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -39,54 +30,36 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
+from transactional.engine.attempts import Attempts, Jobs
 from transactional.engine.coordinator import (
     Action,
     Cancel,
     Commit,
     Coordinator,
-    CoordinatorSettings,
-    Launch,
-    Plan,
-    Record,
     Recovered,
     Stop,
     Transition,
 )
-from transactional.engine.core.driver import CoreDriver
-from transactional.engine.core.windows import check_windows
-from transactional.engine.faults import crash_point
-from transactional.engine.gc import paused_gc
+from transactional.engine.core.runner import CoreRunner
 from transactional.engine.maps import StateRegistry
 from transactional.engine.plan import (
     InProcessExecutor,
-    ProcessingResult,
     compile_plan,
-    run_commit,
-    run_processing,
 )
-from transactional.engine.planning import SpoutsPlanner
-from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
+from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.task import TaskFailure
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl
 from transactional.ops.progress import Progress
 from transactional.ops.status import StatusRecorder
-from transactional.ops.webui import RunObserver, attach, lag_source, spark_ui_url
+from transactional.ops.webui import RunObserver, attach, spark_ui_url
 from transactional.ops.webui.graph import topology_graph
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
-from transactional.tuples import TransactionAttempt
 
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
 CONTROL_CHECK_SECS = 0.25
-
-
-class _Failure(Exception):
-    def __init__(self, failure: TaskFailure) -> None:
-        super().__init__(failure.describe())
-        self.failure = failure
 
 
 def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
@@ -122,13 +95,13 @@ class Engine:
         self.topology = topology
         self.config = config
         self.sc = sc
-        self.conf = {"topology.id": topology.topology_id, **config.conf}
-        if topology.core:   # seeds the tasks' tuple ids (transactional.engine.core.task.task_seed)
-            self.conf["topology.run.salt"] = int.from_bytes(os.urandom(4), "big")
+        #: the runner of the topology's kind (the one place the driver asks what kind it runs)
+        self.runner_class = RUNNERS[topology.kind]
+        self.conf = {"topology.id": topology.topology_id, **config.conf, **self.runner_class.run_conf(topology)}
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
-        self._driver = InProcessExecutor()                 # commit stages run in this process
-        self._driver_shared = self._driver.shared(topology)
+        self.driver_executor = InProcessExecutor()         # commit stages run in this process
+        self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
         self.progress = config.progress if config.progress is not None else sys.stderr.isatty()
@@ -195,34 +168,23 @@ class Engine:
             self._take_lock(state, owner)
             store = CoordinatorStore(state)
             # refuse, before anything is written, state that would silently lose what was committed
-            keeps = bool(store.recover_maps()) or any(c.core in ("stateful", "swindowed") for c in self.topology.bolts)
+            keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
-            planner: Any
-            if self.topology.core:
-                planner = self._core_driver(state, epoch)
-            else:
-                self.states.raise_epoch(epoch)
-                if self.plan.commits_on_executors:
-                    self.states.known.update(store.recover_maps())
-                    self.states.declare(self.topology, self.conf)
-                planner = SpoutsPlanner(self.topology, self.conf, state=state)
-                if self.observer is not None:
-                    self.observer.set_lag_source(lag_source({sid: p.coordinator for sid, p in planner.planners.items()}))
-            recorder = StatusRecorder(state, self.topology.kind, owner,
-                                      counts=self._core_counts(planner) if self.topology.core else None,
+            runner = self.runner_class(self, state, store, epoch)
+            recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
                                       graph=topology_graph(self.topology), spouts=self.result._spout_ids,
                                       max_attempts=self.config.max_attempts, heartbeat=True,
                                       spark_ui=spark_ui_url if self.config.executor == "spark" else None)
             self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None
             try:
-                jobs = _Jobs(self, owner)
+                jobs = Jobs(self, owner)
                 try:
-                    self._loop(state, store, planner, jobs, max_batches)
+                    self._loop(state, store, runner, jobs, max_batches)
                 finally:
                     jobs.close()
             except BaseException as e:
@@ -230,10 +192,7 @@ class Engine:
                 raise
             finally:
                 try:
-                    if self.topology.core:
-                        planner.close(error is None)
-                    else:
-                        planner.close()
+                    runner.close(error is None)
                 finally:
                     recorder.close(error)
         finally:
@@ -241,51 +200,28 @@ class Engine:
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 
-    def _core_driver(self, state: TransactionalState, epoch: int) -> CoreDriver:
-        """The spouts, ackers and checkpoints of a core topology (``transactional.engine.core.driver``)."""
-        stateful = any(c.core in ("stateful", "swindowed") for c in self.topology.bolts)
-        if stateful and self.config.checkpoint_interval_ms >= self.config.message_timeout_secs * 1000:
-            msg = (f"checkpoint_interval_ms={self.config.checkpoint_interval_ms} must be below "
-                   f"message_timeout_secs={self.config.message_timeout_secs} (x1000): a stateful bolt's tuples "
-                   "are acked at the checkpoint, and would time out first and be replayed")
-            raise ConfigError(msg)
-        check_windows(self.topology, self.config)
-        options = {} if self.config.state.startswith("memory:") else {
-            "connect_timeout": self.config.connect_timeout_secs}
-        core = CoreDriver(self.topology, self.config, self.conf, self.result, state, options, epoch=epoch)
-        if core.checkpointer is not None:
-            self.result._states = core.checkpointer
-        return core
-
-    def _core_counts(self, core: CoreDriver) -> Callable[[], dict]:
-        """The spout figures of a core topology's status record."""
-        r = self.result
-        return lambda: {"acked": dict(r.acked), "failed": dict(r.failed), "timed_out": dict(r.timed_out),
-                        "pending": core.pending()}
-
-    def _coordination_options(self) -> dict:
+    def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, state: TransactionalState, store: CoordinatorStore, planner: SpoutsPlanner,
-              jobs: _Jobs, max_batches: int | None) -> None:
+    def _loop(self, state: TransactionalState, store: CoordinatorStore, runner: TopologyRunner,
+              jobs: Jobs, max_batches: int | None) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
         self.states.last_committed = rec.last_committed
-        coord = Coordinator(CoordinatorSettings.of(self.config, self.topology.core), planner.policy,
+        coord = Coordinator(runner.settings(), runner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
         coord.listeners += [_heard_safely(listener) for listener in self.listeners]
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
-                     rec.last_committed, len(rec.pending), "replay" if planner.policy.replays else "plan again")
-        runner = _Attempts(self, jobs, store, planner, state)
+                     rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
+        attempts = Attempts(self, jobs, store, runner)
         clock = time.monotonic
         control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
-        pushed = 0.0                                 # when the status page last heard the spouts' figures
         try:
             while True:
                 while pending:
@@ -294,7 +230,7 @@ class Engine:
                         if a.error is not None:
                             raise a.error
                         return
-                    pending += runner.carry_out(a, coord)
+                    pending += attempts.carry_out(a, coord)
                     # the operator is heard between any two actions, and right after a commit from
                     # the record read afresh: a kill that came during the commit stops the run before
                     # anything else -- the next Commit already asked for included
@@ -306,260 +242,20 @@ class Engine:
                 pending += control.actions(coord, clock())
                 if pending:
                     continue
-                wakes = [w for w in (coord.next_wakeup(clock()), planner.next_wakeup()) if w is not None]
+                wakes = [w for w in (coord.next_wakeup(clock()), runner.next_wakeup()) if w is not None]
                 timeout = self.config.poll_interval_secs if not wakes else max(0.0, min(wakes) - clock())
-                pending += runner.wait(coord, min(timeout, CONTROL_CHECK_SECS))
-                planner.tick(clock())             # the spouts' timers (core topologies) before the coordinator's
+                pending += attempts.wait(coord, min(timeout, CONTROL_CHECK_SECS))
+                runner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
-                if self.observer is not None and self.topology.core and clock() >= pushed + 0.5:
-                    pushed = clock()               # what acks and timeouts changed between commits
-                    r = self.result
-                    self.observer.spout_counts(r.acked, r.failed, planner.pending())
+                if self.observer is not None:
+                    runner.show(self.observer, clock())
         finally:
-            runner.close()
+            attempts.close()
             if self.progress_lines is not None:
                 self.progress_lines.final()
 
-    # -- commit (main thread) ----------------------------------------------------------------
-    def _commit(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, planner: Any,
-                state: TransactionalState, jobs: _Jobs) -> dict:
-        """The commit of one attempt; returns what the ``committed`` transition reports.
-        Raises ``_Failure`` when it fails (nothing recorded; the txid is replayed)."""
-        if self.topology.core:
-            return self._commit_core(a, r, store, planner, state, jobs)
-        txid, t0 = a.txid, time.monotonic()
-        attempt = TransactionAttempt(txid, a.attempt)
-        # Step 1. txid-1 is committed: the coordinator commits strictly in order.
-        # Step 2. this driver still holds the lock (LeadershipLostError stops the run).
-        state.check_lock()
-        # Step 3. committers and the bolts downstream of them, maps buffering their updates;
-        # first note durably that this attempt's commit began (it may write user state).
-        store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
-        crash_point("commit.before", txid=txid)
-        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
-        try:
-            # an earlier attempt whose commit began may have written opaque state: roll it back
-            self.states.begin(txid, a.attempt, self.plan.writers() if len(a.commit_started) > 1 else ())
-            if self.plan.commits_on_executors:
-                rep = run_commit(self.plan, jobs.executor, jobs.shared, self.conf, attempt, r.kept,
-                                 self.states.for_executors(txid, a.attempt))
-                _add_report(rep, executed, emitted, busy)
-            else:
-                with paused_gc():
-                    self._run_commit_components(attempt, r.records, executed, emitted, busy)
-            # Step 4. the maps write what the commit changed: one fenced atomic write each.
-            crash_point("commit.before_write", txid=txid)
-            with paused_gc():
-                self.states.commit(txid)
-        except _Failure:
-            self.states.abort()
-            raise
-        except Exception as e:
-            self.states.abort()
-            raise _Failure(TaskFailure.of(e, f"(map {getattr(e, 'trident_map', '?')!r})", -1, attempt)) from e
-        crash_point("commit.before_record", txid=txid)
-        # Step 5. record txid as committed, with its metadata and the partition state.
-        store.record_commit(txid, a.meta, a.partitions)
-        self.states.committed(txid)
-        crash_point("commit.after_record", txid=txid)
-        # Step 6. drop its metadata.
-        store.drop_pending(txid)
-        # Step 7. tell the coordinator (emitters get cleanup_before with the next batch).
-        try:
-            planner.committed(txid, a.meta)
-        except Exception as e:  # noqa: BLE001 - informational hook
-            log.warning("spout coordinator's committed(%d) failed: %r", txid, e)
-        info = {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds, "busy_secs": busy}
-        return info
 
-    def _commit_core(self, a: Commit, r: ProcessingResult, store: CoordinatorStore, core: CoreDriver,
-                     state: TransactionalState, jobs: _Jobs) -> dict:
-        """The commit of a core topology's micro-batch (``transactional.engine.core.driver``): the
-        stateful bolts and what follows them, the acks, a checkpoint when due. Raises
-        ``_Failure`` when it fails (the micro-batch's pending trees fail; its spout tuples
-        are replayed by their spouts)."""
-        txid, t0 = a.txid, time.monotonic()
-        attempt = TransactionAttempt(txid, a.attempt)
-        # Step 1. micro-batch txid-1 is committed. Step 2. this driver still holds the lock.
-        state.check_lock()
-        crash_point("commit.before", txid=txid)
-        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
-        emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
-        run_stages = None
-        conf = core.conf_for(txid, self.conf)      # with the micro-batch's ticks
-        if self.plan.commit:
-            def run_stages(states: Any) -> dict:
-                if self.plan.commits_on_executors:   # a Spark job over the processing output kept there
-                    rep = run_commit(self.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
-                else:
-                    rep = run_commit(self.plan, self._driver, self._driver_shared, conf, attempt, [r.records],
-                                     states)
-                _add_report(rep, executed, emitted, busy)
-                return rep
-        # Steps 3-4. the stateful bolts, the acks, a checkpoint when due
-        try:
-            with paused_gc():
-                core.commit(a, r.acks, run_stages)
-        except _Failure:
-            core.discard(txid)
-            raise
-        except Exception as e:
-            core.discard(txid)
-            raise _Failure(TaskFailure.of(e, "(checkpoint)", -1, attempt)) from e
-        # Step 5. record the micro-batch as committed, drop its metadata
-        store.record_commit(txid, a.meta, None)
-        store.drop_pending(txid)
-        res = self.result
-        if core.checkpointer is not None:
-            res.checkpoints = core.checkpointer.checkpoints
-        return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds, "busy_secs": busy, "acked": dict(res.acked), "failed": dict(res.failed),
-                "pending": core.pending()}
-
-    def _run_commit_components(self, attempt: TransactionAttempt, records: list,
-                               executed: dict, emitted: dict, busy: dict) -> None:
-        """The commit-phase stages on the driver, the maps in the current commit."""
-        rep = run_commit(self.plan, self._driver, self._driver_shared, self.conf, attempt, [records], self.states)
-        _add_report(rep, executed, emitted, busy)
-
-
-class _Jobs:
-    """The processing phase of attempts: the plan's processing stages on the configured
-    executor (Spark, or this process for ``executor="in-process"``)."""
-
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
-        self.run_id = run_id
-        if engine.config.executor == "in-process":
-            self.executor: Any = InProcessExecutor()
-        else:
-            if engine.sc is None:
-                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
-            else:
-                ship(engine.sc, engine.config)      # py_files / archives of this run
-            self.executor = SparkExecutor(engine.sc)
-        self.shared = self.executor.shared(engine.topology)
-
-    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
-            fed: Any = None) -> ProcessingResult:
-        """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
-        from the thread that owns the attempt); ``fed``: a core topology's spout output."""
-        e = self.engine
-        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
-                              cleanup_before, group, fed)
-
-    def cancel(self, group: str) -> None:
-        self.executor.cancel(group)
-
-    def close(self) -> None:
-        unpersist = getattr(self.shared, "unpersist", None)
-        if unpersist is not None:
-            try:
-                unpersist(blocking=False)
-            except Exception:  # noqa: BLE001 - the context may be gone already
-                pass
-
-
-class _Attempts:
-    """The engine's side of the coordinator's actions: the processing jobs in flight
-    (driver threads), their results, and the commit in the main thread."""
-
-    def __init__(self, engine: Engine, jobs: _Jobs, store: CoordinatorStore, planner: SpoutsPlanner,
-                 state: TransactionalState) -> None:
-        self.engine = engine
-        self.jobs = jobs
-        self.store = store
-        self.planner = planner
-        self.state = state
-        self.pool = cf.ThreadPoolExecutor(max_workers=engine.config.pending_batches(engine.topology.core),
-                                          thread_name_prefix="trident-batch")
-        self.running: dict[cf.Future, tuple[int, int]] = {}
-        self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
-        self.results: dict[tuple[int, int], ProcessingResult] = {}
-
-    def carry_out(self, a: Action, coord: Coordinator) -> list[Action]:
-        """Do what ``a`` asks; return the coordinator's answer to its outcome."""
-        now = time.monotonic
-        if isinstance(a, Plan):
-            planned = self.planner.plan(a.txid, a.partitions, a.keep)
-            meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.planner.busy())
-        if isinstance(a, Launch):
-            # durable before any task of the attempt runs
-            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
-            crash_point("process.after_meta", txid=a.txid)
-            tid = self.engine.topology.topology_id
-            group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
-            self.groups[(a.txid, a.attempt)] = group
-            fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group, self.planner.fed(a.txid))
-            self.running[fut] = (a.txid, a.attempt)
-            return []
-        if isinstance(a, Record):
-            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
-            return []
-        if isinstance(a, Cancel):
-            self.planner.discard(a.txid)
-            job_group = self.groups.pop((a.txid, a.attempt), None)
-            if job_group is not None:
-                self.jobs.cancel(job_group)
-            r = self.results.pop((a.txid, a.attempt), None)
-            if r is not None and r.kept is not None:
-                self.jobs.executor.release(r.kept)
-            return []
-        if isinstance(a, Commit):
-            r = self.results.pop((a.txid, a.attempt))
-            self.groups.pop((a.txid, a.attempt), None)
-            try:
-                info = self.engine._commit(a, r, self.store, self.planner, self.state, self.jobs)
-            except _Failure as e:
-                return coord.failed(a.txid, a.attempt, e.failure, now())
-            finally:
-                if r.kept is not None:
-                    self.jobs.executor.release(r.kept)
-            return coord.committed(a.txid, now(), **info)
-        msg = f"unknown action {a!r}"
-        raise TypeError(msg)
-
-    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
-                 fed: Any = None) -> ProcessingResult:
-        try:
-            return self.jobs.run(attempt, meta, cleanup_before, group, fed)
-        except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
-            cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
-            fatal = None if cancelled else self.jobs.executor.explain(str(e))
-            return ProcessingResult(attempt, failures=[TaskFailure(
-                "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
-                type(e).__name__, "cancelled" if cancelled else fatal or _spark_error(e), "")])
-
-    def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
-        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
-        if not self.running:
-            time.sleep(timeout)
-            return []
-        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
-        actions: list[Action] = []
-        for fut in sorted(done, key=lambda f: self.running[f]):
-            txid, attempt = self.running.pop(fut)
-            if (txid, attempt) not in self.groups:
-                log.debug("txid %d attempt %d: the job of a cancelled attempt ended", txid, attempt)
-                continue                          # cancelled: its result is void
-            r: ProcessingResult = fut.result()
-            log.debug("txid %d attempt %d: processing job ended in %.3f s (%d failure(s))", txid, attempt,
-                      r.seconds, len(r.failures))
-            if r.failures:
-                actions += coord.failed(txid, attempt, _first(r.failures), time.monotonic())
-            else:
-                self.results[(txid, attempt)] = r
-                actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
-        return actions
-
-    def close(self) -> None:
-        for group in self.groups.values():
-            self.jobs.cancel(group)
-        self.groups.clear()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+RUNNERS: dict[str, type[TopologyRunner]] = {"transactional": TransactionalRunner, "core": CoreRunner}
 
 
 def _log_failure(topology_id: str) -> Callable[[Transition], None]:
@@ -598,29 +294,3 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
     return hear
 
 
-def _add_report(rep: dict, executed: dict, emitted: dict, busy: dict | None = None) -> None:
-    """Raise the report's first failure as ``_Failure``, else add its counters (and the
-    seconds its tasks ran to ``busy``)."""
-    if rep["failures"]:
-        raise _Failure(_first(rep["failures"]))
-    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
-                          (busy if busy is not None else {}, rep.get("busy", {}))):
-        for k, v in counts.items():
-            total[k] = total.get(k, 0) + v
-
-
-def _first(failures: list[TaskFailure]) -> TaskFailure:
-    """The most telling failure of an attempt: fatal before others, user code before Spark."""
-    return sorted(failures, key=lambda f: (f.kind != "fatal", f.component == "(spark job)"))[0]
-
-
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt))(: .*)?$")
-
-
-def _spark_error(e: BaseException) -> str:
-    """The Python exception inside a Py4JJavaError's text, else its first line."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    py = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("org.", "java.", "py4j."))]
-    if py:
-        return py[-1][:500]
-    return (lines[0] if lines else repr(e))[:500]

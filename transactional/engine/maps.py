@@ -22,8 +22,8 @@ from state.map import (
     open_map_backing,
 )
 from transactional.config import TopologyConfig
-from transactional.engine.plan import ExecutorStates
-from transactional.engine.task import TaskContext, new_bolt
+from transactional.engine.plan import ExecutionPlan, ExecutorStates, new_bolt
+from transactional.engine.task import TaskContext
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
@@ -49,14 +49,14 @@ class StateRegistry:
         binds it to ``CoordinatorStore.record_map``)."""
         self.config = config
         self.topology_id = topology_id
-        self.maps: dict[str, MapState] = {}
+        self.maps: dict[str, MapState[Any]] = {}
         self.known: dict[str, str] = {}          # name -> kind, of every map this topology used
         self.epoch: int | None = None
         self.scope: CommitScope | None = None
         self.last_committed: int | None = None
         self.record_map = record_map
 
-    def map_state(self, name: str, opaque: bool | str = False) -> MapState:
+    def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
         """The map called ``name`` (``OpaqueMap`` when ``opaque``; or a kind of
         ``state.map.MAP_KINDS``), in the current commit."""
         check_state_name(name)
@@ -83,7 +83,7 @@ class StateRegistry:
             raise ConfigError(msg)
         return m
 
-    def _open(self, name: str, kind: type[MapState]) -> MapState:
+    def _open(self, name: str, kind: type[MapState[Any]]) -> MapState[Any]:
         backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}",
                                    fence_scope=self.topology_id, **self.options())
         m = self.maps[name] = kind(backing, name)
@@ -92,7 +92,7 @@ class StateRegistry:
             m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch)
         return m
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         opts = dict(self.config.state_options)
         if not self.config.state.startswith("memory:"):
             opts.setdefault("connect_timeout", self.config.connect_timeout_secs)
@@ -107,7 +107,7 @@ class StateRegistry:
                                  fence_scope=self.topology_id, **self.options())
         check.multi_put([], [], Fence(epoch, None))
 
-    def existing(self, name: str, opaque: bool | str | None = None) -> MapState:
+    def existing(self, name: str, opaque: bool | str | None = None) -> MapState[Any]:
         """The map ``name`` for reading after a run (opened if this run did not use it)."""
         if name not in self.maps:
             check_state_name(name)
@@ -143,16 +143,16 @@ class StateRegistry:
         the abort to the engine."""
         return _DriverTask(self)
 
-    def declare(self, topology: Topology, conf: dict) -> None:
+    def declare(self, plan: ExecutionPlan, conf: dict[str, Any]) -> None:
         """Find the maps the committers open in ``prepare`` (run on the driver against a
         recording context) and record them, before the first commit: committer tasks on
         executors open only declared maps (see ``transactional.engine.plan.TaskStates``)."""
-        for c in topology.components:
-            if c.id not in topology.commit_components:
-                continue
+        topology = plan.topology
+        for stage in plan.commit:
+            c = topology.component(stage.component)
             ctx = _DeclaringContext(topology, c)
             try:
-                new_bolt(c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
+                new_bolt(stage, c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
             except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
             for name, opaque in ctx.asked:

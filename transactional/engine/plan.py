@@ -28,12 +28,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from transactional.engine.core.task import TICKS
+from transactional.bolt import BasicBoltAdapter
+from transactional.engine.core.task import TICKS, run_core_task
+from transactional.engine.core.task import adapter as core_adapter
+from transactional.engine.core.windows import Windowed
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
-from transactional.engine.task import KEY_STRIDE, Router, TaskFailure, run_task
-from transactional.topology import Topology
+from transactional.engine.routing import KEY_STRIDE
+from transactional.engine.task import Router, TaskFailure, run_task
+from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import TransactionAttempt
 
 PROCESSING, COMMIT = "processing", "commit"
@@ -55,6 +59,8 @@ class Stage:
     sources: tuple[str, ...]      # components it reads, each once
     local: bool                   # local_or_shuffle: task i reads task i of its one source
     persist: bool                 # its output is read more than once in its phase
+    runner: str = "transactional"  # its task runner (``TASK_RUNNERS``): the topology's kind
+    adapter: str = ""             # how its bolt becomes a batch bolt (``ADAPTERS``); "" for a spout
 
 
 @dataclass(frozen=True)
@@ -101,19 +107,47 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
             c.id, index[c.id], c.kind, phase, commit_placement if phase == COMMIT else EXECUTORS,
             c.parallelism, tuple(dict.fromkeys(s.source for s in c.inputs)),
             c.kind == "bolt" and topology.is_local(c),
-            len(same_phase) + (1 if crosses else 0) > 1))
+            len(same_phase) + (1 if crosses else 0) > 1, topology.kind, _adapter(topology, c)))
     return ExecutionPlan(topology, tuple(s for s in stages if s.phase == PROCESSING),
                          tuple(s for s in stages if s.phase == COMMIT), tuple(handoff),
                          frozenset(index[c] for c in commit))
 
 
+#: the task runner of each topology kind: run one task of a bolt for one batch
+TASK_RUNNERS: dict[str, Callable[..., tuple[list[Any], int, int, Any]]] = {"transactional": run_task,
+                                                                      "core": run_core_task}
+#: how a bolt as the user wrote it becomes the batch bolt its task runner drives
+ADAPTERS: dict[str, Callable[[Any], Any]] = {
+    "batch": lambda bolt: bolt,                           # a BaseBatchBolt (or a committer) as it is
+    "basic": BasicBoltAdapter,                            # a transactional BaseBasicBolt
+    "core-rich": lambda bolt: core_adapter("rich", bolt),  # core topologies' bolts
+    "core-basic": lambda bolt: core_adapter("basic", bolt),
+    "core-stateful": lambda bolt: core_adapter("stateful", bolt),
+    "core-windowed": Windowed,                            # windows kept on the driver
+    "core-swindowed": Windowed,
+}
+
+
+def _adapter(topology: Topology, c: ComponentSpec) -> str:
+    if c.kind != "bolt":
+        return ""
+    if topology.core:
+        return f"core-{c.core}"
+    return "basic" if c.basic else "batch"
+
+
+def new_bolt(stage: Stage, spec: ComponentSpec) -> Any:
+    """A fresh instance of ``stage``'s bolt as its task runner drives it (its adapter)."""
+    return ADAPTERS[stage.adapter](spec.new_instance())
+
+
 # -- reports -------------------------------------------------------------------------------------------
 
-def empty_report() -> dict:
+def empty_report() -> dict[str, Any]:
     return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {}}
 
 
-def merge_reports(a: dict, b: dict) -> dict:
+def merge_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Fold report ``b`` into ``a``: failures (list), counters per (component, task), actual
     metadata (spout -> partition -> what it emitted). A task Spark runs again (a lost
     executor) reports again what it reported before: counters and metadata are set, not
@@ -129,7 +163,7 @@ def merge_reports(a: dict, b: dict) -> dict:
 
 
 def report(component: str, task: int, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
-           actual: dict | None = None, acks: Any = None, busy: float = 0.0) -> dict:
+           actual: dict[Any, Any] | None = None, acks: Any = None, busy: float = 0.0) -> dict[str, Any]:
     """One task's report: its failure, or its counters (and an opaque emitter's actual
     metadata, with ``runs``: how many times Spark ran that emitter task; a core task's
     report to the ackers, ``acks``, kept per task like the counters; ``busy``: the
@@ -143,7 +177,7 @@ def report(component: str, task: int, executed: int = 0, emitted: int = 0, failu
             "acks": {(component, task): acks} if acks is not None else {}}
 
 
-def rerun_failures(r: dict, attempt: TransactionAttempt) -> list[TaskFailure]:
+def rerun_failures(r: dict[str, Any], attempt: TransactionAttempt) -> list[TaskFailure]:
     """Spark runs a task again when the executor holding its output is lost, and both runs
     report. An opaque emitter may read a different range the second time (retention moved
     on, more data arrived), and consumers that read the first run's output would see a
@@ -155,7 +189,7 @@ def rerun_failures(r: dict, attempt: TransactionAttempt) -> list[TaskFailure]:
             for (c, t), n in sorted(r.get("runs", {}).items()) if n > 1]
 
 
-def per_component(counts: dict) -> dict[str, Any]:
+def per_component(counts: dict[tuple[str, int], Any]) -> dict[str, Any]:
     """Counters per (component, task) summed per component."""
     out: dict[str, Any] = {}
     for (component, _), n in counts.items():
@@ -168,14 +202,14 @@ class ProcessingResult:
     """What an attempt's processing phase returns to the driver."""
 
     attempt: TransactionAttempt
-    records: list = field(default_factory=list)       # (key, payload) for commit components
+    records: list[Any] = field(default_factory=list)       # (key, payload) for commit components
     failures: list[TaskFailure] = field(default_factory=list)
     executed: dict[str, int] = field(default_factory=dict)
     emitted: dict[str, int] = field(default_factory=dict)
-    actual: dict = field(default_factory=dict)
+    actual: dict[Any, Any] = field(default_factory=dict)
     seconds: float = 0.0
     kept: Any = None          # commits on executors: the records, kept where they are
-    acks: dict = field(default_factory=dict)   # core topologies: (component, task) -> its report to the ackers
+    acks: dict[tuple[str, int], Any] = field(default_factory=dict)   # core topologies: (component, task) -> its report to the ackers
     busy: dict[str, float] = field(default_factory=dict)   # component -> seconds its tasks ran
 
 
@@ -203,10 +237,10 @@ def _spout_instance(run_id: str, spec: Any) -> Any:
 
 
 def emit_task(shared: Shared, component_id: str, run_id: str, attempt: TransactionAttempt, meta: Any,
-              cleanup: int, conf: dict, acc: Any) -> Callable[[int, Iterable], Iterator]:
+              cleanup: int, conf: dict[str, Any], acc: Any) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     """The function of emitter task ``task`` of spout ``component_id``: emits its share of
     the batch (nothing when ``meta`` is None: the spout sits this txid out)."""
-    def run(task: int, _: Iterable) -> Iterator:
+    def run(task: int, _: Iterable[Any]) -> Iterator[Any]:
         if meta is None:
             return iter(())
         t0 = time.perf_counter()
@@ -227,18 +261,21 @@ def emit_task(shared: Shared, component_id: str, run_id: str, attempt: Transacti
     return run
 
 
-def bolt_task(shared: Shared, component_id: str, attempt: TransactionAttempt, conf: dict, acc: Any,
-              phase: str = PROCESSING, states: Any = None) -> Callable[[int, Iterable], Iterator]:
-    """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch."""
-    def run(task: int, records: Iterable) -> Iterator:
+def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: dict[str, Any], acc: Any,
+              phase: str = PROCESSING, states: Any = None) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
+    """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch
+    (through the stage's task runner and adapter)."""
+    component_id, run_task = stage.component, TASK_RUNNERS[stage.runner]
+
+    def run(task: int, records: Iterable[Any]) -> Iterator[Any]:
         topology: Topology = shared.value
         spec = topology.component(component_id)
         task_states = None if states is None else states.for_task(component_id, task)
         t0 = time.perf_counter()
         try:
             with paused_gc():   # also covers unpickling the input, which happens as it is read
-                out, n, e, acks = run_task(topology, spec, task, attempt, (p for _, p in records), conf,
-                                           phase, task_states)
+                out, n, e, acks = run_task(topology, spec, new_bolt(stage, spec), task, attempt,
+                                           (p for _, p in records), conf, phase, task_states)
                 if task_states is not None:
                     task_states.finish()   # a committer task on an executor writes its maps
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
@@ -266,23 +303,23 @@ class Executor(Protocol):
     def accumulator(self) -> Any:
         """A report accumulator tasks ``add`` to; ``.value`` on the driver after the job."""
 
-    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         """The output of ``stage.parallelism`` tasks of ``fn`` with no input (the spout)."""
 
-    def records(self, stage: Stage, parts: list[list]) -> Any:
+    def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
         """A dataset of ``stage.parallelism`` partitions holding ``parts`` (records made on
         the driver: what a core topology's spout tasks emitted)."""
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         """The records of ``data`` addressed to the components at ``consumers`` indexes."""
 
-    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         """Route ``inputs`` to ``stage``'s tasks by record key (or task to task when
         ``stage.local``) and run ``fn`` on each task's records."""
 
     def persist(self, data: Any) -> None: ...
 
-    def collect(self, datasets: Sequence[Any]) -> list:
+    def collect(self, datasets: Sequence[Any]) -> list[Any]:
         """Run the job; every record of ``datasets`` on the driver."""
 
     def keep(self, datasets: Sequence[Any]) -> Any:
@@ -314,7 +351,7 @@ class _LocalAccumulator:
         self.value = empty_report()
         self._lock = threading.Lock()
 
-    def add(self, r: dict) -> None:
+    def add(self, r: dict[str, Any]) -> None:
         with self._lock:
             merge_reports(self.value, r)
 
@@ -324,14 +361,14 @@ def task_of(key: int) -> int:
     return key % KEY_STRIDE
 
 
-def for_consumers(consumers: frozenset[int]) -> Callable[[tuple], bool]:
+def for_consumers(consumers: frozenset[int]) -> Callable[[tuple[Any, ...]], bool]:
     """A filter keeping the records ``(key, payload)`` meant for ``consumers`` (indexes).
     Here, not in ``_spark``: Spark's workers unpickle it without importing the driver's
     modules (pydantic, the config)."""
     return lambda kv: kv[0] // KEY_STRIDE in consumers
 
 
-def flatten(part: list) -> list:
+def flatten(part: list[Any]) -> list[Any]:
     """A partition of one element, the list of its records, as those records (here, not
     in ``_spark``, for the reason given at ``for_consumers``)."""
     return part
@@ -362,18 +399,18 @@ class InProcessExecutor:
     def accumulator(self) -> Any:
         return _LocalAccumulator()
 
-    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> list[list]:
+    def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> list[list[Any]]:
         self._check()
         return [list(fn(t, ())) for t in range(stage.parallelism)]
 
-    def records(self, stage: Stage, parts: list[list]) -> list[list]:
+    def records(self, stage: Stage, parts: list[list[Any]]) -> list[list[Any]]:
         self._check()
         return parts
 
-    def select(self, data: list[list], consumers: frozenset[int]) -> list[list]:
+    def select(self, data: list[list[Any]], consumers: frozenset[int]) -> list[list[Any]]:
         return [[kv for kv in part if kv[0] // KEY_STRIDE in consumers] for part in data]
 
-    def stage(self, stage: Stage, inputs: Sequence[list[list]], fn: Callable[[int, Iterable], Iterator]) -> list[list]:
+    def stage(self, stage: Stage, inputs: Sequence[list[list[Any]]], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> list[list[Any]]:
         self._check()
         if stage.local:
             parts = inputs[0]
@@ -388,14 +425,14 @@ class InProcessExecutor:
     def persist(self, data: Any) -> None:
         pass
 
-    def collect(self, datasets: Sequence[list[list]]) -> list:
+    def collect(self, datasets: Sequence[list[list[Any]]]) -> list[Any]:
         self._check()
         return [kv for data in datasets for part in data for kv in part]
 
-    def keep(self, datasets: Sequence[list[list]]) -> list[list]:
+    def keep(self, datasets: Sequence[list[list[Any]]]) -> list[list[Any]]:
         return [self.collect(datasets)]
 
-    def materialize(self, data: list[list]) -> list[list]:
+    def materialize(self, data: list[list[Any]]) -> list[list[Any]]:
         return data
 
     def release(self, kept: Any) -> None:
@@ -413,9 +450,9 @@ class InProcessExecutor:
 
 # -- the interpreter -----------------------------------------------------------------------------------
 
-def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: str, conf: dict,
-                   attempt: TransactionAttempt, meta: dict, cleanup_before: int, group: str,
-                   fed: dict[str, list[list]] | None = None) -> ProcessingResult:
+def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: str, conf: dict[str, Any],
+                   attempt: TransactionAttempt, meta: dict[str, Any], cleanup_before: int, group: str,
+                   fed: dict[str, list[list[Any]]] | None = None) -> ProcessingResult:
     """The processing phase of ``attempt`` (metadata ``{spout_id: meta}``) as one job of ``ex``.
     ``fed``: in a core topology, the records each spout task emitted on the driver
     (spout id -> one list per task), which stand for the spouts' stages."""
@@ -436,7 +473,7 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
                 data[st.component] = ex.source(st, fn)
             else:
                 inputs = [ex.select(data[s], frozenset((st.index,))) for s in st.sources]
-                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc))
+                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc))
             if st.persist:
                 ex.persist(data[st.component])
         handoff = [ex.select(data[c], plan.commit_indexes) for c in plan.handoff]
@@ -458,20 +495,20 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
                             per_component(r.get("busy", {})))
 
 
-def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict, attempt: TransactionAttempt,
-               handoff: Any, states: Any) -> dict:
+def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict[str, Any], attempt: TransactionAttempt,
+               handoff: Any, states: Any) -> dict[str, Any]:
     """The commit-phase stages of ``attempt`` over the processing output ``handoff`` (a
     dataset of ``ex``), with ``states`` (``for_task(component, task)`` gives a task its
     maps); returns the report. Each stage runs before the next is started, and the first
     stage with a failure ends the phase: a later stage would read an incomplete input."""
     acc = ex.accumulator()
-    produced: list = [handoff]         # datasets the commit stages read from, in order
+    produced: list[Any] = [handoff]         # datasets the commit stages read from, in order
     ex.begin(f"commit-{attempt.txid}-{attempt.attempt_id}-{uuid.uuid4().hex[:6]}",
              f"trident {plan.topology.topology_id} txid {attempt.txid} attempt {attempt.attempt_id} (commit)")
     try:
         for st in plan.commit:
             inputs = [ex.select(d, frozenset((st.index,))) for d in produced]
-            out = ex.stage(st, inputs, bolt_task(shared, st.component, attempt, conf, acc, COMMIT, states))
+            out = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc, COMMIT, states))
             produced.append(ex.materialize(out))
             if acc.value["failures"]:
                 break
@@ -491,12 +528,12 @@ class ExecutorStates:
     maps the topology declared (name -> kind). Each task opens its own backings."""
 
     url: str
-    options: dict
+    options: dict[str, Any]
     topology_id: str
     epoch: int | None
     txid: int
     attempt: int
-    known: dict
+    known: dict[str, Any]
 
     def for_task(self, component: str, task: int) -> TaskStates:
         return TaskStates(self, component, task)

@@ -3,7 +3,7 @@
 Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t", and
 ``SpoutsPlanner`` plans every spout of a topology under one txid (metadata
 ``{spout_id: meta}``, None for a spout with nothing in that txid; replays follow
-``transactional.engine.coordinator.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
+``transactional.engine.replay.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
 emitter task of a batch. Partitioned spouts keep a *partition state* (partition -> its
 latest metadata) that each planned batch advances; a batch's metadata holds only the
 partitions it reads.
@@ -63,20 +63,20 @@ class SpoutPlanner:
     ``state``: the topology's coordinator state, where partition starts are kept (see
     the module docstring); None keeps them in this planner only (tests)."""
 
-    def __init__(self, spout: Any, conf: dict, topology_id: str, spout_id: str, parallelism: int, *,
+    def __init__(self, spout: Any, conf: dict[str, Any], topology_id: str, spout_id: str, parallelism: int, *,
                  state: Any = None) -> None:
         self.kind = spout_kind(spout)
         self.coordinator = spout.get_coordinator(conf, SpoutContext(topology_id, spout_id, 0, parallelism))
         self.spout_id = spout_id
         self.state = state
         self.starts_key = f"starts/{spout_id}"
-        self._starts: dict | None = None     # the "starts" record, read on first use
+        self._starts: dict[str, Any] | None = None     # the "starts" record, read on first use
 
     @property
     def partitioned(self) -> bool:
         return self.kind != "plain"
 
-    def plan(self, txid: int, prev_meta: Any, partitions: dict[str, Any] | None) -> tuple[Any, dict | None] | None:
+    def plan(self, txid: int, prev_meta: Any, partitions: dict[Any, Any] | None) -> tuple[Any, dict[str, Any] | None] | None:
         """``(meta, partition state after it)`` for ``txid``, or None when there is
         nothing to emit now. ``prev_meta`` is txid-1's metadata; ``partitions`` the
         partition state after txid-1."""
@@ -126,7 +126,7 @@ class SpoutPlanner:
                f"Nothing of txid {txid} was written")
         raise SpoutError(msg)
 
-    def _load_starts(self, partitions_now: int) -> dict:
+    def _load_starts(self, partitions_now: int) -> dict[str, Any]:
         """The "starts" record (read once; created, and stored, on the topology's first plan)."""
         if self._starts is None:
             stored = self.state.get(self.starts_key) if self.state is not None else None
@@ -160,8 +160,8 @@ class SpoutsPlanner:
     """Every spout of a topology, planned under one txid (Storm's MasterBatchCoordinator
     with its list of spouts). ``policy`` is the coordinator's replay policy for them."""
 
-    def __init__(self, topology: Any, conf: dict, *, state: Any = None) -> None:
-        from transactional.engine.coordinator import OpaqueReplay, SpoutsReplay, TransactionalReplay
+    def __init__(self, topology: Any, conf: dict[str, Any], *, state: Any = None) -> None:
+        from transactional.engine.replay import OpaqueReplay, SpoutsReplay, TransactionalReplay
 
         self.planners: dict[str, SpoutPlanner] = {}
         try:
@@ -178,7 +178,7 @@ class SpoutsPlanner:
     def kinds(self) -> dict[str, str]:
         return {sid: p.kind for sid, p in self.planners.items()}
 
-    def plan(self, txid: int, states: dict | None, keep: dict | None = None) -> tuple[dict, dict] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """``(meta, states after it)`` for ``txid``, or None when no spout has anything
         now. ``states``: each spout's state after txid-1 (``SpoutsReplay.advance``);
         ``keep``: the spouts whose part is fixed (a replay), which are not asked."""
@@ -195,7 +195,7 @@ class SpoutsPlanner:
             return None
         return meta, self.policy.advance(states, meta)
 
-    def fed(self, txid: int) -> dict[str, list[list]] | None:
+    def fed(self, txid: int) -> dict[str, list[list[Any]]] | None:
         """Transactional spouts emit in their own tasks: nothing is fed from the driver."""
         return None
 
@@ -217,7 +217,7 @@ class SpoutsPlanner:
         """No spout tuples are tracked (that is for core topologies)."""
         return {}
 
-    def committed(self, txid: int, meta: dict | None) -> None:
+    def committed(self, txid: int, meta: dict[str, Any] | None) -> None:
         """Tell each spout's coordinator that its part of ``txid`` is committed."""
         for sid, p in self.planners.items():
             m = (meta or {}).get(sid)
@@ -232,10 +232,10 @@ class SpoutsPlanner:
                 log.warning("closing spout coordinator: %r", e)
 
 
-_EMITTERS: dict[tuple, Any] = {}
+_EMITTERS: dict[tuple[Any, ...], Any] = {}
 
 
-def _emitter(run_id: str, spout: Any, conf: dict, ctx: SpoutContext) -> Any:
+def _emitter(run_id: str, spout: Any, conf: dict[str, Any], ctx: SpoutContext) -> Any:
     key = (run_id, ctx.component_id, ctx.task_index)
     e = _EMITTERS.get(key)
     if e is None:
@@ -249,8 +249,8 @@ def _emitter(run_id: str, spout: Any, conf: dict, ctx: SpoutContext) -> Any:
     return e
 
 
-def emit_spout_task(run_id: str, spout: Any, kind: str, conf: dict, ctx: SpoutContext,
-                    tx: TransactionAttempt, meta: Any, collector: Any, cleanup_before: int) -> dict | None:
+def emit_spout_task(run_id: str, spout: Any, kind: str, conf: dict[str, Any], ctx: SpoutContext,
+                    tx: TransactionAttempt, meta: Any, collector: Any, cleanup_before: int) -> dict[str, Any] | None:
     """Run emitter task ``ctx.task_index`` for batch ``tx``. Returns, for opaque spouts,
     the metadata actually emitted per partition of this task."""
     slot = _emitter(run_id, spout, conf, ctx)

@@ -50,9 +50,9 @@ SHUFFLE_SPREAD = 40503
 #: in ``Topology.components`` and its task): the key Spark's ``partitionBy`` routes on
 KEY_STRIDE = 1 << 20
 
-Sink = Callable[[tuple], Any]
-Send = Callable[[tuple], Any]
-Chooser = Callable[[tuple], Sequence[int]]
+Sink = Callable[[tuple[Any, ...]], Any]
+Send = Callable[[tuple[Any, ...]], Any]
+Chooser = Callable[[tuple[Any, ...]], Sequence[int]]
 
 
 def stable_hash(value: Any) -> int:
@@ -88,7 +88,7 @@ def shuffle(sinks: Sequence[Sink], start: int) -> Send:
         return sinks[0]
     state = [start % n]
 
-    def round_robin(v: tuple) -> Any:
+    def round_robin(v: tuple[Any, ...]) -> Any:
         i = state[0] = (state[0] + 1) % n
         return sinks[i](v)
     return round_robin
@@ -109,13 +109,13 @@ def fields(sinks: Sequence[Sink], field_idx: Sequence[int]) -> Send:
         fi = field_idx[0]
 
         # the per-tuple hot path: ``stable_hash`` of a str inlined
-        def by_field(v: tuple, h: Callable[[Any], int] = stable_hash, crc: Callable[[bytes], int] = zlib.crc32,
+        def by_field(v: tuple[Any, ...], h: Callable[[Any], int] = stable_hash, crc: Callable[[bytes], int] = zlib.crc32,
                      g: int = GOLDEN) -> Any:
             x = v[fi]
             return sinks[((((crc(x.encode()) * g) & 0xFFFFFFFF) >> 7) if type(x) is str else h(x)) % n](v)
         return by_field
 
-    def by_fields(v: tuple) -> Any:
+    def by_fields(v: tuple[Any, ...]) -> Any:
         return sinks[stable_hash(tuple(v[i] for i in field_idx)) % n](v)
     return by_fields
 
@@ -130,16 +130,16 @@ def all_(sinks: Sequence[Sink]) -> Send:
     if len(sinks) == 1:
         return sinks[0]
 
-    def to_all(v: tuple) -> None:
+    def to_all(v: tuple[Any, ...]) -> None:
         for s in sinks:
             s(v)
     return to_all
 
 
-def direct(sinks: Sequence[Sink]) -> Callable[[int, tuple], Any]:
+def direct(sinks: Sequence[Sink]) -> Callable[[int, tuple[Any, ...]], Any]:
     """Direct grouping: the emitter names the task (``emit_direct``); ``send(task, values)``.
     The caller checks ``task`` (its message names the component and its tasks)."""
-    def to_task(task: int, v: tuple) -> Any:
+    def to_task(task: int, v: tuple[Any, ...]) -> Any:
         return sinks[task](v)
     return to_task
 

@@ -92,10 +92,7 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         return active
     check_master_reachable(config.spark_master)
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    if "JAVA_HOME" not in os.environ:  # Spark 4 runs on Java 17/21; prefer 17 when present
-        for jdk in sorted(glob.glob("/usr/lib/jvm/java-17-openjdk-*")):
-            os.environ["JAVA_HOME"] = jdk
-            break
+    _prefer_java_17()
     conf = (SparkConf().setMaster(config.spark_master).setAppName(config.app_name or app_name)
             .set("spark.ui.enabled", "true" if config.spark_ui else "false")
             .set("spark.ui.showConsoleProgress", "false")
@@ -105,6 +102,30 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
     # Python workers talk to their executor over a Unix domain socket (Spark 4.1+; an
     # unknown setting before): a trivial 2-task job takes about 50 ms instead of 90 here
     conf.set("spark.python.unix.domain.socket.enabled", "true")
+    _on_this_machine(conf, config)
+    if config.archives:
+        conf.set("spark.archives", ",".join(config.archives))
+    for k, v in config.spark_conf.items():
+        conf.set(k, v)
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    if sc.uiWebUrl:
+        log.info("Spark UI of %s (master %s): %s", sc.appName, sc.master, sc.uiWebUrl)
+    ship(sc, config, archives=False)
+    return sc
+
+
+def _prefer_java_17() -> None:
+    """Spark 4 runs on Java 17/21: prefer 17 when present and ``JAVA_HOME`` is not set."""
+    if "JAVA_HOME" not in os.environ:
+        for jdk in sorted(glob.glob("/usr/lib/jvm/java-17-openjdk-*")):
+            os.environ["JAVA_HOME"] = jdk
+            break
+
+
+def _on_this_machine(conf: SparkConf, config: TopologyConfig) -> None:
+    """The settings of a master on this machine (loopback, local): bind to loopback, the
+    JVMs' options, the workers' interpreter, the forking daemon."""
     if _loopback_master(config.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, before the JVM starts
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
@@ -126,16 +147,6 @@ def get_or_create_context(config: TopologyConfig, app_name: str = "trident") -> 
         conf.set("spark.python.daemon.module", "transactional.engine.daemon")   # import once, fork
         if log.isEnabledFor(logging.DEBUG):        # the workers' broken pipes, when jobs are cancelled
             os.environ["TRIDENT_WORKER_DEBUG"] = "1"
-    if config.archives:
-        conf.set("spark.archives", ",".join(config.archives))
-    for k, v in config.spark_conf.items():
-        conf.set(k, v)
-    sc = SparkContext(conf=conf)
-    sc.setLogLevel("ERROR")
-    if sc.uiWebUrl:
-        log.info("Spark UI of %s (master %s): %s", sc.appName, sc.master, sc.uiWebUrl)
-    ship(sc, config, archives=False)
-    return sc
 
 
 def worker_python(sc: SparkContext) -> str:
@@ -216,17 +227,17 @@ class SparkExecutor:
     def accumulator(self) -> Any:
         return self.sc.accumulator(empty_report(), ReportParam())
 
-    def source(self, stage: Stage, fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
         return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
 
-    def records(self, stage: Stage, parts: list[list]) -> Any:
+    def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
         return self.sc.parallelize(parts, len(parts)).flatMap(flatten)
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         return data.filter(for_consumers(consumers))
 
-    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable], Iterator]) -> Any:
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
@@ -236,7 +247,7 @@ class SparkExecutor:
         data.persist()
         self._local.persisted.append(data)
 
-    def collect(self, datasets: Sequence[Any]) -> list:
+    def collect(self, datasets: Sequence[Any]) -> list[Any]:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))
         return final.collect()
 

@@ -33,8 +33,8 @@ class Recovered:
 
     last_committed: int = 0
     committed_meta: Any = None
-    partitions: dict | None = None
-    pending: dict[int, dict] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
+    partitions: dict[Any, Any] | None = None
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)   # txid -> {"meta", "attempts", ...}
     maps: dict[str, str] = field(default_factory=dict)       # map name -> kind
 
 
@@ -128,7 +128,7 @@ class CoordinatorStore:
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")
 
-    def record_commit(self, txid: int, meta: Any, partitions: dict | None) -> None:
+    def record_commit(self, txid: int, meta: Any, partitions: dict[Any, Any] | None) -> None:
         self.state.set("committed", {"txid": txid, "meta": meta, "partitions": partitions})
 
     def recorded_stateful(self) -> dict[str, dict[str, int]]:

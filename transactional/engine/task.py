@@ -35,8 +35,8 @@ from transactional.exceptions import (
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
-Payload = tuple  # (source, stream, source_task, list[tuple])
-Record = tuple   # (key, Payload)
+Payload = tuple[Any, ...]  # (source, stream, source_task, list[tuple])
+Record = tuple[Any, ...]   # (key, Payload)
 # programming and configuration errors, and state that must not be written: no replay helps
 FATAL = (InvalidTupleError, StateAheadError, StateCorruptError, SpoutError, TopologyFailedError,
          ConfigError, LeadershipLostError, ConflictingWriteError, AggregateOverflowError,
@@ -87,19 +87,19 @@ class Router:
         self.task = task
         self.attempt = attempt
         self.emitted = 0
-        self._outputs: list[tuple[int, str, list[list]]] = []   # (consumer index, stream, per-task lists)
-        self._emit: dict[str, Callable[[tuple], None]] = {}
-        self._direct: dict[str, list[tuple[int, Callable[[int, tuple], Any]]]] = {}   # stream -> (tasks, send)
-        self._columns: dict[str, tuple[int, list[list]]] = {}   # stream -> (fields, lists taking columns)
+        self._outputs: list[tuple[int, str, list[list[Any]]]] = []   # (consumer index, stream, per-task lists)
+        self._emit: dict[str, Callable[[tuple[Any, ...]], None]] = {}
+        self._direct: dict[str, list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]]] = {}   # stream -> (tasks, send)
+        self._columns: dict[str, tuple[int, list[list[Any]]]] = {}   # stream -> (fields, lists taking columns)
         index = {c.id: i for i, c in enumerate(topology.components)}
         for stream, spec in component.streams.items():
-            routes: list[Callable[[tuple], None]] = []
-            direct_targets: list[tuple[int, Callable[[int, tuple], Any]]] = []
-            columnar: list[list] | None = []
+            routes: list[Callable[[tuple[Any, ...]], None]] = []
+            direct_targets: list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]] = []
+            columnar: list[list[Any]] | None = []
             for consumer, sub in topology.consumers(component.id):
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
                     continue
-                lists: list[list] = [[] for _ in range(consumer.parallelism)]
+                lists: list[list[Any]] = [[] for _ in range(consumer.parallelism)]
                 self._outputs.append((index[consumer.id], stream, lists))
                 local = sub.grouping != "direct" and topology.is_local(consumer)
                 if columnar is not None and local and consumer.accepts_columns:
@@ -119,7 +119,7 @@ class Router:
                 self._direct[stream] = direct_targets
 
     # -- the collector API -------------------------------------------------------------------
-    def emit(self, values: tuple, stream: str = "default") -> None:
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> None:
         try:
             fn = self._emit[stream]
         except KeyError:
@@ -154,7 +154,7 @@ class Router:
             values.append(cb)
         self.emitted += batch.num_rows
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default", *, rows: int = 1) -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default", *, rows: int = 1) -> None:
         """Emit ``values`` to task ``task`` of each consumer of the direct ``stream``.
         ``rows``: how many tuples this counts as in ``emitted`` (an Arrow buffer holds many)."""
         targets = self._direct.get(stream)
@@ -209,12 +209,11 @@ class Router:
         return out
 
 
-def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
-                  routes: list[Callable[[tuple], None]]) -> Callable[[tuple], None]:
+def _slow_path(router: Router, stream: str, nfields: int) -> Callable[[Any], tuple[Any, ...]]:
     attempt = router.attempt
     comp, task = router.component, router.task
 
-    def slow_path(values: Any) -> tuple:
+    def slow_path(values: Any) -> tuple[Any, ...]:
         """``values`` failed the inline check: a list of the right form becomes a tuple;
         anything else is an InvalidTupleError saying what is wrong."""
         if type(values) is list and len(values) == nfields and values and values[0] == attempt:
@@ -225,21 +224,33 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
             f"declares {nfields} fields: {values!r}"
         )
         raise InvalidTupleError(msg)
+    return slow_path
 
+
+def _emit_on_direct(router: Router, stream: str) -> Callable[[tuple[Any, ...]], None]:
+    comp, task = router.component, router.task
+
+    def emit_on_direct(values: tuple[Any, ...]) -> None:
+        msg = (
+            f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
+            "use emit_direct(task, values, stream)"
+        )
+        raise InvalidTupleError(msg)
+    return emit_on_direct
+
+
+def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
+                  routes: list[Callable[[tuple[Any, ...]], None]]) -> Callable[[tuple[Any, ...]], None]:
     if direct:
-        def emit_on_direct(values: tuple) -> None:
-            msg = (
-                f"{comp!r} task {task} used emit() on direct stream {stream!r}; "
-                "use emit_direct(task, values, stream)"
-            )
-            raise InvalidTupleError(msg)
-        return emit_on_direct
+        return _emit_on_direct(router, stream)
+    attempt = router.attempt
+    slow_path = _slow_path(router, stream, nfields)
 
     # the check is inlined in both variants: this is the per-tuple hot path
     if len(routes) == 1:
         route = routes[0]
 
-        def emit1(values: tuple) -> None:
+        def emit1(values: tuple[Any, ...]) -> None:
             if type(values) is not tuple or len(values) != nfields or (
                     values[0] is not attempt and values[0] != attempt):
                 values = slow_path(values)
@@ -247,7 +258,7 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
             router.emitted += 1
         return emit1
 
-    def emit(values: tuple) -> None:
+    def emit(values: tuple[Any, ...]) -> None:
         if type(values) is not tuple or len(values) != nfields or (
                 values[0] is not attempt and values[0] != attempt):
             values = slow_path(values)
@@ -310,52 +321,24 @@ class TaskContext:
         return self._states.map_state(name, opaque)
 
 
-def _payload_order(p: Payload) -> tuple[str, str, int]:
+def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
-def new_bolt(component: ComponentSpec) -> Any:
-    """A fresh instance of a bolt as the task runner runs it: ``component.new_instance()``,
-    and for a core bolt (``component.core``) its batch-path adapter
-    (``transactional.engine.core.task.adapter``)."""
-    bolt = component.new_instance()
-    if component.core in ("windowed", "swindowed"):
-        from transactional.engine.core.windows import Windowed
-
-        return Windowed(bolt)
-    if component.core and component.kind == "bolt":
-        from transactional.engine.core.task import adapter
-
-        return adapter(component.core, bolt)
-    return bolt
-
-
-def run_task(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
-             payloads: Iterable[Payload], conf: dict, phase: str, states: Any = None,
+def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
+             payloads: Iterable[Payload], conf: dict[str, Any], phase: str, states: Any = None,
              only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
-    """Run one task of a bolt for one batch. Returns (records, tuples executed, emitted,
-    acks): ``acks`` is a core task's report to the ackers (``_core_task.CoreRouter.report``),
-    None in transactional topologies.
+    """Run one task of a transactional topology's bolt (``bolt``: a fresh instance, as the
+    plan's adapter made it) for one batch. Returns (records, tuples executed, emitted,
+    acks): ``acks`` is None here (a core task's report to the ackers comes from
+    ``transactional.engine.core.task.run_core_task``, the core topologies' task runner).
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
     order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
-    payloads = sorted(payloads, key=_payload_order)
-    bolt = new_bolt(component)
+    payloads = sorted(payloads, key=payload_order)
     context = TaskContext(topology, component, task, phase, states)
-    if topology.core:
-        from transactional.engine.core.task import TICKS, CoreRouter, feed, task_seed, tick_tuple
-
-        core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
-                                                               attempt.attempt_id, component.id, task), only)
-        bolt.prepare(conf, context, core, attempt)
-        n = feed(bolt, topology, payloads)
-        tick = conf.get(TICKS, {}).get(component.id)
-        if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
-            bolt.execute(tick_tuple(tick, n))
-        bolt.finish_batch()
-        return core.records(), n, core.emitted, core.report()
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, context, router, attempt)
     execute = bolt.execute

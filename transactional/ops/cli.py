@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -40,18 +39,17 @@ import logging
 import os
 import re
 import sys
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.ops.logs import quiet_spark, setup_logging
 from transactional.ops.progress import plural
 from transactional.ops.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
-from transactional.redaction import LOG_FILTER, redact_text
+from transactional.redaction import redact_text
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it)
@@ -72,7 +70,7 @@ def _version() -> str:
 def load_topology_file(path: str) -> ModuleType:
     """Import a topology file as a module. Executors cannot import a file by path: its
     classes and functions go to them by value, in the components' executor blobs only
-    (``transactional.topology.ship_by_value``); on the driver the commit phase and the
+    (``transactional.pickling.ship_by_value``); on the driver the commit phase and the
     spout's coordinator run the module's own classes."""
     p = Path(path)
     if not p.is_file():
@@ -88,7 +86,7 @@ def load_topology_file(path: str) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(p.resolve().parent))
     spec.loader.exec_module(module)
-    from transactional.topology import ship_by_value
+    from transactional.pickling import ship_by_value
 
     ship_by_value(module)   # executors cannot import a file by path
     if not hasattr(module, "build_topology"):
@@ -220,7 +218,17 @@ def cli_layer(args: argparse.Namespace) -> Layer:
         v = getattr(args, attr, None)
         if v is not None:
             kw[key], origins[key] = (None if v < 0 else v), f"--{attr.replace('_', '-')}"
-    for item in getattr(args, "set", []):
+    _set_items(getattr(args, "set", []), kw, origins)
+    if getattr(args, "accept_state_loss", None):
+        kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
+    if getattr(args, "quiet", False):
+        kw["progress"], origins["progress"] = False, "-q"
+    return Layer("command line", kw, origins=origins)
+
+
+def _set_items(items: list[str], kw: dict[str, Any], origins: dict[str, str]) -> None:
+    """``--set KEY=VALUE`` items into ``kw`` (``conf.KEY`` into ``kw["conf"]``) and ``origins``."""
+    for item in items:
         key, _, raw = item.partition("=")
         try:
             value = json.loads(raw)
@@ -231,14 +239,9 @@ def cli_layer(args: argparse.Namespace) -> Layer:
             origins["conf"] = f"--set {item}"
         else:
             kw[key], origins[key] = value, f"--set {item}"
-    if getattr(args, "accept_state_loss", None):
-        kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
-    if getattr(args, "quiet", False):
-        kw["progress"], origins["progress"] = False, "-q"
-    return Layer("command line", kw, origins=origins)
 
 
-def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
+def settings_layers(args: argparse.Namespace, defaults: dict[str, Any] | None = None,
                     defaults_from: str = "the topology file") -> list[Layer]:
     """Every settings layer of a command, lowest first: ``defaults`` (a topology file's
     ``CONFIG``), the TOML file (``--config``, else ``./trident.toml`` when it exists), the
@@ -252,7 +255,7 @@ def settings_layers(args: argparse.Namespace, defaults: dict | None = None,
     return layers
 
 
-def config_from_args(args: argparse.Namespace, defaults: dict | None = None,
+def config_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None,
                      defaults_from: str = "the topology file") -> TopologyConfig:
     """The ``TopologyConfig`` of a ``trident run``: every layer of ``settings_layers``;
     progress lines on unless ``-q`` or a layer says otherwise."""
@@ -274,129 +277,10 @@ def _warn_memory_coordination(config: TopologyConfig, args: argparse.Namespace) 
             "(or --allow-memory-coordination)", config.redacted()["state"])
 
 
-# -- what the terminal shows ---------------------------------------------------------------------------
-
-class _CurrentStderr:
-    """A stream that writes to whatever ``sys.stderr`` is at the time (log handlers keep
-    their stream; ``_quiet_spark`` replaces ``sys.stderr``)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
-
-
-_HANDLER: logging.Handler | None = None
-
-
-def setup_logging(level: str) -> None:
-    """Log ``level`` and above to stderr, one line each; the "trident" logger's progress
-    lines are INFO. kazoo's connection warnings and py4j's chatter show only at DEBUG
-    (their errors always)."""
-    global _HANDLER
-    root = logging.getLogger()
-    if _HANDLER is not None:
-        root.removeHandler(_HANDLER)
-    _HANDLER = logging.StreamHandler(_CurrentStderr())
-    _HANDLER.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-    _HANDLER.addFilter(LOG_FILTER)      # every logger's lines, kazoo's and Spark's too: secrets masked
-    root.addHandler(_HANDLER)
-    root.setLevel(level)
-    debug = level == "DEBUG"
-    logging.getLogger("kazoo").setLevel(logging.NOTSET if debug else logging.ERROR)
-    logging.getLogger("py4j").setLevel(logging.WARNING if debug else logging.ERROR)
-
-
-#: Spark's log4j2 settings for a quiet terminal: errors only, and no "Setting default log
-#: level" banner (the loggers Spark checks for a custom level are set to it)
-QUIET_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = stderr
-appender.stderr.type = Console
-appender.stderr.name = stderr
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-logger.submit.name = org.apache.spark.deploy.SparkSubmit
-logger.submit.level = error
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-"""
-#: lines the JVM prints to stderr before any log4j setting applies
-_JVM_NOISE = re.compile(rb"^(WARNING: Using incubator modules: |Using Spark's default log4j profile: |"
-                        rb"Setting default log level to |To adjust logging level use sc\.setLogLevel)")
-
-
-def _log4j2_file() -> str:
-    digest = hashlib.sha1(QUIET_LOG4J2.encode()).hexdigest()[:10]
-    path = Path(tempfile.gettempdir()) / f"trident-log4j2-quiet-{digest}.properties"
-    if not path.is_file() or path.read_text() != QUIET_LOG4J2:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(QUIET_LOG4J2)
-        tmp.replace(path)
-    return str(path)
-
-
-@contextlib.contextmanager
-def _quiet_spark(enabled: bool) -> Iterator[None]:
-    """While in the block, a Spark JVM started by this process logs errors only (a log4j2
-    file given through ``SPARK_SUBMIT_OPTS``, unless the user set one), and what processes
-    started here write to stderr (the JVM and, through it, the Python workers) goes through
-    a pipe that a thread copies to the terminal without the JVM's start-up lines. This
-    process's own stderr is not delayed: ``sys.stderr`` writes to the terminal directly."""
-    if not enabled:
-        yield
-        return
-    saved_opts = os.environ.get("SPARK_SUBMIT_OPTS")
-    user_log4j = "log4j2.configurationFile" in (saved_opts or "") or (
-        bool(os.environ.get("SPARK_CONF_DIR")) and (Path(os.environ["SPARK_CONF_DIR"]) / "log4j2.properties").is_file())
-    if not user_log4j:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{saved_opts or ''} -Dlog4j2.configurationFile=file:{_log4j2_file()}".strip()
-    sys.stderr.flush()
-    try:
-        terminal = os.dup(2)
-    except OSError:                   # no stderr at all: nothing to keep quiet
-        yield
-        return
-    read_end, write_end = os.pipe()
-    own: IO[str] = open(os.dup(terminal), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                        errors="backslashreplace")
-    saved_stream, sys.stderr = sys.stderr, own
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    threading.Thread(target=_copy_stderr, args=(read_end, terminal), name="trident-child-stderr", daemon=True).start()
-    try:
-        yield
-    finally:
-        own.flush()
-        os.dup2(terminal, 2)          # children keep the pipe; this process writes to the terminal again
-        sys.stderr = saved_stream
-        own.close()
-        if saved_opts is None:
-            os.environ.pop("SPARK_SUBMIT_OPTS", None)
-        else:
-            os.environ["SPARK_SUBMIT_OPTS"] = saved_opts
-
-
-def _copy_stderr(read_end: int, terminal: int) -> None:
-    """Copy child processes' stderr lines to ``terminal``, without ``_JVM_NOISE``."""
-    with os.fdopen(read_end, "rb") as pipe:
-        for line in pipe:
-            if _JVM_NOISE.match(line):
-                continue
-            try:
-                os.write(terminal, line)
-            except OSError:
-                return
-
-
 # -- commands -------------------------------------------------------------------------------------------
 
 def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None, args: argparse.Namespace,
-         defaults: dict | None, setup: Callable[[], Any] | None = None) -> int:
+         defaults: dict[str, Any] | None, setup: Callable[[], Any] | None = None) -> int:
     """``trident run``: settings, the file's ``setup()``, the topology (``build`` called
     once), the run, its summary and ``report(result)``. Ctrl-C: one line naming the last
     txid this run committed."""
@@ -413,7 +297,7 @@ def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | N
 
 
 def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None,
-                    args: argparse.Namespace, defaults: dict | None, last: list[int]) -> int:
+                    args: argparse.Namespace, defaults: dict[str, Any] | None, last: list[int]) -> int:
     from transactional.engine.driver import run_topology
     from transactional.ops.ship import code_zip, needs_shipping, under_spark_submit
 
@@ -429,7 +313,7 @@ def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any]
         last[:] = [txid]
 
     quiet = args.log_level != "DEBUG" and config.executor == "spark" and not under_spark_submit()
-    with _quiet_spark(quiet):
+    with quiet_spark(quiet):
         result = run_topology(topology, config, max_batches=args.max_batches, on_commit=committed)
     print(summary_line(result.summary()) if not args.json else json.dumps(result.summary()))
     if report is not None:
@@ -505,7 +389,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def run_example(build: Callable[[], Any], report: Callable[[Any], None] | None = None,
-                argv: Sequence[str] | None = None, defaults: dict | None = None,
+                argv: Sequence[str] | None = None, defaults: dict[str, Any] | None = None,
                 setup: Callable[[], Any] | None = None) -> None:
     """``python examples/x.py [options]``: the same options as ``trident run`` (``setup``
     runs first, as a topology file's ``setup()`` does under ``trident run``)."""

@@ -315,7 +315,7 @@ class StatusRecorder:
     is marked ``died``)."""
 
     def __init__(self, state: TransactionalState, kind: str, owner: str, interval_secs: float = 1.0,
-                 counts: Any = None, clock: Any = time.monotonic, *, graph: dict | None = None,
+                 counts: Any = None, clock: Any = time.monotonic, *, graph: dict[str, Any] | None = None,
                  spouts: tuple[str, ...] = (), max_attempts: int | None = None, spark_ui: Any = None,
                  heartbeat: bool = False) -> None:
         self.state, self.interval, self.clock, self.counts = state, interval_secs, clock, counts
@@ -347,30 +347,38 @@ class StatusRecorder:
         if t.kind == "launched":
             r["attempts"] += 1
         elif t.kind == "failed":
-            f = t.info["failure"]
-            r["failed_attempts"] += 1
-            kind = getattr(f, "error_type", None) or type(f).__name__.lstrip("_")
-            error = f"{kind}: {f.message}"[:2000]
-            r["errors"][f.component] = {"task": f.task, "txid": t.txid, "attempt": t.attempt,
-                                        "error": error, "traceback": (f.traceback or "")[-8000:], "at": time.time()}
-            if getattr(f, "kind", "error") != "fatal":
-                r["retrying"] = {"txid": t.txid, "attempt": t.attempt + 1, "max_attempts": r["max_attempts"],
-                                 "because": f"{f.component}: {error}"[:500], "at": time.time()}
-            self.write()
+            self._failed(t)
         elif t.kind == "committed":
-            r["batches"] += 1
-            r["last_committed"] = t.txid
-            if r["first_committed"] is None:
-                r["first_committed"] = t.txid
-            if (r.get("retrying") or {}).get("txid") == t.txid:
-                r["retrying"] = None
-            for key in ("executed", "emitted", "busy_secs"):
-                for c, n in t.info.get(key, {}).items():
-                    r[key][c] = r[key].get(c, 0) + n
-            if self.clock() - self.last_write >= self.interval:
-                self.write()
+            self._committed(t)
         elif t.kind == "stopped":
             r["stopped_because"] = t.info.get("reason", "")
+
+    def _failed(self, t: Any) -> None:
+        r = self.record
+        f = t.info["failure"]
+        r["failed_attempts"] += 1
+        kind = getattr(f, "error_type", None) or type(f).__name__.lstrip("_")
+        error = f"{kind}: {f.message}"[:2000]
+        r["errors"][f.component] = {"task": f.task, "txid": t.txid, "attempt": t.attempt,
+                                    "error": error, "traceback": (f.traceback or "")[-8000:], "at": time.time()}
+        if getattr(f, "kind", "error") != "fatal":
+            r["retrying"] = {"txid": t.txid, "attempt": t.attempt + 1, "max_attempts": r["max_attempts"],
+                             "because": f"{f.component}: {error}"[:500], "at": time.time()}
+        self.write()
+
+    def _committed(self, t: Any) -> None:
+        r = self.record
+        r["batches"] += 1
+        r["last_committed"] = t.txid
+        if r["first_committed"] is None:
+            r["first_committed"] = t.txid
+        if (r.get("retrying") or {}).get("txid") == t.txid:
+            r["retrying"] = None
+        for key in ("executed", "emitted", "busy_secs"):
+            for c, n in t.info.get(key, {}).items():
+                r[key][c] = r[key].get(c, 0) + n
+        if self.clock() - self.last_write >= self.interval:
+            self.write()
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.interval / 2):

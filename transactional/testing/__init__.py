@@ -95,7 +95,7 @@ class _Faulty(BaseBatchBolt):
             )
             raise FailedException(msg)
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.context, self.attempt, self.collector = context, id, collector
         self._maybe_fail("prepare")
         if self.basic:
@@ -152,7 +152,7 @@ class EventLog:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.write(line)
 
-    def events(self, event: str | None = None) -> list[dict]:
+    def events(self, event: str | None = None) -> list[dict[str, Any]]:
         """Every event recorded so far, in file order (only those named ``event`` if given); []
         when nothing was recorded."""
         try:
@@ -163,7 +163,7 @@ class EventLog:
         return [r for r in rows if event is None or r["event"] == event]
 
 
-SINKS: dict[str, list[tuple[int, tuple]]] = {}
+SINKS: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
 _sinks_guard = threading.Lock()
 
 
@@ -176,7 +176,7 @@ class ListSink(BaseBatchBolt, Committer):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         """Start the batch: keep its attempt, no rows yet."""
         self.attempt, self.rows = id, []
 

@@ -15,7 +15,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def _die_with_parent() -> None:
@@ -34,7 +36,8 @@ def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
@@ -45,8 +48,8 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
         return False
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition",
-               clock=time.monotonic, sleep=time.sleep) -> None:
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition",
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
     """Poll ``predicate`` until true; raise TimeoutError naming ``what`` after ``timeout``."""
     deadline = clock() + timeout
     while True:
@@ -67,7 +70,7 @@ class ManagedProcess:
     def __init__(self, port: int | None = None, workdir: str | Path | None = None) -> None:
         self.port = port or free_port()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"trident-{self.name}-"))
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.workdir / f"{self.name}.log"
 
     # -- to override ----------------------------------------------------------------------

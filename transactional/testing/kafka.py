@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,7 +44,7 @@ class _Quiet:
 _quiet = _Quiet()
 
 #: A record to produce: a value (bytes or str) or a ``(key, value)`` pair.
-Record = bytes | str | tuple
+Record = bytes | str | tuple[Any, ...]
 
 
 def tansu_binary() -> str:
@@ -134,7 +134,7 @@ class ManagedKafka(ManagedProcess):
         (same offsets, last record of each partition in a batch of its own). Consumers that
         fetched from the topic must be closed before (see the module docstring)."""
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import NewPartitions
+        from confluent_kafka.cimpl import NewPartitions
         try:
             for _, f in self.admin().create_partitions([NewPartitions(name, total)],
                                                        operation_timeout=timeout).items():
@@ -235,17 +235,13 @@ def produce(bootstrap: str, topic: str, records_by_partition: Mapping[int, Itera
 
     The last record of each partition goes in a record batch of its own (flush, then
     send it alone) so Tansu's ListOffsets(latest) answers the true high watermark."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _quiet,
                   "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
     errors: list[str] = []
     ends: dict[int, int] = {}
 
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-        else:
-            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+    on_delivery = _on_delivery(errors, ends)
 
     def send(partition: int, rec: Record) -> None:
         key, value = rec if isinstance(rec, tuple) else (None, rec)
@@ -256,6 +252,38 @@ def produce(bootstrap: str, topic: str, records_by_partition: Mapping[int, Itera
             except BufferError:
                 p.poll(0.05)
 
+    def flush() -> None:
+        if p.flush(timeout):
+            msg = f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s"
+            raise TimeoutError(msg)
+
+    lasts = _send_all_but_last(records_by_partition, send)
+    flush()
+    for partition, rec in lasts.items():
+        send(partition, rec)
+        flush()
+    if errors:
+        msg = f"produce to {topic!r} failed: {errors[:5]}"
+        raise RuntimeError(msg)
+    missing = [partition for partition in records_by_partition if partition not in ends]
+    if missing:   # nothing produced to them now: their end offset is unchanged
+        ends.update(_end_offsets(bootstrap, topic, missing, timeout))
+    return {partition: ends[partition] for partition in records_by_partition}
+
+
+def _on_delivery(errors: list[str], ends: dict[int, int]) -> Callable[[Any, Any], None]:
+    """The producer's delivery callback: failures into ``errors``, end offsets into ``ends``."""
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+        else:
+            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+    return on_delivery
+
+
+def _send_all_but_last(records_by_partition: Mapping[int, Iterable[Record]],
+                       send: Callable[[int, Record], None]) -> dict[int, Record]:
+    """``send`` every record but each partition's last; returns the last ones."""
     lasts: dict[int, Record] = {}
     for partition, recs in records_by_partition.items():
         it = iter(recs)
@@ -266,34 +294,26 @@ def produce(bootstrap: str, topic: str, records_by_partition: Mapping[int, Itera
             prev = rec
         if prev is not _NONE:
             lasts[partition] = prev
-    if p.flush(timeout):
-        msg = f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s"
-        raise TimeoutError(msg)
-    for partition, rec in lasts.items():
-        send(partition, rec)
-        if p.flush(timeout):
-            msg = f"produce to {topic!r} at {bootstrap} not acknowledged within {timeout}s"
-            raise TimeoutError(msg)
-    if errors:
-        msg = f"produce to {topic!r} failed: {errors[:5]}"
-        raise RuntimeError(msg)
-    missing = [partition for partition in records_by_partition if partition not in ends]
-    if missing:   # nothing produced to them now: their end offset is unchanged
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-testing", "logger": _quiet})
-        try:
-            for partition in missing:
-                ends[partition] = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout,
-                                                          cached=False)[1]
-        finally:
-            c.close()
-    return {partition: ends[partition] for partition in records_by_partition}
+    return lasts
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: list[int], timeout: float) -> dict[int, int]:
+    """The end offsets (high watermarks) of ``partitions`` of ``topic``, read afresh."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "trident-testing", "logger": _quiet})
+    try:
+        return {partition: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout,
+                                                   cached=False)[1] for partition in partitions}
+    finally:
+        c.close()
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10.0, *,
                  exist_ok: bool = False, admin: Any = None) -> bool:
     """Create topic ``name`` (replication factor 1); False if it existed and ``exist_ok``."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
     # "logger" takes a logger object; the stubs allow only str | int | float | bool values
     admin = admin or AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})  # type: ignore[dict-item]
     try:

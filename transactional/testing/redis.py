@@ -115,7 +115,7 @@ class ManagedRedis(ManagedProcess):
         query = f"?ssl_ca_certs={quote(self.tls['ca'])}" if self.tls else ""
         return f"{scheme}://{auth}127.0.0.1:{self.port}/{db}{query}"
 
-    def client(self, db: int = 0, **options: Any):
+    def client(self, db: int = 0, **options: Any) -> Any:
         """A ``redis.Redis`` on database ``db`` (bytes replies)."""
         from state.redis import client_from_url  # state/redis.py is the one redis importer
 

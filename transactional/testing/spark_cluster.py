@@ -21,6 +21,7 @@ import json
 import os
 import urllib.request
 from pathlib import Path
+from typing import Any, cast
 
 from transactional.testing._process import ManagedProcess, free_port, wait_until
 
@@ -75,11 +76,11 @@ class SparkMaster(ManagedProcess):
     def is_ready(self) -> bool:
         return self.state() is not None
 
-    def state(self) -> dict | None:
+    def state(self) -> dict[str, Any] | None:
         """The master's JSON status (workers, applications), or None if it does not answer."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=1.0) as r:
-                return json.loads(r.read())
+                return cast("dict[str, Any]", json.loads(r.read()))
         except (OSError, ValueError):
             return None
 
@@ -164,7 +165,7 @@ class ManagedSparkCluster:
         """Start worker i again (same ports, same directory)."""
         self.workers[i].start()
 
-    def applications(self) -> list[dict]:
+    def applications(self) -> list[dict[str, Any]]:
         """The master's running applications (id, name, cores ...)."""
         return list((self.master.state() or {}).get("activeapps", []))
 

@@ -105,11 +105,25 @@ class _Task:
         """The task failed: the engine rolls every state back."""
 
 
+def _router(groupings: set[str], p_new: int) -> Callable[[Any], int] | None:
+    """The task of ``p_new`` a stateful bolt's key belongs to, for its input ``groupings``;
+    None when they do not say (shuffle and the like)."""
+    if groupings <= {"fields"}:
+        def route(key: Any) -> int:
+            return stable_hash(key) % p_new
+        return route
+    if groupings == {"global"}:
+        def route_global(key: Any) -> int:
+            return 0
+        return route_global
+    return None
+
+
 class Checkpointer:
     """The stateful tasks' states and the checkpoint protocol (module docstring). The
     engine passes it to the commit phase as the tasks' states (``for_task``)."""
 
-    def __init__(self, topology: Topology, url: str, options: dict, store: TransactionalState,
+    def __init__(self, topology: Topology, url: str, options: dict[str, Any], store: TransactionalState,
                  interval_ms: int, clock: Callable[[], float], epoch: int | None = None) -> None:
         """``epoch``: this driver's, fencing every state write (``state.keyvalue``)."""
         self.topology = topology
@@ -163,7 +177,7 @@ class Checkpointer:
         self.rebalance(rec)
 
     # -- a changed parallelism ----------------------------------------------------------------
-    def rebalance(self, last: dict | None = None) -> None:
+    def rebalance(self, last: dict[str, Any] | None = None) -> None:
         """Give every stateful bolt's state the layout of its parallelism now (module
         docstring); ``last``: the checkpoint record found at start (its states name the
         tasks of a topology run before parallelisms were recorded)."""
@@ -182,7 +196,7 @@ class Checkpointer:
                 continue
             self._move(coord, comp, r, p_new)
 
-    def _move(self, coord: CoordinatorStore, comp: str, r: dict, p_new: int) -> None:
+    def _move(self, coord: CoordinatorStore, comp: str, r: dict[str, Any], p_new: int) -> None:
         """Move ``comp``'s state from the layout recorded in ``r`` to ``p_new`` tasks, as one
         fenced, recorded checkpoint (module docstring), or refuse."""
         p_old, n = int(r["parallelism"]), max(int(r["tasks"]), p_new)
@@ -190,13 +204,8 @@ class Checkpointer:
         names = [self.namespace(comp, t) for t in range(n)]
         states = [self._open(ns) for ns in names]
         held = [dict(kv.items()) for kv in states]          # recovery left nothing prepared
-        if groupings <= {"fields"}:
-            def route(key: Any) -> int:
-                return stable_hash(key) % p_new
-        elif groupings == {"global"}:
-            def route(key: Any) -> int:
-                return 0
-        else:
+        route = _router(groupings, p_new)
+        if route is None:
             dropped = sum(len(h) for h in held[p_new:])
             if dropped:
                 self._refuse(comp, p_old, p_new, f"its inputs are {' and '.join(sorted(groupings))} groupings, "
@@ -204,17 +213,7 @@ class Checkpointer:
                              f"{dropped} key(s)")
             coord.record_stateful(comp, p_new, p_new)
             return
-        owner: dict[Any, int] = {}
-        layouts = {p_old, p_new, int(r.get("to", p_new))}
-        for t, h in enumerate(held):
-            for key in h:
-                if key in owner:
-                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of tasks {owner[key]} and {t}")
-                owner[key] = t
-                if groupings == {"fields"} and not any(stable_hash(key) % p == t for p in layouts):
-                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of task {t}, but the fields "
-                                 f"grouping sends it to task {stable_hash(key) % p_old} (a stateful bolt's keys "
-                                 "must be the values it is grouped on for its state to be moved)")
+        owner = self._owners(comp, held, groupings, p_old, p_new, {p_old, p_new, int(r.get("to", p_new))})
         # 1. every namespace either layout uses, durably, before any state is written
         coord.record_stateful(comp, p_old, n, to=p_new)
         # 2. the puts and deletes of the new layout, prepared as checkpoint c
@@ -241,6 +240,22 @@ class Checkpointer:
         coord.record_stateful(comp, p_new, p_new)
         log.info("rebalance: moved %d of the %d key(s) of stateful bolt %r from %d to %d tasks (checkpoint %d)",
                  moved, len(owner), comp, p_old, p_new, c)
+
+    def _owners(self, comp: str, held: list[dict[Any, Any]], groupings: set[str], p_old: int, p_new: int,
+                layouts: set[int]) -> dict[Any, int]:
+        """The task holding each key of ``held`` (one dict per task); refuses a key held by
+        two tasks, or (fields grouping) by a task no layout sends it to."""
+        owner: dict[Any, int] = {}
+        for t, h in enumerate(held):
+            for key in h:
+                if key in owner:
+                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of tasks {owner[key]} and {t}")
+                owner[key] = t
+                if groupings == {"fields"} and not any(stable_hash(key) % p == t for p in layouts):
+                    self._refuse(comp, p_old, p_new, f"key {key!r} is in the state of task {t}, but the fields "
+                                 f"grouping sends it to task {stable_hash(key) % p_old} (a stateful bolt's keys "
+                                 "must be the values it is grouped on for its state to be moved)")
+        return owner
 
     def _refuse(self, comp: str, p_old: int, p_new: int, why: str) -> None:
         msg = (f"stateful bolt {comp!r} of topology {self.topology.topology_id!r} ran with parallelism {p_old} "
@@ -373,7 +388,7 @@ class ExecutorKeyValueStates:
     micro-batch's tasks prepare. ``for_task`` gives a task its view."""
 
     url: str
-    options: dict
+    options: dict[str, Any]
     topology_id: str
     epoch: int | None
     txid: int

@@ -11,7 +11,8 @@ coordinator and plan, a micro-batch is a txid.
   themselves stand for the spouts' stages in the processing job (``fed``).
 * **Processing**: the bolts as Spark stages (``transactional.engine.core.task``); each task's
   acks come back XOR-combined per root.
-* **Commit** of t, in txid order (``CoreDriver.commit``):
+* **Commit** of t, in txid order (``transactional.engine.core.runner.CoreRunner.commit``,
+  steps 2-4 in ``CoreDriver.commit``):
   1. check the lock;
   2. run the stateful bolts and everything downstream of them on the driver, their
      states in ``transactional.engine.core.checkpoint.Checkpointer``;
@@ -42,12 +43,13 @@ from typing import Any
 
 from state.base import TransactionalState
 from transactional.config import TopologyConfig
-from transactional.engine.coordinator import Commit, CoreReplay
+from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
 from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
 from transactional.engine.core.windows import CoreStates, WindowKeeper
 from transactional.engine.planning import SpoutContext
+from transactional.engine.replay import CoreReplay
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
@@ -93,8 +95,8 @@ class CoreDriver:
     It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
     ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
 
-    def __init__(self, topology: Topology, config: TopologyConfig, conf: dict, result: RunResult,
-                 store: TransactionalState, state_options: dict, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
+                 store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
                  epoch: int | None = None) -> None:
         self.topology = topology
         self.config = config
@@ -152,13 +154,13 @@ class CoreDriver:
         return bool(self.tick_every) and self.busy() and any(
             now - self.last_tick[c] >= f for c, f in self.tick_every.items())
 
-    def conf_for(self, txid: int, conf: dict) -> dict:
+    def conf_for(self, txid: int, conf: dict[str, Any]) -> dict[str, Any]:
         """``conf`` for the tasks of micro-batch ``txid``: with the bolts that get a tick."""
         b = self.batches.get(txid)
         return {**conf, TICKS: b.ticks} if b is not None and b.ticks else conf
 
     # -- planning a micro-batch -------------------------------------------------------------
-    def plan(self, txid: int, states: dict | None, keep: Any = None) -> tuple[dict, None] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[dict[str, Any], None] | None:
         """Fill micro-batch ``txid`` from the spout tasks (module docstring); None when
         they emitted nothing."""
         now = self.clock()
@@ -210,7 +212,7 @@ class CoreDriver:
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
 
-    def fed(self, txid: int) -> dict[str, list[list]]:
+    def fed(self, txid: int) -> dict[str, list[list[Any]]]:
         """What the spout tasks emitted for ``txid``: per spout, the records of each task."""
         return self.batches[txid].fed
 
@@ -271,7 +273,7 @@ class CoreDriver:
         self._deliver(decided)
 
     # -- the engine's hooks ------------------------------------------------------------------------
-    def commit(self, a: Commit, reports: dict, run_stages: Callable[[Any], dict] | None) -> dict:
+    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], dict[str, Any]] | None) -> dict[str, Any]:
         """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
         runs the commit-phase stages and returns their report; it raises on a failure,
         after which the states are rolled back and the held roots failed."""
@@ -279,7 +281,7 @@ class CoreDriver:
         on_executors = cp is not None and self.config.commit_placement == "executors"
         hold = cp.stateful if cp is not None and not on_executors else frozenset()
         reports = dict(reports)
-        info: dict = {}
+        info: dict[str, Any] = {}
         if run_stages is not None:
             states: Any = cp.on_executors() if cp is not None and on_executors else cp
             if self.windows is not None:

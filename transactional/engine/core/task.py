@@ -1,6 +1,6 @@
 """The task side of core Storm topologies: tuples with message ids, the collectors of
 spouts and bolts (routing by grouping, anchoring, acks), and the adapters that run rich,
-basic and stateful bolts through the one task runner (``transactional.engine.task.run_task``).
+basic and stateful bolts on the batch path, and their task runner (``run_core_task``).
 
 A core record payload is ``(source, stream, source_task, [values, ...], ids)`` where
 ``ids`` is None (no tuple tracked) or one *message id* per tuple: ``{root: id}`` for every
@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
+from transactional.engine.task import TaskContext, payload_order
 from transactional.exceptions import FailedException, InvalidTupleError
 from transactional.ticks import TICK_COMPONENT, TICK_FREQ_KEY, TICK_STREAM
 from transactional.topology import ComponentSpec, Topology
-from transactional.tuples import Fields, Tuple
+from transactional.tuples import Fields, TransactionAttempt, Tuple
 
 
 class CoreTuple(Tuple):
@@ -37,14 +38,14 @@ class CoreTuple(Tuple):
 
     __slots__ = ("message_id", "key")
 
-    def __init__(self, values: tuple, fields: Fields, source_component: str, source_stream: str,
+    def __init__(self, values: tuple[Any, ...], fields: Fields, source_component: str, source_stream: str,
                  source_task: int, message_id: dict[int, int] | None, key: int) -> None:
         super().__init__(values, fields, source_component, source_stream, source_task)
         self.message_id = message_id
         self.key = key
 
 
-def _unchosen(values: tuple) -> Sequence[int]:
+def _unchosen(values: tuple[Any, ...]) -> Sequence[int]:
     """The chooser of a direct subscription: never called (``Outputs.stream`` sends an emit on
     a direct stream to ``direct_task``, the task ``emit_direct`` names)."""
     msg = "a direct subscription's task is named by emit_direct, not chosen"
@@ -59,8 +60,8 @@ class _Route:
 
     def __init__(self, choose: Chooser, n: int, base: int, direct: bool) -> None:
         self.choose = choose
-        self.values: list[list] = [[] for _ in range(n)]
-        self.ids: list[list] = [[] for _ in range(n)]
+        self.values: list[list[Any]] = [[] for _ in range(n)]
+        self.ids: list[list[Any]] = [[] for _ in range(n)]
         self.base = base                       # the consumer's first global task id
         self.direct = direct
 
@@ -91,7 +92,7 @@ class Outputs:
                 self._records.append((index[consumer.id], stream, r))
             self.streams[stream] = (len(spec.fields), spec.direct, routes)
 
-    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple, list[_Route]]:
+    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple[Any, ...], list[_Route]]:
         """The checked values and the routes of an emit on ``stream``."""
         try:
             nfields, is_direct, routes = self.streams[stream]
@@ -126,7 +127,7 @@ class Outputs:
                f"subscribe to that stream (subscribers' task ids: {owners}; see context.get_component_tasks)")
         raise InvalidTupleError(msg)
 
-    def records(self) -> list[tuple[int, tuple]]:
+    def records(self) -> list[tuple[int, tuple[Any, ...]]]:
         """``(key, payload)`` per consumer task that got tuples since the last call."""
         out = []
         for ci, stream, r in self._records:
@@ -170,7 +171,7 @@ class CoreRouter:
         # stream -> (field count, routes) of the streams emit() may take without more checks
         self._fast = {st: (n, routes) for st, (n, direct, routes) in self.outputs.streams.items() if not direct}
 
-    def emit(self, values: tuple, anchors: Any = None, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], anchors: Any = None, stream: str = "default") -> list[int]:
         """See ``transactional.core.OutputCollector.emit``."""
         fast = self._fast.get(stream)
         if fast is not None and type(values) is tuple and len(values) == fast[0]:   # the per-tuple hot path
@@ -195,7 +196,7 @@ class CoreRouter:
         self.emitted += 1
         return tasks
 
-    def emit_direct(self, task: int, values: tuple, anchors: Any = None, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], anchors: Any = None, stream: str = "default") -> None:
         """See ``transactional.core.OutputCollector.emit_direct``."""
         values, routes = self.outputs.stream(stream, values, True)
         r, t = self.outputs.direct_task(routes, task)
@@ -242,7 +243,7 @@ class CoreRouter:
         logging.getLogger("trident").warning("%s task %d reported: %r", self.component, self.task, error)
         self.errors.append(f"{type(error).__name__}: {error}")
 
-    def records(self) -> list[tuple[int, tuple]]:
+    def records(self) -> list[tuple[int, tuple[Any, ...]]]:
         return self.outputs.records()
 
     def report(self) -> tuple[dict[int, int], list[int]]:
@@ -271,7 +272,27 @@ def tick_freq(component: ComponentSpec, default: float | None) -> float | None:
     return None if v is None else float(v)
 
 
-def feed(bolt: Any, topology: Topology, payloads: list[tuple]) -> int:
+def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
+                  payloads: Iterable[tuple[Any, ...]], conf: dict[str, Any], phase: str, states: Any = None,
+                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple[Any, ...]]], int, int, Any]:
+    """Run one task of a core topology's bolt (``bolt``: its batch-path ``adapter``) for one
+    micro-batch: the task's ``CoreRouter`` is its collector. Returns (records, tuples
+    executed, emitted, the task's report to the ackers). The input is taken in the same
+    fixed order as ``transactional.engine.task.run_task`` takes it."""
+    payloads = sorted(payloads, key=payload_order)
+    context = TaskContext(topology, component, task, phase, states)
+    core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
+                                                           attempt.attempt_id, component.id, task), only)
+    bolt.prepare(conf, context, core, attempt)
+    n = feed(bolt, topology, payloads)
+    tick = conf.get(TICKS, {}).get(component.id)
+    if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
+        bolt.execute(tick_tuple(tick, n))
+    bolt.finish_batch()
+    return core.records(), n, core.emitted, core.report()
+
+
+def feed(bolt: Any, topology: Topology, payloads: list[tuple[Any, ...]]) -> int:
     """Execute every tuple of ``payloads`` (sorted) on ``bolt``; returns how many."""
     execute = bolt.execute
     key = n = 0
@@ -308,17 +329,17 @@ class SpoutCollector:
         self.acked_at_once: list[Any] = []
         self.emitted = 0
 
-    def emit(self, values: tuple, msg_id: Any = None, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], msg_id: Any = None, stream: str = "default") -> list[int]:
         """Send ``values`` to the subscribers of ``stream``; returns the task ids it went to."""
         values, routes = self.outputs.stream(stream, values, False)
         return self._send(values, msg_id, [(r, t) for r in routes for t in r.choose(values)])
 
-    def emit_direct(self, task: int, values: tuple, msg_id: Any = None, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], msg_id: Any = None, stream: str = "default") -> None:
         """Send ``values`` to the task with id ``task`` of the direct ``stream``'s subscribers."""
         values, routes = self.outputs.stream(stream, values, True)
         self._send(values, msg_id, [self.outputs.direct_task(routes, task)])
 
-    def _send(self, values: tuple, msg_id: Any, targets: list[tuple[_Route, int]]) -> list[int]:
+    def _send(self, values: tuple[Any, ...], msg_id: Any, targets: list[tuple[_Route, int]]) -> list[int]:
         self.emitted += 1
         tracked = msg_id is not None and self.tracking
         root = val = 0
@@ -354,7 +375,7 @@ class _Rich(BaseBatchBolt):
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.bolt.prepare(conf, context, collector)
         self.execute = self.bolt.execute       # type: ignore[method-assign]  # the per-tuple hot path
 
@@ -368,7 +389,7 @@ class _Rich(BaseBatchBolt):
 class _Stateful(_Rich):
     """A ``BaseStatefulBolt``: ``init_state`` with the task's KeyValueState after prepare."""
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         super().prepare(conf, context, collector, id)
         self.bolt.init_state(context.key_value_state(owner=self.bolt))
 
@@ -382,11 +403,11 @@ class _AnchoringCollector:
         self.router = router
         self.input: CoreTuple | None = None
 
-    def emit(self, values: tuple, stream: str = "default") -> list[int]:
+    def emit(self, values: tuple[Any, ...], stream: str = "default") -> list[int]:
         """Emit ``values`` anchored to the current input."""
         return self.router.emit(values, self.input, stream)
 
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+    def emit_direct(self, task: int, values: tuple[Any, ...], stream: str = "default") -> None:
         """Emit ``values`` to task id ``task``, anchored to the current input."""
         self.router.emit_direct(task, values, self.input, stream)
 
@@ -403,7 +424,7 @@ class _Basic(BaseBatchBolt):
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.bolt.prepare(conf, context)
         self.router: CoreRouter = collector
         self.out = _AnchoringCollector(collector)

@@ -61,16 +61,16 @@ class Window:
 
     __slots__ = ("_all", "_new", "_expired", "_start", "_end")
 
-    def __init__(self, all: list, new: list, expired: list, start: int | None, end: int) -> None:
+    def __init__(self, all: list[Any], new: list[Any], expired: list[Any], start: int | None, end: int) -> None:
         self._all, self._new, self._expired, self._start, self._end = all, new, expired, start, end
 
-    def get(self) -> list:
+    def get(self) -> list[Any]:
         return self._all
 
-    def get_new(self) -> list:
+    def get_new(self) -> list[Any]:
         return self._new
 
-    def get_expired(self) -> list:
+    def get_expired(self) -> list[Any]:
         return self._expired
 
     def get_start_timestamp(self) -> int | None:
@@ -278,13 +278,13 @@ class WindowTask:
         self.router.ack(t)
 
     # -- rollback and persistence ---------------------------------------------------------------
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> tuple[Any, ...]:
         """What ``restore`` needs to undo one micro-batch."""
         return ([(e, e.tuple.message_id) for e in self.events], self.next_seq, self.count_since, self.next_end,
                 self.watermark, self.watermark_at, dict(self.maxts), self.last_fired, list(self.expired),
                 self.fired, self.late)
 
-    def restore(self, snap: tuple) -> None:
+    def restore(self, snap: tuple[Any, ...]) -> None:
         events, self.next_seq, self.count_since, self.next_end, self.watermark, self.watermark_at, maxts, \
             self.last_fired, self.expired, self.fired, self.late = snap
         self.maxts = maxts
@@ -319,7 +319,7 @@ class WindowTask:
                  self.task, len(self.events))
 
     def _save(self) -> None:
-        by_chunk: dict[int, list] = {}
+        by_chunk: dict[int, list[Any]] = {}
         for e in self.events:
             by_chunk.setdefault(e.chunk, []).append(e)
         for c in self.dirty_chunks:
@@ -342,7 +342,7 @@ class WindowKeeper:
         self.topology = topology
         self.clock = clock
         self.tasks: dict[tuple[str, int], WindowTask] = {}
-        self.snaps: dict[tuple[str, int], tuple] = {}
+        self.snaps: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.configs = {c.id: c.new_instance().window_config for c in topology.bolts if c.core in WINDOWED_KINDS}
 
     def task(self, component: str, task: int) -> WindowTask:
@@ -426,7 +426,7 @@ class Windowed:
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.bolt.prepare(conf, context, collector)
         kv = None
         if hasattr(self.bolt, "init_state"):

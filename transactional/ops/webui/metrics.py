@@ -10,7 +10,7 @@ their own series.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -80,61 +80,74 @@ class _RunCollector(Collector):
         tid = o.topology_id
         lag = o.lag()
         f = o.totals()
-        g = GaugeMetricFamily("trident_committed_txid", "Last txid committed (0: none yet in this run)",
-                              labels=["topology"])
-        g.add_metric([tid], f["committed_txid"] or 0)
-        yield g
-        g = GaugeMetricFamily("trident_txids_in_flight",
-                              "Txids emitted and not yet committed, by status "
-                              "(processing, waiting: processed and waiting for the commit, committing)",
-                              labels=["topology", "status"])
-        for status, n in f["in_flight"].items():
-            g.add_metric([tid, status], n)
-        yield g
-        c = CounterMetricFamily("trident_batches_committed", "Txids committed by this run", labels=["topology"])
-        c.add_metric([tid], f["batches_committed"])
-        yield c
-        c = CounterMetricFamily("trident_attempts", "Attempts launched (a replay of a txid is a new attempt)",
-                                labels=["topology"])
-        c.add_metric([tid], f["attempts"])
-        yield c
-        c = CounterMetricFamily("trident_failures", "Failed attempts, by the component that failed and kind "
-                                "(failed: FailedException, error, fatal)", labels=["topology", "component", "kind"])
-        for comp, kinds in sorted(f["failures"].items()):
-            for kind, n in sorted(kinds.items()):
-                c.add_metric([tid, comp, kind], n)
-        yield c
-        counts = f["counts"]
-        for key, doc in (("executed", "Tuples executed by each component in committed batches"),
-                         ("emitted", "Tuples emitted by each component in committed batches")):
-            c = CounterMetricFamily(f"trident_tuples_{key}", doc, labels=["topology", "component"])
-            for comp, row in counts.items():
-                c.add_metric([tid, comp], row[key])
-            yield c
-        for key, doc in (("acked", "Spout tuples acked (core topologies)"),
-                         ("failed", "Spout tuples failed (core topologies)")):
-            c = CounterMetricFamily(f"trident_spout_{key}", doc, labels=["topology", "component"])
-            for comp, row in counts.items():
-                if key in row:
-                    c.add_metric([tid, comp], row[key])
-            yield c
-        g = GaugeMetricFamily("trident_spout_pending", "Spout tuples emitted and not yet acked or failed "
-                              "(core topologies)", labels=["topology", "component"])
+        yield from _run_metrics(tid, f)
+        yield from _component_metrics(tid, f["counts"])
+        yield from _lag_and_extras(tid, lag, f["extras"])
+
+
+def _run_metrics(tid: str, f: dict[str, Any]) -> Iterator[Metric]:
+    """The run's txids, batches, attempts and failures."""
+    g = GaugeMetricFamily("trident_committed_txid", "Last txid committed (0: none yet in this run)",
+                          labels=["topology"])
+    g.add_metric([tid], f["committed_txid"] or 0)
+    yield g
+    g = GaugeMetricFamily("trident_txids_in_flight",
+                          "Txids emitted and not yet committed, by status "
+                          "(processing, waiting: processed and waiting for the commit, committing)",
+                          labels=["topology", "status"])
+    for status, n in f["in_flight"].items():
+        g.add_metric([tid, status], n)
+    yield g
+    c = CounterMetricFamily("trident_batches_committed", "Txids committed by this run", labels=["topology"])
+    c.add_metric([tid], f["batches_committed"])
+    yield c
+    c = CounterMetricFamily("trident_attempts", "Attempts launched (a replay of a txid is a new attempt)",
+                            labels=["topology"])
+    c.add_metric([tid], f["attempts"])
+    yield c
+    c = CounterMetricFamily("trident_failures", "Failed attempts, by the component that failed and kind "
+                            "(failed: FailedException, error, fatal)", labels=["topology", "component", "kind"])
+    for comp, kinds in sorted(f["failures"].items()):
+        for kind, n in sorted(kinds.items()):
+            c.add_metric([tid, comp, kind], n)
+    yield c
+
+
+def _component_metrics(tid: str, counts: dict[str, Any]) -> Iterator[Metric]:
+    """Each component's tuples, and the core spouts' acked, failed and pending tuples."""
+    for key, doc in (("executed", "Tuples executed by each component in committed batches"),
+                     ("emitted", "Tuples emitted by each component in committed batches")):
+        c = CounterMetricFamily(f"trident_tuples_{key}", doc, labels=["topology", "component"])
         for comp, row in counts.items():
-            if "pending" in row:
-                g.add_metric([tid, comp], row["pending"])
-        yield g
-        extras = f["extras"]
-        g = GaugeMetricFamily("trident_spout_lag", "Records behind per spout partition: the high watermark minus "
-                              "the end of its last committed batch", labels=["topology", "component", "partition"])
-        for spout, parts in sorted(lag.items()):
-            for part, n in sorted(parts.items()):
-                g.add_metric([tid, spout, part], n)
-        yield g
-        g = GaugeMetricFamily("trident_observed", "Other figures the engine reports (observe_extra)",
-                              labels=["topology", "name", "key"])
-        for name, values in sorted(extras.items()):
-            for key, v in sorted(values.items()):
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    g.add_metric([tid, name, str(key)], v)
-        yield g
+            c.add_metric([tid, comp], row[key])
+        yield c
+    for key, doc in (("acked", "Spout tuples acked (core topologies)"),
+                     ("failed", "Spout tuples failed (core topologies)")):
+        c = CounterMetricFamily(f"trident_spout_{key}", doc, labels=["topology", "component"])
+        for comp, row in counts.items():
+            if key in row:
+                c.add_metric([tid, comp], row[key])
+        yield c
+    g = GaugeMetricFamily("trident_spout_pending", "Spout tuples emitted and not yet acked or failed "
+                          "(core topologies)", labels=["topology", "component"])
+    for comp, row in counts.items():
+        if "pending" in row:
+            g.add_metric([tid, comp], row["pending"])
+    yield g
+
+
+def _lag_and_extras(tid: str, lag: dict[str, Any], extras: dict[str, Any]) -> Iterator[Metric]:
+    """The spouts' lag per partition, and the figures the engine reports (observe_extra)."""
+    g = GaugeMetricFamily("trident_spout_lag", "Records behind per spout partition: the high watermark minus "
+                          "the end of its last committed batch", labels=["topology", "component", "partition"])
+    for spout, parts in sorted(lag.items()):
+        for part, n in sorted(parts.items()):
+            g.add_metric([tid, spout, part], n)
+    yield g
+    g = GaugeMetricFamily("trident_observed", "Other figures the engine reports (observe_extra)",
+                          labels=["topology", "name", "key"])
+    for name, values in sorted(extras.items()):
+        for key, v in sorted(values.items()):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                g.add_metric([tid, name, str(key)], v)
+    yield g

@@ -182,12 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         topology = next(iter(query.get("topology", [])), None)
         try:
             if path in ("/", "/index.html"):
-                snap = self._snapshot(topology)
-                if snap is None and topology:
-                    self._text(404, f"no topology {topology!r} here: see /api/topologies\n")
-                    return
-                initial = {"status": snap, "topologies": self.source.topologies()}
-                self._send(200, "text/html; charset=utf-8", render_page(redact(initial)))
+                self._page(topology)
             elif path == "/api/status":
                 snap = self._snapshot(topology)
                 if snap is None:
@@ -197,11 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/api/topologies":
                 self._json(200, self.source.topologies())
             elif path == "/metrics":
-                body = self.source.exposition()
-                if body is None:
-                    self._text(404, "no metrics here: a driver serves its run's (trident run --metrics-port)\n")
-                else:
-                    self._send(200, CONTENT_TYPE, redact_text(body.decode("utf-8")).encode("utf-8"))
+                self._metrics()
             elif path == "/favicon.ico":
                 self._send(204, "image/x-icon", b"")
             else:
@@ -210,6 +201,21 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         except Exception as e:  # noqa: BLE001 - a request must not take the server down
             self._failed(path, e)
+
+    def _page(self, topology: str | None) -> None:
+        snap = self._snapshot(topology)
+        if snap is None and topology:
+            self._text(404, f"no topology {topology!r} here: see /api/topologies\n")
+            return
+        initial = {"status": snap, "topologies": self.source.topologies()}
+        self._send(200, "text/html; charset=utf-8", render_page(redact(initial)))
+
+    def _metrics(self) -> None:
+        body = self.source.exposition()
+        if body is None:
+            self._text(404, "no metrics here: a driver serves its run's (trident run --metrics-port)\n")
+        else:
+            self._send(200, CONTENT_TYPE, redact_text(body.decode("utf-8")).encode("utf-8"))
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         path = urlsplit(self.path).path

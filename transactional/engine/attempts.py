@@ -1,0 +1,196 @@
+"""The processing phase of attempts (``Jobs``: the plan's processing stages on Spark or in
+this process) and the engine's side of the coordinator's actions (``Attempts``: jobs in
+flight on driver threads, their results, the commit in the main thread)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import re
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
+from transactional.engine.faults import crash_point
+from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_processing
+from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
+from transactional.engine.store import CoordinatorStore
+from transactional.engine.task import TaskFailure
+from transactional.tuples import TransactionAttempt
+
+if TYPE_CHECKING:
+    from transactional.engine.driver import Engine
+    from transactional.engine.runner import TopologyRunner
+
+log = logging.getLogger("trident")
+
+
+class AttemptFailed(Exception):
+    def __init__(self, failure: TaskFailure) -> None:
+        super().__init__(failure.describe())
+        self.failure = failure
+
+
+class Jobs:
+    """The processing phase of attempts: the plan's processing stages on the configured
+    executor (Spark, or this process for ``executor="in-process"``)."""
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        if engine.config.executor == "in-process":
+            self.executor: Any = InProcessExecutor()
+        else:
+            if engine.sc is None:
+                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
+            else:
+                ship(engine.sc, engine.config)      # py_files / archives of this run
+            self.executor = SparkExecutor(engine.sc)
+        self.shared = self.executor.shared(engine.topology)
+
+    def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
+            fed: Any = None) -> ProcessingResult:
+        """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
+        from the thread that owns the attempt); ``fed``: a core topology's spout output."""
+        e = self.engine
+        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
+                              cleanup_before, group, fed)
+
+    def cancel(self, group: str) -> None:
+        self.executor.cancel(group)
+
+    def close(self) -> None:
+        unpersist = getattr(self.shared, "unpersist", None)
+        if unpersist is not None:
+            try:
+                unpersist(blocking=False)
+            except Exception:  # noqa: BLE001 - the context may be gone already
+                pass
+
+
+class Attempts:
+    """The engine's side of the coordinator's actions: the processing jobs in flight
+    (driver threads), their results, and the commit in the main thread."""
+
+    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
+        self.engine = engine
+        self.jobs = jobs
+        self.store = store
+        self.runner = runner
+        self.pool = cf.ThreadPoolExecutor(max_workers=runner.in_flight(),
+                                          thread_name_prefix="trident-batch")
+        self.running: dict[cf.Future[Any], tuple[int, int]] = {}
+        self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
+        self.results: dict[tuple[int, int], ProcessingResult] = {}
+
+    def carry_out(self, a: Action, coord: Coordinator) -> list[Action]:
+        """Do what ``a`` asks; return the coordinator's answer to its outcome."""
+        now = time.monotonic
+        if isinstance(a, Plan):
+            planned = self.runner.plan(a.txid, a.partitions, a.keep)
+            meta, parts = planned if planned is not None else (None, None)
+            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.busy())
+        if isinstance(a, Launch):
+            # durable before any task of the attempt runs
+            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
+            crash_point("process.after_meta", txid=a.txid)
+            tid = self.engine.topology.topology_id
+            group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
+            self.groups[(a.txid, a.attempt)] = group
+            fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
+                                   coord.last_committed, group, self.runner.fed(a.txid))
+            self.running[fut] = (a.txid, a.attempt)
+            return []
+        if isinstance(a, Record):
+            self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
+            return []
+        if isinstance(a, Cancel):
+            self.runner.discard(a.txid)
+            job_group = self.groups.pop((a.txid, a.attempt), None)
+            if job_group is not None:
+                self.jobs.cancel(job_group)
+            r = self.results.pop((a.txid, a.attempt), None)
+            if r is not None and r.kept is not None:
+                self.jobs.executor.release(r.kept)
+            return []
+        if isinstance(a, Commit):
+            r = self.results.pop((a.txid, a.attempt))
+            self.groups.pop((a.txid, a.attempt), None)
+            try:
+                info = self.runner.commit(a, r, self.jobs)
+            except AttemptFailed as e:
+                return coord.failed(a.txid, a.attempt, e.failure, now())
+            finally:
+                if r.kept is not None:
+                    self.jobs.executor.release(r.kept)
+            return coord.committed(a.txid, now(), **info)
+        msg = f"unknown action {a!r}"
+        raise TypeError(msg)
+
+    def _process(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
+                 fed: Any = None) -> ProcessingResult:
+        try:
+            return self.jobs.run(attempt, meta, cleanup_before, group, fed)
+        except Exception as e:  # noqa: BLE001 - a failed or cancelled Spark job
+            cancelled = (attempt.txid, attempt.attempt_id) not in self.groups
+            fatal = None if cancelled else self.jobs.executor.explain(str(e))
+            return ProcessingResult(attempt, failures=[TaskFailure(
+                "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
+                type(e).__name__, "cancelled" if cancelled else fatal or spark_error(e), "")])
+
+    def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
+        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
+        if not self.running:
+            time.sleep(timeout)
+            return []
+        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        actions: list[Action] = []
+        for fut in sorted(done, key=lambda f: self.running[f]):
+            txid, attempt = self.running.pop(fut)
+            if (txid, attempt) not in self.groups:
+                log.debug("txid %d attempt %d: the job of a cancelled attempt ended", txid, attempt)
+                continue                          # cancelled: its result is void
+            r: ProcessingResult = fut.result()
+            log.debug("txid %d attempt %d: processing job ended in %.3f s (%d failure(s))", txid, attempt,
+                      r.seconds, len(r.failures))
+            if r.failures:
+                actions += coord.failed(txid, attempt, first_failure(r.failures), time.monotonic())
+            else:
+                self.results[(txid, attempt)] = r
+                actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
+        return actions
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            self.jobs.cancel(group)
+        self.groups.clear()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None) -> None:
+    """Raise the report's first failure as ``AttemptFailed``, else add its counters (and the
+    seconds its tasks ran to ``busy``)."""
+    if rep["failures"]:
+        raise AttemptFailed(first_failure(rep["failures"]))
+    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
+                          (busy if busy is not None else {}, rep.get("busy", {}))):
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+
+
+def first_failure(failures: list[TaskFailure]) -> TaskFailure:
+    """The most telling failure of an attempt: fatal before others, user code before Spark."""
+    return sorted(failures, key=lambda f: (f.kind != "fatal", f.component == "(spark job)"))[0]
+
+
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt))(: .*)?$")
+
+
+def spark_error(e: BaseException) -> str:
+    """The Python exception inside a Py4JJavaError's text, else its first line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    py = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("org.", "java.", "py4j."))]
+    if py:
+        return py[-1][:500]
+    return (lines[0] if lines else repr(e))[:500]

@@ -1,0 +1,147 @@
+"""One runner per topology kind: what the driver's loop (``transactional.engine.driver``)
+asks of a topology's spouts and commits, behind one interface (``TopologyRunner``).
+
+``TransactionalRunner`` (here): the spouts' coordinators plan each txid's metadata on the
+driver, their emitters run as the first stages of the processing job, and a txid commits
+through ``transactional.engine.commit.CommitProtocol``. ``CoreRunner``
+(``transactional.engine.core.runner``): core spouts run on the driver and *feed* the
+processing job, and a micro-batch commits its acks and checkpoints.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from state.base import TransactionalState
+from transactional.engine.attempts import Jobs
+from transactional.engine.commit import CommitProtocol
+from transactional.engine.coordinator import Commit, CoordinatorSettings
+from transactional.engine.plan import ProcessingResult
+from transactional.engine.planning import SpoutsPlanner
+from transactional.engine.replay import ReplayPolicy
+from transactional.engine.store import CoordinatorStore
+from transactional.ops.webui import RunObserver, lag_source
+from transactional.topology import Topology
+
+if TYPE_CHECKING:
+    from transactional.engine.driver import Engine
+
+
+class TopologyRunner(ABC):
+    """The driver's interface to one kind of topology: ``plan`` a txid's metadata, what the
+    driver ``fed`` its processing job, ``commit`` it, ``close`` at the end; and the spouts'
+    timers and figures between commits. ``policy`` is the coordinator's replay policy."""
+
+    policy: ReplayPolicy
+
+    @abstractmethod
+    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        """Open the spouts of ``engine``'s run, with this driver's lock held and its ``epoch``."""
+
+    @staticmethod
+    def run_conf(topology: Topology) -> dict[str, Any]:
+        """What a run of ``topology`` adds to the conf its tasks see."""
+        return {}
+
+    @staticmethod
+    def keeps_state(topology: Topology) -> bool:
+        """True when ``topology`` keeps user state of its own (whatever the maps recorded)."""
+        return False
+
+    @abstractmethod
+    def settings(self) -> CoordinatorSettings:
+        """The coordinator's settings for this kind (how many txids in flight)."""
+
+    def in_flight(self) -> int:
+        """The most processing jobs in flight at once."""
+        return self.settings().max_spout_pending
+
+    @abstractmethod
+    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
+        """``(metadata, state after it)`` of ``txid``, or None when there is nothing now."""
+
+    @abstractmethod
+    def fed(self, txid: int) -> Any:
+        """The records the driver feeds ``txid``'s processing job (None: its spout stages emit)."""
+
+    @abstractmethod
+    def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
+        """Commit attempt ``a`` (``AttemptFailed`` when it fails); what ``committed`` reports."""
+
+    @abstractmethod
+    def close(self, ok: bool) -> None:
+        """The run ended (``ok``: without an error)."""
+
+    @abstractmethod
+    def discard(self, txid: int) -> None:
+        """``txid``'s attempt was cancelled."""
+
+    @abstractmethod
+    def tick(self, now: float) -> None:
+        """Time passed: the spouts' timers."""
+
+    @abstractmethod
+    def next_wakeup(self) -> float | None:
+        """When the spouts' next timer is due, or None."""
+
+    @abstractmethod
+    def busy(self) -> bool:
+        """True when the spouts have work outside the coordinator's txids."""
+
+    def status_counts(self) -> Callable[[], dict[str, Any]] | None:
+        """The spout figures of the status record, or None."""
+        return None
+
+    @abstractmethod
+    def show(self, observer: RunObserver, now: float) -> None:
+        """Between commits: tell the status page what changed since the last commit."""
+
+
+class TransactionalRunner(TopologyRunner):
+    """Transactional topologies (and Trident's): the spouts' coordinators plan on the
+    driver (``SpoutsPlanner``), a txid commits through ``CommitProtocol``."""
+
+    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        self.engine = engine
+        engine.states.raise_epoch(epoch)
+        if engine.plan.commits_on_executors:
+            engine.states.known.update(store.recover_maps())
+            engine.states.declare(engine.plan, engine.conf)
+        self.planner = SpoutsPlanner(engine.topology, engine.conf, state=state)
+        self.policy = self.planner.policy
+        if engine.observer is not None:
+            engine.observer.set_lag_source(lag_source({sid: p.coordinator
+                                                       for sid, p in self.planner.planners.items()}))
+        self.protocol = CommitProtocol(engine, store, self.planner, state)
+
+    def settings(self) -> CoordinatorSettings:
+        return CoordinatorSettings.of(self.engine.config)
+
+    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
+        return self.planner.plan(txid, states, keep)
+
+    def fed(self, txid: int) -> Any:
+        return self.planner.fed(txid)
+
+    def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
+        return self.protocol.commit(a, r, jobs)
+
+    def close(self, ok: bool) -> None:
+        self.planner.close()
+
+    def discard(self, txid: int) -> None:
+        self.planner.discard(txid)
+
+    def tick(self, now: float) -> None:
+        self.planner.tick(now)
+
+    def next_wakeup(self) -> float | None:
+        return self.planner.next_wakeup()
+
+    def busy(self) -> bool:
+        return self.planner.busy()
+
+    def show(self, observer: RunObserver, now: float) -> None:
+        """Nothing changes between commits (the spouts' lag is read by the page itself)."""

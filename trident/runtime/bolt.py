@@ -1,0 +1,165 @@
+"""``TridentBolt``: one compiled Trident stage, its input dispatch and its processor chain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transactional.bolt import BaseBatchBolt, Committer
+from transactional.columns import ColumnBatch, rows_of
+from transactional.tuples import Fields
+from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
+from trident.runtime.arrow import from_ipc
+from trident.runtime.op import Op
+from trident.runtime.persistence import PartitionPersistProc, PersistProc, QueryProc
+from trident.runtime.processors import (
+    ArrowOut,
+    BatchProc,
+    EachProc,
+    EmitProc,
+    FilterProc,
+    JoinProc,
+    MapProc,
+    Proc,
+    ProjectProc,
+)
+
+ARROW_FIELD = "_arrow"
+TX_FIELD = "_tx"
+
+
+class OperationContext:
+    """The ``context`` an operation's ``prepare(conf, context)`` gets (Storm's
+    ``TridentOperationContext``): ``topology_id``, ``component_id`` (the stage),
+    ``task_index``, ``num_tasks``, ``phase``, and ``attempt`` (the batch's
+    ``TransactionAttempt``)."""
+
+    def __init__(self, context: Any, attempt: Any) -> None:
+        self.topology_id = context.topology_id
+        self.component_id = context.component_id
+        self.task_index = context.task_index
+        self.num_tasks = context.num_tasks
+        self.phase = context.phase
+        self.attempt = attempt
+
+    def __repr__(self) -> str:
+        return f"OperationContext({self.component_id!r} task {self.task_index}/{self.num_tasks}, {self.attempt})"
+
+
+PROCS: dict[str, type[Proc]] = {
+    "each": EachProc, "filter": FilterProc, "map": MapProc, "flat_map": MapProc,
+    "project": ProjectProc, "each_batch": BatchProc, "map_batches": BatchProc,
+    "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
+    "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
+    "join": JoinProc,
+}
+
+
+class TridentBolt(BaseBatchBolt):
+    """One compiled Trident stage: the input dispatch, the processor chain, the outputs.
+
+    ``sides`` maps an input ``(component, stream)`` to its side (the stream's position in
+    a join, else 0); inputs on streams in ``arrow_in`` carry Arrow IPC buffers."""
+
+    accepts_columns = True    # a spout in the same tasks may hand over ColumnBatch values
+
+    def __init__(self, ops: list[Op], out_fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut],
+                 sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str,
+                 named: bool = False) -> None:
+        self.ops = ops
+        self.out_fields = out_fields
+        self.rows_out = rows_out
+        self.arrow_outs = arrow_outs
+        self.sides = sides
+        self.arrow_in = arrow_in
+        self.description = description
+        self.named = named
+
+    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+        """Build the processor chain for this task and batch."""
+        self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
+        self.task, self.num_tasks = context.task_index, context.num_tasks
+        self.op_context = OperationContext(context, id)
+        chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
+        procs = [chain]
+        for op in reversed(self.ops):
+            chain = PROCS[op.kind](op, chain)
+            procs.append(chain)
+        for p in procs:               # the last first: each captures its successor's row()
+            p.open(self)
+        self.head = chain
+        self.join = chain if isinstance(chain, JoinProc) else None
+
+    def execute(self, tuple: Any) -> None:
+        """One input tuple: a row (its values after the attempt), or an Arrow buffer."""
+        self.execute_values([tuple.values], tuple.source_component, tuple.source_stream)
+
+    def execute_values(self, values_list: list[Any], source: str, stream: str) -> int:
+        """A whole payload of one source's task at once (``run_task`` calls this instead of
+        ``execute`` for each tuple): rows go down the chain without ``Tuple`` objects, and
+        a spout's ``ColumnBatch`` (``transactional.columns``) as the batch it is. Returns
+        how many rows it took."""
+        src = (source, stream)
+        if ColumnBatch in set(map(type, values_list)):
+            n = 0
+            for v in values_list:
+                if type(v) is ColumnBatch:
+                    n += len(v)
+                    if self.join is not None:
+                        side = self.sides[src]
+                        for r in rows_of(v.batch):
+                            self.join.side_row(side, r)
+                    else:
+                        self.head.batch(v.batch)
+                else:
+                    n += 1
+                    self.execute_values([v], source, stream)
+            return n
+        if src in self.arrow_in:
+            rows = 0                               # tuples, not buffers: a buffer holds many
+            for v in values_list:
+                for b in from_ipc(v[1]).to_batches():
+                    rows += b.num_rows
+                    if self.join is not None:      # a join takes rows, by side
+                        side = self.sides[src]
+                        for r in rows_of(b):
+                            self.join.side_row(side, r)
+                    else:
+                        self.head.batch(b)
+            return rows
+        elif self.join is not None:
+            side, side_row = self.sides[src], self.join.side_row
+            for v in values_list:
+                side_row(side, v[1:])
+        else:
+            self.head.rows([v[1:] for v in values_list])
+        return len(values_list)
+
+    def finish_batch(self) -> None:
+        """The end of the task's share: flows down the chain."""
+        self.head.finish()
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """The stream's fields after the attempt, and a direct stream per Arrow consumer."""
+        declarer.declare(Fields(TX_FIELD, *self.out_fields))
+        for out in self.arrow_outs:
+            declarer.declare_stream(out.stream, Fields(TX_FIELD, ARROW_FIELD), direct=True)
+
+    @property
+    def writes_states(self) -> tuple[str, ...]:
+        """The names of the states this stage updates (``persistent_aggregate``,
+        ``partition_persist``), shown on the status page."""
+        return tuple(dict.fromkeys(str(op.state.name) for op in self.ops
+                                   if op.kind in ("persist", "partition_persist") and op.state is not None))
+
+    @property
+    def describe_as(self) -> str:
+        """What ``Topology.describe`` shows as the class: the stage's operations where its
+        component id does not already say them (a stage the user named)."""
+        return f"{type(self).__name__}: {self.description}" if self.named else type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"TridentBolt({self.description})"
+
+
+class TridentCommitterBolt(TridentBolt, Committer):
+    """A stage that updates or queries state: in the commit phase, in txid order."""

@@ -1,0 +1,325 @@
+"""The processors of a stage's chain (see ``trident.runtime``): the base class, the
+per-tuple and columnar functions, joins, and ``EmitProc``, the end of every chain."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from transactional.columns import batch_of, rows_of
+from transactional.engine import routing
+from transactional.exceptions import AggregateOverflowError, InvalidTupleError
+from transactional.tuples import Fields
+from trident.operation import TridentCollector, TridentTuple
+from trident.runtime.arrow import SumOverflow, _as_batch, _concat, to_ipc
+from trident.runtime.op import Op, op_label
+
+if TYPE_CHECKING:
+    from trident.runtime.bolt import TridentBolt
+
+OVERFLOW_HOLDER = "the type Count and Sum add in on the columnar and the per-tuple path alike"
+OVERFLOW_FIX = ("Sum smaller numbers, cast the field to float64 or a decimal first (e.g. with each_batch), "
+                "or use a CombinerAggregator of your own, which adds Python ints without bound")
+
+
+class Proc:
+    """A processor of rows and batches (see the module docstring)."""
+
+    def __init__(self, op: Op | None, nxt: Proc | None) -> None:
+        self.op = op
+        self.nxt = nxt
+
+    def open(self, bolt: TridentBolt) -> None:
+        """Per task and batch, before any input."""
+        self.stage, self.txid, self.task = bolt.context.component_id, bolt.attempt.txid, bolt.task
+        if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "prepare"):
+            self.op.fn.prepare(bolt.conf, bolt.op_context)
+
+    def row(self, r: tuple) -> None:
+        """One row."""
+        raise NotImplementedError
+
+    def rows(self, rs: list[tuple]) -> None:
+        """Many rows (a columnar processor collects them at once)."""
+        row = self.row
+        for r in rs:
+            row(r)
+
+    def batch(self, b: Any) -> None:
+        """A record batch: its rows, one by one (a columnar processor overrides this)."""
+        row = self.row
+        for r in rows_of(b):
+            row(r)
+
+    def overflow(self, e: SumOverflow, field: str, what: str, holder: str = OVERFLOW_HOLDER,
+                 fix: str = OVERFLOW_FIX) -> AggregateOverflowError:
+        """The error for a sum of this operation that does not fit its type: names the
+        aggregator, the field, the stage, the txid, the group, and the fix."""
+        agg = type(self.op.fn).__name__ if self.op is not None else "a sum"
+        group = f" for group {e.key!r}" if e.key != () else ""
+        msg = (f"{agg}() of field {field!r} in stage {self.stage!r} (txid {self.txid}): {what}{group} is "
+               f"{e.value}, beyond {e.type}, {holder}; the batch stops rather than commit a wrapped "
+               f"number. {fix}")
+        return AggregateOverflowError(msg)
+
+    def finish(self) -> None:
+        """The end of the task's input."""
+        if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "cleanup"):
+            self.op.fn.cleanup()
+        if self.nxt is not None:
+            self.nxt.finish()
+
+
+class _Collect(TridentCollector):
+    """What an operation emits into: each emit is ``current`` (the row a function is on, or
+    the group an aggregator is completing) plus the emitted values, pushed downstream."""
+
+    __slots__ = ("current", "push", "width", "what")
+
+    def __init__(self, push: Callable[[tuple], None], width: int, what: str) -> None:
+        self.current: tuple = ()
+        self.push = push
+        self.width = width
+        self.what = what
+
+    def emit(self, values: Sequence[Any]) -> None:
+        if type(values) is not tuple:
+            values = tuple(values)
+        if len(values) != self.width:
+            msg = (f"{self.what} emitted {len(values)} values {values!r}, but it declares {self.width} output "
+                   f"field{'' if self.width == 1 else 's'}: emit exactly that many, or declare the fields it emits")
+            raise InvalidTupleError(msg)
+        self.push(self.current + values)
+
+
+class EachProc(Proc):
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.tt = TridentTuple.of(op.in_fields)
+        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields), op_label(op))
+        self.execute = op.fn.execute
+        self.pick = _picker(op.in_idx)
+        c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
+
+        def row(r: tuple) -> None:          # the per-tuple hot path: one closure, no lookups
+            c.current = r
+            execute(tt(pick(r)), c)
+        self.row = row  # type: ignore[method-assign]
+
+    def row(self, r: tuple) -> None:
+        c = self.collector
+        c.current = r
+        self.execute(self.tt(self.pick(r)), c)
+
+
+def _picker(idx: tuple[int, ...]) -> Callable[[tuple], tuple]:
+    """A function taking the values at ``idx`` of a row."""
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda r: (r[i],)
+    return lambda r: tuple(r[i] for i in idx)
+
+
+class FilterProc(Proc):
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.tt = TridentTuple.of(op.in_fields)
+        keep = op.fn.is_keep if hasattr(op.fn, "is_keep") else op.fn
+        idx, tt, push = op.in_idx, self.tt, self.nxt.row
+
+        def row(r: tuple) -> None:
+            if keep(tt(tuple(r[i] for i in idx))):
+                push(r)
+        self.row = row  # type: ignore[method-assign]
+
+
+class MapProc(Proc):
+    """``map`` (one tuple out) and ``flat_map`` (any number out): the output replaces the row."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        fn = op.fn.execute if hasattr(op.fn, "execute") else op.fn
+        idx, tt, push, width = op.in_idx, TridentTuple.of(op.in_fields), self.nxt.row, len(op.out_fields)
+
+        def check(v: Any) -> tuple:
+            v = v if type(v) is tuple else tuple(v) if isinstance(v, (list, tuple)) else (v,)
+            if len(v) != width:
+                msg = f"{op.kind} produced {v!r}; its output fields are {list(op.out_fields)}"
+                raise ValueError(msg)
+            return v
+
+        if op.kind == "map":
+            def row(r: tuple) -> None:
+                push(check(fn(tt(tuple(r[i] for i in idx)))))
+        else:
+            def row(r: tuple) -> None:
+                for v in fn(tt(tuple(r[i] for i in idx))):
+                    push(check(v))
+        self.row = row  # type: ignore[method-assign]
+
+
+class ProjectProc(Proc):
+    def row(self, r: tuple) -> None:
+        assert self.op is not None and self.nxt is not None
+        self.nxt.row(tuple(r[i] for i in self.op.in_idx))
+
+    def batch(self, b: Any) -> None:
+        assert self.op is not None and self.nxt is not None
+        self.nxt.batch(b.select(list(self.op.out_fields)))
+
+
+class BatchProc(Proc):
+    """The columnar functions: ``each_batch`` (columns appended) and ``map_batches``
+    (the output replaces the batch). Rows arriving are collected into one batch."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        self.pending: list[tuple] = []
+        self.batches: list[Any] = []
+
+    def row(self, r: tuple) -> None:
+        self.pending.append(r)
+
+    def rows(self, rs: list[tuple]) -> None:
+        self.pending.extend(rs)
+
+    def batch(self, b: Any) -> None:
+        self.batches.append(b)
+
+    def finish(self) -> None:
+        op, nxt = self.op, self.nxt
+        assert op is not None and nxt is not None
+        if self.pending:
+            self.batches.append(batch_of(self.pending, op.fields))
+        if self.batches:
+            b = _concat(self.batches)
+            fn = op.fn.execute_batch if hasattr(op.fn, "execute_batch") else op.fn
+            out = _as_batch(fn(b.select(list(op.in_fields))), op.kind)
+            if op.kind == "each_batch":
+                if out.num_rows != b.num_rows:
+                    msg = (f"each_batch function returned {out.num_rows} rows for {b.num_rows}; "
+                           "each_batch keeps the rows (use map_batches to change them)")
+                    raise ValueError(msg)
+                import pyarrow as pa
+
+                out = pa.RecordBatch.from_arrays(b.columns + out.columns, names=list(op.out_fields))
+            elif list(out.schema.names) != list(op.out_fields):
+                msg = f"map_batches function returned columns {out.schema.names}; declared {list(op.out_fields)}"
+                raise ValueError(msg)
+            nxt.batch(out)
+        super().finish()
+
+
+_MISSING = object()
+
+
+class JoinProc(Proc):
+    """An inner join of two or more streams on their join fields within the batch; emits
+    ``join fields + the other fields of each stream in order``."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        assert self.op is not None
+        self.sides: list[dict[Any, list[tuple]]] = [{} for _ in self.op.fn]
+
+    def side_row(self, side: int, r: tuple) -> None:
+        idx, rest = self.op.fn[side]    # type: ignore[union-attr]
+        self.sides[side].setdefault(tuple(r[i] for i in idx), []).append(tuple(r[i] for i in rest))
+
+    def row(self, r: tuple) -> None:
+        self.side_row(0, r)
+
+    def finish(self) -> None:
+        import itertools
+
+        assert self.nxt is not None
+        first, others = self.sides[0], self.sides[1:]
+        for k, rows in first.items():
+            matches = [o.get(k) for o in others]
+            if not all(matches):
+                continue
+            for combo in itertools.product(rows, *matches):
+                self.nxt.row(k + sum(combo, ()))
+        Proc.finish(self)
+
+
+@dataclass
+class ArrowOut:
+    """One consumer fed Arrow buffers: its stream, grouping, key columns and task count."""
+
+    stream: str
+    grouping: str                     # "local", "shuffle", "fields", "global", "all"
+    keys: tuple[str, ...]
+    tasks: int
+
+
+class EmitProc(Proc):
+    """The end of a stage: rows become tuples ``(attempt, *values)``; batches become Arrow
+    IPC buffers for the consumers that take them (rows for the others)."""
+
+    def __init__(self, fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut]) -> None:
+        super().__init__(None, None)
+        self.fields = fields
+        self.rows_out = rows_out
+        self.arrow_outs = arrow_outs
+
+    def open(self, bolt: TridentBolt) -> None:
+        self.bolt = bolt
+        self.attempt = bolt.attempt
+        self.buffered: list[tuple] = []
+        self.batches: list[Any] = []
+        if self.rows_out and not self.arrow_outs:
+            emit, att = bolt.collector.emit, (bolt.attempt,)
+            self.row = lambda r: emit(att + r)  # type: ignore[method-assign]
+        elif not self.rows_out and not self.arrow_outs:
+            self.row = lambda r: None  # type: ignore[method-assign]
+            self.batch = lambda b: None  # type: ignore[method-assign]
+
+    def row(self, r: tuple) -> None:
+        self.buffered.append(r)
+
+    def batch(self, b: Any) -> None:
+        if self.arrow_outs:
+            self.batches.append(b)
+        if self.rows_out:
+            emit, att = self.bolt.collector.emit, (self.attempt,)
+            for r in rows_of(b):
+                emit(att + r)
+
+    def finish(self) -> None:
+        if self.arrow_outs and (self.batches or self.buffered):
+            if self.buffered:
+                self.batches.append(batch_of(self.buffered, self.fields))
+                if self.rows_out:
+                    emit, att = self.bolt.collector.emit, (self.attempt,)
+                    for r in self.buffered:
+                        emit(att + r)
+            b = _concat(self.batches)
+            for i, out in enumerate(self.arrow_outs):
+                # a row counts as one emitted tuple, once, whatever its consumers (as emit
+                # counts); rows also emitted as tuples were counted there
+                self._send(b, out, counted=self.rows_out or i > 0)
+
+    def _send(self, b: Any, out: ArrowOut, counted: bool) -> None:
+        if b.num_rows == 0:
+            return
+        direct, att = self.bolt.collector.emit_direct, self.attempt
+        grouping = routing.LOCAL_OR_SHUFFLE if out.grouping == "local" else out.grouping
+        parts = routing.split_batch(grouping, b, out.tasks, out.keys, task=self.bolt.task,
+                                    local=self.bolt.num_tasks == out.tasks)
+        uncounted = 0 if counted else b.num_rows      # a row counts once, however many tasks get it
+        buffers: dict[int, bytes] = {}                # one IPC buffer for a part sent to several tasks
+        for t, part in parts:
+            buf = buffers.get(id(part))
+            if buf is None:
+                buf = buffers[id(part)] = to_ipc(part)
+            rows = min(part.num_rows, uncounted)
+            uncounted -= rows
+            direct(t, (att, buf), out.stream, rows=rows)
