@@ -1,6 +1,6 @@
 """How long calls to ZooKeeper and Redis take: one hook the backends time their I/O with.
 
-``state/zookeeper.py`` and ``state/redis.py`` wrap each call to their server in
+``state/zookeeper/`` and ``state/redis.py`` wrap each call to their server in
 ``with timed(backend, op):``. Whoever wants the figures (the driver's metrics,
 ``transactional.ops.webui``) registers a *sink*, ``sink(backend, op, seconds)``; with no sink
 registered, ``timed`` returns one shared do-nothing context manager, so an unobserved run

@@ -4,7 +4,7 @@ how each is checked, and which module opens it.
 ``TopologyConfig`` validates ``coordination`` and ``state`` with ``check_url``;
 ``state.base.open_transactional_state``, ``state.map.open_map_backing`` and
 ``trident status`` open through ``opener``. A backend module is imported only when a URL
-of its scheme is opened (``state/zookeeper.py`` is the only module importing kazoo,
+of its scheme is opened (``state/zookeeper/`` is the only package importing kazoo,
 ``state/redis.py`` the only one importing redis).
 """
 

@@ -14,7 +14,7 @@ The layout the engine keeps (``transactional/engine/store.py`` writes it; docs/z
     lock           the driver lock (backend specific)
 
 Backends: ``memory://`` (this module; embedded default, not durable) and
-``zk://host:port[,host:port]/<root>`` (``state/zookeeper.py``).
+``zk://host:port[,host:port]/<root>`` (``state/zookeeper/``).
 """
 
 from __future__ import annotations

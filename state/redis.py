@@ -1,8 +1,7 @@
 """Redis map backing: one MGET to read a batch, one atomic Lua write to store it (docs/design.md §5).
 
-The only module that imports ``redis``. I/O only: the exactly-once rules live in
-``state/map.py`` (``TransactionalMap`` / ``OpaqueMap``) and this backing just stores what
-they hand it.
+The only module that imports ``redis`` (its scripts: ``state/redis_scripts.py``). I/O only: the
+exactly-once rules live in ``state/map/`` and this backing just stores what they hand it.
 
 Key layout, for a map namespaced ``<topology_id>:<state_name>`` (``<prefix>`` is
 ``state.keys.key_prefix(namespace)``: ``<topology_id>:<state_name>:`` for a name without
@@ -12,10 +11,10 @@ Key layout, for a map namespaced ``<topology_id>:<state_name>`` (``<prefix>`` is
                                wrapper value, e.g. {"txid": 7, "val": 42, "prev": 40}
                                (TransactionalMap) or {"txid": 7, "curr": 42, "prev": 40}
                                (OpaqueMap), or a plain number (CounterMap)
-    <prefix>~written:<writer>  OpaqueMap only: the keys its last flush wrote (repair, state/map.py)
+    <prefix>~written:<writer>  OpaqueMap only: the keys its last flush wrote (repair, state/map/)
     <prefix>~applied           CounterMap only: the last txid whose additions it holds
     <prefix>~prior             CounterMap only: a hash, for that txid, of its keys and their
-                               values before it (what reads of the txid see, state/map.py)
+                               values before it (what reads of the txid see, state/map/)
     <fence scope>:~fence       "<epoch>:<txid>": the newest driver epoch and txid that wrote
                                (the engine's fence scope is the topology id, shared by its maps;
                                a backing made by hand fences its own namespace)
@@ -39,13 +38,12 @@ written (``StateAheadError``) -- ``state.map.fence_refusal``, executed by the sc
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import threading
 import types
 from collections.abc import Hashable, Sequence
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 import redis
@@ -57,363 +55,16 @@ from state.errors import ConfigError, StateCorruptError, StateUnavailableError
 from state.keys import decode_key, encode_key, hashable_key, key_prefix
 from state.map import APPLIED_KEY, PRIOR_KEY, CounterRecord, Fence, MapWrite, conflict_error, fence_error, tagged
 from state.redaction import redact_url
+from state.redis_scripts import LUA_COUNTER_GET, LUA_FENCED_ADD, LUA_FENCED_MSET, LUA_FENCED_MULTI, MSET_CHUNK, Reply
+from state.serializers import JSON, JSONSerializer, Serializer, _dumps_batch
 
 __all__ = ["RedisMapBacking", "Serializer", "JSONSerializer", "JSON", "encode_key", "decode_key",
            "client_from_url", "LUA_FENCED_MSET", "LUA_FENCED_ADD", "LUA_FENCED_MULTI"]
 
-#: Pairs written per ``MSET`` inside the write script (Lua's ``unpack`` has a stack limit).
-MSET_CHUNK = 1000
 #: The suffix of the fence key of a namespace (``<namespace>:~fence``).
 FENCE_SUFFIX = "~fence"
 
-# KEYS[1]        the fence key: "<epoch>:<txid>" (a bare "<txid>" reads as epoch 0)
-# KEYS[2]        the claims hash of the writing attempt (key -> writer), or the fence key
-#                again when the write claims nothing
-# KEYS[3..n+2]   the data keys of the batch
-# ARGV[1]        the writer's epoch, or '' not to check epochs
-# ARGV[2]        the batch's txid, or '' not to check txids
-# ARGV[3]        the writer claiming the keys, or '' (a single writer: no claims)
-# ARGV[4..n+3]   the serialized values, in KEYS order
-# ARGV[n+4]      how many pairs to write per MSET (MSET_CHUNK)
-# ARGV[n+5]      how many of the last data keys are trusted to hold strings (no TYPE check)
-# return {0} when every key was written (and the fence raised to the writer's epoch/txid);
-#        {3, epoch, txid} when the fence holds a newer epoch (nothing written);
-#        {1, epoch, txid} when the fence holds a newer txid (nothing written);
-#        {4, key, writer} when another writer of the attempt claimed a key (nothing written);
-#        {2, key, type} when a data key holds a non-string Redis value (nothing written)
-# the fence check both write scripts open with (KEYS[1], ARGV[1], ARGV[2] as above)
-_LUA_FENCE_CHECK = """
-local fe, ft = 0, 0
-local f = redis.call('GET', KEYS[1])
-if f then
-  local a, b = string.match(f, '^(%d+):(%d+)$')
-  if a then fe, ft = tonumber(a), tonumber(b) else ft = tonumber(f) or 0 end
-end
-local e, t = tonumber(ARGV[1]), tonumber(ARGV[2])
-if e and fe > e then
-  return {3, tostring(fe), tostring(ft)}
-end
-if t and ft > t then
-  return {1, tostring(fe), tostring(ft)}
-end
-"""
-_LUA_FENCE_RAISE = """
-if (e and e > fe) or (t and t > ft) then
-  redis.call('SET', KEYS[1], string.format('%d:%d', math.max(e or 0, fe), math.max(t or 0, ft)))
-end
-"""
-LUA_FENCED_MSET = _LUA_FENCE_CHECK + """
-local writer = ARGV[3]
-if writer ~= '' then
-  for i = 3, #KEYS do
-    local c = redis.call('HGET', KEYS[2], KEYS[i])
-    if c and c ~= writer then
-      return {4, KEYS[i], c}
-    end
-  end
-end
-for i = 3, #KEYS - tonumber(ARGV[#ARGV]) do
-  local ty = redis.call('TYPE', KEYS[i])['ok']
-  if ty ~= 'string' and ty ~= 'none' then
-    return {2, KEYS[i], ty}
-  end
-end
--- write key/value pairs, claiming the keys for the writer when there is one
-local function put(pairs)
-  redis.call('MSET', unpack(pairs))
-  if writer ~= '' then
-    local claims = {}
-    for j = 1, #pairs, 2 do
-      claims[#claims + 1] = pairs[j]
-      claims[#claims + 1] = writer
-    end
-    redis.call('HSET', KEYS[2], unpack(claims))
-  end
-end
-local chunk = {}
-for i = 3, #KEYS do
-  chunk[#chunk + 1] = KEYS[i]
-  chunk[#chunk + 1] = ARGV[i + 1]
-  if #chunk >= 2 * tonumber(ARGV[#ARGV - 1]) then
-    put(chunk)
-    chunk = {}
-  end
-end
-if #chunk > 0 then
-  put(chunk)
-end
-if writer ~= '' then
-  redis.call('EXPIRE', KEYS[2], 86400)
-end
-""" + _LUA_FENCE_RAISE + """
-return {0}
-"""
-
-# The counter write (``multi_add``): add numbers to keys, once per txid, atomically.
-# KEYS[1]        the fence key (as above)
-# KEYS[2]        the map's applied marker: the last txid whose additions it holds
-# KEYS[3]        the map's record of the txid of the marker (a hash): '~txid' that txid,
-#                'batch' ARGV[3] (its keys), 'before' a JSON array of each key's value
-#                before it (false: absent) -- what reads of that txid see
-#                (state.map.counter_base; three strings: no field per key to write)
-# ARGV[1], [2]   epoch and txid (as above)
-# ARGV[3]        the batch as JSON: [[key, ...], [number, ...]] (the keys' full names),
-#                numbers as strings (exact, and passed to INCRBY as they are: a Lua number
-#                argument would be formatted by Redis, at twice the cost of the script)
-# ARGV[4]        'int' (INCRBY) or 'float' (INCRBYFLOAT)
-# return {0} added; {5, applied} the txid was added before (nothing written); {1|3, ...} as
-#        above; {2, key, what} a data key holds something that is not a number (nothing written)
-#
-# The data keys travel inside ARGV[3], not as KEYS: packing 34,000 KEYS arguments in
-# redis-py cost the driver more than the script's own work. Standalone Redis allows it
-# (Redis Cluster would not; RedisMapBacking writes a txid's keys in one script anyway).
-# Every key's value before the add is read first (MGET, 1000 keys at a time): it goes to
-# the record, and puts a key back exactly when a later key refuses. Integers are added with
-# INCRBY at once, and at the first key that refuses (not an integer, another type, an
-# overflow) what was added is taken back: the script is atomic, so nobody sees the partial
-# state. Floats are checked before anything is added (x + d - d need not be x).
-LUA_FENCED_ADD = _LUA_FENCE_CHECK + """
-local applied = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if t and applied >= t then
-  return {5, tostring(applied)}
-end
-local batch = cjson.decode(ARGV[3])
-local ks, ds = batch[1], batch[2]
-local olds = {}
-for c = 1, #ks, 1000 do
-  local vals = redis.call('MGET', unpack(ks, c, math.min(c + 999, #ks)))
-  for j = 1, #vals do
-    olds[c + j - 1] = vals[j]
-  end
-end
-if ARGV[4] == 'int' then
-  for i = 1, #ks do
-    local r = redis.pcall('INCRBY', ks[i], ds[i])
-    if type(r) == 'table' and r.err then
-      for j = i - 1, 1, -1 do
-        if olds[j] then
-          redis.call('SET', ks[j], olds[j])
-        else
-          redis.call('DEL', ks[j])
-        end
-      end
-      local what = 'string that is not an integer'
-      if string.find(r.err, 'WRONGTYPE') then
-        what = 'non-string value'
-      elseif string.find(r.err, 'overflow') then
-        what = 'number that the addition would overflow'
-      end
-      return {2, ks[i], what}
-    end
-  end
-else
-  for i = 1, #ks do
-    local v = olds[i]
-    if v then
-      if not tonumber(v) then
-        return {2, ks[i], 'string that is not a number'}
-      end
-    elseif redis.call('TYPE', ks[i])['ok'] ~= 'none' then
-      return {2, ks[i], 'non-string value'}
-    end
-  end
-  for i = 1, #ks do
-    redis.call('INCRBYFLOAT', ks[i], ds[i])
-  end
-end
-if t then
-  redis.call('SET', KEYS[2], tostring(t))
-  redis.call('HSET', KEYS[3], '~txid', tostring(t), 'batch', ARGV[3], 'before', cjson.encode(olds))
-end
-""" + _LUA_FENCE_RAISE + """
-return {0}
-"""
-
-# Several maps' writes in one atomic step (``RedisMapBacking.write``): a txid's maps on one
-# Redis are all written or none is.
-# KEYS           the parts' KEYS, one part after another
-# ARGV[1]        the parts as JSON: [["put" | "add", #KEYS, #ARGV], ...]; each part's KEYS
-#                and ARGV are what LUA_FENCED_MSET ("put") or LUA_FENCED_ADD ("add") takes
-# ARGV[2..]      the parts' ARGV, one part after another
-# return {0} when every part was written (an "add" part whose txid was added before writes
-#        nothing, as its script's {5}); {i, <reply of part i>} when part i refused (its
-#        script's codes): part i wrote nothing, and what the parts before it wrote is put
-#        back (every key a part but the last may write is saved before the part runs: a
-#        string's value, an absent key, or another type's DUMP and TTL -- a part's KEYS,
-#        so a counter part's applied marker and ~prior record hash too, and a counter
-#        part's data keys), so nothing of the write stays. The caller puts the largest
-#        part last: it is not saved.
-LUA_FENCED_MULTI = (
-    "local function put_part(KEYS, ARGV)\n" + LUA_FENCED_MSET + "\nend\n"
-    + "local function add_part(KEYS, ARGV)\n" + LUA_FENCED_ADD + "\nend\n" + """
-local saved, order = {}, {}    -- key -> its string, false (absent) or {dump, pttl}
-local function save(names)
-  local fresh = {}
-  for _, k in ipairs(names) do
-    if saved[k] == nil then
-      saved[k] = false
-      fresh[#fresh + 1] = k
-    end
-  end
-  for c = 1, #fresh, 1000 do
-    local chunk = {unpack(fresh, c, math.min(c + 999, #fresh))}
-    local vals = redis.call('MGET', unpack(chunk))
-    for j, k in ipairs(chunk) do
-      if vals[j] then
-        saved[k] = vals[j]
-      elseif redis.call('TYPE', k)['ok'] ~= 'none' then
-        saved[k] = {redis.call('DUMP', k), redis.call('PTTL', k)}
-      end
-      order[#order + 1] = k
-    end
-  end
-end
-local function restore()
-  for _, k in ipairs(order) do
-    local s = saved[k]
-    if s == false then
-      redis.call('DEL', k)
-    elseif type(s) == 'string' then
-      redis.call('SET', k, s)
-    else
-      redis.call('RESTORE', k, math.max(s[2], 0), s[1], 'REPLACE')
-    end
-  end
-end
-local parts = cjson.decode(ARGV[1])
-local ki, ai = 0, 1
-for i, p in ipairs(parts) do
-  local ks, as = {}, {}
-  for j = 1, p[2] do ks[j] = KEYS[ki + j] end
-  for j = 1, p[3] do as[j] = ARGV[ai + j] end
-  ki, ai = ki + p[2], ai + p[3]
-  -- the last part needs no saving: a refused part writes nothing, and nothing follows it
-  if i < #parts then
-    save(ks)
-    if p[1] == 'add' then
-      save(cjson.decode(as[3])[1])
-    end
-  end
-  local r
-  if p[1] == 'put' then
-    r = put_part(ks, as)
-  else
-    r = add_part(ks, as)
-  end
-  if r[1] ~= 0 and r[1] ~= 5 then
-    restore()
-    local out = {i}
-    for _, x in ipairs(r) do out[#out + 1] = x end
-    return out
-  end
-end
-return {0}
-""")
-
-# The counter read (``counter_get``): values, and the record of the applied txid when a
-# read of that very txid needs it (a replay), in one round trip.
-# KEYS[1]        the map's applied marker; KEYS[2] its record (as above)
-# KEYS[3..n+2]   the data keys
-# ARGV[1]        the txid whose reads need the record
-# return {applied or nil, {~txid, batch, before} or nil, {value or nil, ...}}
-LUA_COUNTER_GET = """
-local applied = redis.call('GET', KEYS[1])
-local vals = {}
-for c = 3, #KEYS, 1000 do
-  local part = redis.call('MGET', unpack(KEYS, c, math.min(c + 999, #KEYS)))
-  for j = 1, #part do
-    vals[#vals + 1] = part[j]
-  end
-end
-local rec = false
-if applied and applied == ARGV[1] then
-  rec = redis.call('HMGET', KEYS[2], '~txid', 'batch', 'before')
-end
-return {applied, rec, vals}
-"""
-
-_SCRIPT_SHA = hashlib.sha1(LUA_FENCED_MSET.encode()).hexdigest()
-_ADD_SHA = hashlib.sha1(LUA_FENCED_ADD.encode()).hexdigest()
-_MULTI_SHA = hashlib.sha1(LUA_FENCED_MULTI.encode()).hexdigest()
-_COUNTER_GET_SHA = hashlib.sha1(LUA_COUNTER_GET.encode()).hexdigest()
-
-def _dumps_batch(batch: list[list[str]]) -> bytes | str:
-    """A counter batch as compact JSON (orjson when installed)."""
-    if _orjson is not None:
-        return _orjson.dumps(batch)
-    return json.dumps(batch, ensure_ascii=False, separators=(",", ":"))
-
-
 _RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
-
-
-# -- serializers -------------------------------------------------------------------------------
-
-@runtime_checkable
-class Serializer(Protocol):
-    """How stored values become bytes. Any object with these two methods will do
-    (``pickle`` itself does, but never unpickle data others can write)."""
-
-    def dumps(self, value: Any) -> bytes | str:
-        """The stored form of ``value`` (a wrapper dict such as ``{"txid": 1, "val": 3}``)."""
-        ...
-
-    def loads(self, data: bytes) -> Any:
-        """The value back from what ``dumps`` returned (Redis hands back bytes)."""
-        ...
-
-
-class JSONSerializer:
-    """Compact JSON, the default: readable with ``redis-cli GET``, safe to load.
-
-    Tuples come back as lists and dict keys as strings, as with any JSON store. With
-    ``orjson`` installed (the ``redis-fast`` extra) it encodes and decodes, several times
-    faster than the standard library; a value it cannot take (an int beyond 64 bits, a
-    NaN) goes through ``json``, so the stored text is JSON either way.
-
-    >>> JSON.loads(JSON.dumps({"txid": 1, "val": [1, 2]}))
-    {'txid': 1, 'val': [1, 2]}
-    """
-
-    _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-    _decode = json.JSONDecoder().decode
-
-    def dumps(self, value: Any) -> bytes:
-        """``value`` as compact UTF-8 JSON bytes."""
-        if _orjson is not None:
-            try:
-                return _orjson.dumps(value, option=_ORJSON_OPTIONS)
-            except TypeError:
-                pass
-        return self._encode(value).encode()
-
-    def loads(self, data: bytes | str) -> Any:
-        """The value of JSON ``data`` (bytes as Redis returns them, or str)."""
-        if _orjson is not None:
-            try:
-                return _orjson.loads(data)
-            except _orjson.JSONDecodeError:
-                pass
-        return self._decode(data.decode() if isinstance(data, (bytes, bytearray)) else data)
-
-    def __reduce__(self) -> str:
-        return "JSON"  # unpickles as the module-level singleton
-
-    def __repr__(self) -> str:
-        return "JSON"
-
-
-try:
-    import orjson as _orjson
-
-    _ORJSON_OPTIONS = _orjson.OPT_NON_STR_KEYS
-except ImportError:  # pragma: no cover - the redis-fast extra is optional
-    _orjson = None   # type: ignore[assignment]
-    _ORJSON_OPTIONS = 0
-
-
-#: The default serializer.
-JSON = JSONSerializer()
 
 
 # -- connections -------------------------------------------------------------------------------
@@ -561,6 +212,7 @@ class RedisMapBacking:
         self._prefix = key_prefix(namespace)     # ConfigError unless '<scope>:<name>'
         self._fence_key = f"{self.fence_scope}:{FENCE_SUFFIX}"
         self._client = None
+        self._scripts: dict[str, Any] = {}       # script text -> redis-py Script (``_run``)
         self._lock = threading.Lock()
         self.round_trips = 0  # multi_get/multi_put calls that went to Redis
 
@@ -590,8 +242,7 @@ class RedisMapBacking:
                                  retry=Retry(NoBackoff(), 0))
         try:
             probe.ping()
-            sha = probe.script_load(LUA_FENCED_MSET)
-            assert sha == _SCRIPT_SHA, (sha, _SCRIPT_SHA)
+            probe.script_load(LUA_FENCED_MSET)
         except redis.AuthenticationError as e:
             msg = (
                 f"Redis at {self.address} refused the credentials ({e}); check the password "
@@ -627,11 +278,6 @@ class RedisMapBacking:
             self._client.connection_pool.disconnect()
 
     # -- MapBacking ------------------------------------------------------------------------------
-    def redis_key(self, key: Any) -> str:
-        """The full Redis key of a user's map key: ``state.keys.stored_key(namespace,
-        encode_key(key))``, e.g. ``wc:counts:apple`` (``wc:~a%3Ab:apple`` for map ``a:b``)."""
-        return self._prefix + encode_key(key)
-
     @property
     def write_group(self) -> Hashable:
         """Backings with the same ``write_group`` (one server and database) are written
@@ -737,7 +383,7 @@ class RedisMapBacking:
         prefix = self._prefix
         rkeys = [prefix + k for k in keys]
         self.round_trips += 1
-        applied, rec, raw = self._io("reading", self._eval_script, LUA_COUNTER_GET, _COUNTER_GET_SHA,
+        applied, rec, raw = self._io("reading", self._run, LUA_COUNTER_GET,
                                      [prefix + APPLIED_KEY, prefix + PRIOR_KEY, *rkeys], [str(txid)])
         values = [None if r is None else self._load(k, r) for k, r in zip(rkeys, raw, strict=True)]
         try:
@@ -779,8 +425,8 @@ class RedisMapBacking:
 
     def _add(self, batch: bytes | str, mode: str, fence: Fence) -> bool:
         self.round_trips += 1
-        reply = self._io("writing", self._eval_script, LUA_FENCED_ADD, _ADD_SHA, *self._add_call(batch, mode, fence))
-        if int(reply[0]) == 5:
+        reply = self._io("writing", self._run, LUA_FENCED_ADD, *self._add_call(batch, mode, fence))
+        if int(reply[0]) == Reply.ADDED_BEFORE:
             return False
         self._raise_for(reply, fence)
         return True
@@ -807,10 +453,10 @@ class RedisMapBacking:
         self.round_trips += 1
         if len(calls) == 1:
             p, b, op, keys, args = calls[0]
-            script, sha = (LUA_FENCED_MSET, _SCRIPT_SHA) if op == "put" else (LUA_FENCED_ADD, _ADD_SHA)
+            script = LUA_FENCED_MSET if op == "put" else LUA_FENCED_ADD
             with tagged(p.name):
-                reply = b._io("writing", b._eval_script, script, sha, keys, args)
-                if int(reply[0]) != 5:
+                reply = b._io("writing", b._run, script, keys, args)
+                if int(reply[0]) != Reply.ADDED_BEFORE:
                     b._raise_for(reply, p.fence if b.fenced else None)
             return
         calls.sort(key=lambda c: len(c[0].keys))       # the largest part last: the script saves the others
@@ -818,8 +464,8 @@ class RedisMapBacking:
         all_keys = [k for c in calls for k in c[3]]
         all_args = [header, *(a for c in calls for a in c[4])]
         with tagged(", ".join(c[0].name for c in calls)):
-            reply = self._io("writing", self._eval_script, LUA_FENCED_MULTI, _MULTI_SHA, all_keys, all_args)
-        if int(reply[0]) != 0:
+            reply = self._io("writing", self._run, LUA_FENCED_MULTI, all_keys, all_args)
+        if int(reply[0]) != Reply.WRITTEN:
             p, b, *_ = calls[int(reply[0]) - 1]
             with tagged(p.name):
                 b._raise_for(reply[1:], p.fence if b.fenced else None)
@@ -827,17 +473,17 @@ class RedisMapBacking:
     def _raise_for(self, reply: Any, fence: Fence | None) -> None:
         """Raise what a write script's refusal means (see the scripts' return codes)."""
         code = int(reply[0])
-        if code == 4:
+        if code == Reply.CLAIMED:
             assert fence is not None
             prefix_len = len(self.fence_scope) + 1 if self.namespace.startswith(f"{self.fence_scope}:") else 0
             where = f"map {self.namespace[prefix_len:]!r} (Redis namespace {self.namespace!r} at {self.address})"
             raise conflict_error(where, _s(reply[1])[len(self._prefix):], _s(reply[2]), fence)
-        if code in (1, 3):
+        if code in (Reply.TXID_AHEAD, Reply.EPOCH_AHEAD):
             assert fence is not None
-            raise fence_error("epoch" if code == 3 else "txid",
+            raise fence_error("epoch" if code == Reply.EPOCH_AHEAD else "txid",
                               f"Redis namespace {self.namespace!r} at {self.address}",
                               int(reply[1]), int(reply[2]), fence)
-        if code == 2:
+        if code == Reply.NOT_OURS:
             msg = (
                 f"Redis key {_s(reply[1])!r} at {self.address} holds a {_s(reply[2])}, not "
                 "what RedisMapBacking writes; nothing was overwritten. Use another "
@@ -846,15 +492,16 @@ class RedisMapBacking:
             raise StateCorruptError(msg)
 
     def _eval(self, keys: list[str], args: list[Any]) -> Any:
-        return self._eval_script(LUA_FENCED_MSET, _SCRIPT_SHA, keys, args)
+        return self._run(LUA_FENCED_MSET, keys, args)
 
-    def _eval_script(self, script: str, sha: str, keys: list[str], args: list[Any]) -> Any:
-        client = self.client
-        try:
-            return client.evalsha(sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:  # server restarted / script cache flushed
-            client.script_load(script)
-            return client.evalsha(sha, len(keys), *keys, *args)
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run one of the Lua scripts of ``state.redis_scripts``: redis-py's
+        ``register_script`` (``EVALSHA``, loading the script when the server lacks it: a
+        restart, ``SCRIPT FLUSH``)."""
+        registered = self._scripts.get(script)
+        if registered is None:
+            registered = self._scripts[script] = self.client.register_script(script)
+        return registered(keys=keys, args=args)
 
     def _io(self, what: str, fn: Any, *args: Any) -> Any:
         try:

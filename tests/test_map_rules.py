@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spouts import MemoryTransactionalSpout
 from state.keys import check_state_name, encode_key, stored_key
 from state.map import (
     WRITTEN_KEY,
@@ -28,11 +29,15 @@ from state.map import (
     OpaqueMap,
     TransactionalMap,
     fence_refusal,
+    map_kind,
+    open_map,
     open_memory_backing,
     reset_memory_maps,
 )
+from transactional import BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder
 from transactional.config import TopologyConfig
 from transactional.engine.maps import StateRegistry
+from transactional.engine.plan import ExecutorStates, compile_plan
 from transactional.exceptions import (
     ConfigError,
     LeadershipLostError,
@@ -388,3 +393,75 @@ def test_a_key_holding_a_dict_is_refused(key):
     """``{1: 2}`` and ``{"1": 2}`` were one stored key (JSON object keys are strings)."""
     with pytest.raises(TypeError, match=re.escape(f"map key {key!r} of type {type(key).__name__} cannot be stored")):
         encode_key(key)
+
+
+# -- opening a map: one policy, one name one kind --------------------------------------------------
+
+ONE_KIND = "one name, one kind: use a new state name for the other kind"
+
+
+def test_the_driver_opens_a_name_as_one_kind_whether_opened_or_only_known():
+    reg = _registry("one-kind")
+    reg.begin(1, 1)
+    assert type(reg.map_state("m", "opaque")) is OpaqueMap and reg.map_state("m", True) is reg.map_state("m", "opaque")
+    with pytest.raises(ConfigError, match=re.escape(
+            "map state 'm' is an opaque map of this topology, and is asked for as a transactional map "
+            f"(TransactionalMap); {ONE_KIND}")):
+        reg.map_state("m")
+    reg.abort()
+    again = StateRegistry(TopologyConfig(state="memory://"), "one-kind")   # a new driver, which knows the map
+    again.known = {"m": "opaque"}
+    with pytest.raises(ConfigError, match=re.escape(
+            f"map state 'm' is an opaque map of this topology, and is asked for as a counter map (CounterMap); {ONE_KIND}")):
+        again.map_state("m", "counter")
+    assert again.maps == {}
+
+
+class _OpensTwoKinds(BaseTransactionalBolt, Committer):
+    def prepare(self, conf, context, collector, attempt):
+        context.map_state("m")
+        context.map_state("m", "non-transactional")
+
+    def execute(self, tuple):
+        pass
+
+    def finish_batch(self):
+        pass
+
+    def declare_output_fields(self, declarer):
+        pass
+
+
+def test_a_committer_declaring_a_name_as_two_kinds_is_refused_before_the_first_commit():
+    b = TransactionalTopologyBuilder("two-kinds", "spout", MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1), 1)
+    b.set_bolt("both", _OpensTwoKinds()).global_grouping("spout")
+    reg = StateRegistry(TopologyConfig(state="memory://"), "two-kinds")
+    with pytest.raises(ConfigError, match=re.escape(
+            "map state 'm' is a transactional map of this topology, and is asked for by 'both' as a "
+            f"non-transactional map (NonTransactionalMap); {ONE_KIND}")):
+        reg.declare(compile_plan(b.build()), {})
+    assert reg.known == {"m": "transactional"}
+
+
+def test_a_committer_task_on_an_executor_opens_a_declared_name_as_its_kind_only():
+    reset_memory_maps("exec-kind:")
+    states = ExecutorStates("memory://", {}, "exec-kind", 1, 1, 1, {"m": "transactional"}).for_task("c", 3)
+    with pytest.raises(ConfigError, match=re.escape(
+            "map state 'm' is a transactional map of this topology, and is asked for by 'c' task 3 as an "
+            f"opaque map (OpaqueMap); {ONE_KIND}")):
+        states.map_state("m", True)
+    m = states.map_state("m")
+    assert type(m) is TransactionalMap and m.writer == "c.3" and m.shared_writes and m.scope.txid == 1
+    with pytest.raises(ConfigError, match=r"map state 'n' is opened by 'c' task 3 on an executor, but the topology"):
+        states.map_state("n")
+
+
+def test_open_map_is_the_one_policy():
+    reset_memory_maps("policy:")
+    m = open_map("m", "counter", url="memory://", scope="policy", known={"m": "counter"}, writer="w", shared_writes=True)
+    assert type(m) is CounterMap and m.backing.namespace == "policy:m" and m.writer == "w" and m.shared_writes
+    assert m.backing.fence is open_map("k", False, url="memory://", scope="policy", known={}).backing.fence
+    with pytest.raises(ConfigError, match=re.escape(f"is asked for as a transactional map (TransactionalMap); {ONE_KIND}")):
+        open_map("m", False, url="memory://", scope="policy", known={"m": "counter"})
+    with pytest.raises(ValueError, match="unknown map kind 'other'"):
+        map_kind("m", "other", {})

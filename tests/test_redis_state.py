@@ -1,12 +1,13 @@
 """Redis user state against a real redis-server, and the pure
-exactly-once rules of ``state/map.py`` as properties.
+exactly-once rules of ``state/map/`` as properties.
 
 - ``TestMapContract``: the TransactionalMap/OpaqueMap rules, parametrized over the
   ``memory`` and ``redis`` backings: every backing must behave the same.
 - ``TestRedisBacking``: what only Redis has: key layout, one read + one write per
   ``multi_update`` measured with ``INFO commandstats``, fencing, auth, TLS, errors,
   restart with AOF, pickling.
-- ``TestRules``: hypothesis properties of ``transactional_apply`` / ``opaque_apply``.
+- ``TestRules``: hypothesis properties of the value objects ``TransactionalValue`` /
+  ``OpaqueValue`` (``from_stored``, ``get``, ``update``, ``to_stored``), as the maps use them.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ from hypothesis import strategies as st
 
 from state.map import (
     CounterMap,
+    CounterRecord,
     Fence,
     MemoryMapBacking,
     OpaqueMap,
+    OpaqueValue,
     TransactionalMap,
+    TransactionalValue,
     commit_maps,
-    opaque_apply,
     open_map_backing,
     reset_memory_maps,
-    transactional_apply,
 )
 from state.redis import JSON, RedisMapBacking, decode_key, encode_key
 from transactional.exceptions import (
@@ -54,6 +56,23 @@ MAPS = {"transactional": TransactionalMap, "opaque": OpaqueMap}
 
 def add(n: int):
     return lambda old: (old or 0) + n
+
+
+def _apply(value_class, key, stored, txid, fn, attempt=None):
+    """One update of ``key`` for batch ``txid`` through the value objects, as a map makes it:
+    ``fn`` on the value before ``txid``; ``(new_stored, user_value, changed)``."""
+    old = value_class.from_stored(key, stored)
+    new = old.update(txid, attempt, fn(old.get(txid, key)))
+    assert old.stored_update(txid, attempt, new[1]) == new.to_stored()   # the commit's one-step form
+    return new.to_stored(), new[1], new.to_stored() != stored
+
+
+def transactional_apply(key, stored, txid, fn, attempt=None):
+    return _apply(TransactionalValue, key, stored, txid, fn, attempt)
+
+
+def opaque_apply(key, stored, txid, fn, attempt=None):
+    return _apply(OpaqueValue, key, stored, txid, fn, attempt)
 
 
 def core(stored: Any) -> Any:
@@ -488,6 +507,31 @@ class TestCounterWrites:
         assert m.multi_get(["a", "b", "c", "d"]) == [3, 3, -4, None]
         assert b.client.get(f"{redis_namespace}:a") == b"3"        # a plain Redis integer
 
+    def test_every_script_runs_again_after_the_server_forgot_it(self, redis_server, redis_url, redis_namespace):
+        """The scripts are redis-py's registered scripts: after SCRIPT FLUSH (or a restart
+        without persistence) each loads itself again -- the write, the counter's read and
+        add, and the write of several maps."""
+        scope = redis_namespace.split(":")[0]
+        t, u = (TransactionalMap(RedisMapBacking.from_url(redis_url, f"{scope}:{n}"), n) for n in "tu")
+        c = CounterMap(RedisMapBacking.from_url(redis_url, f"{scope}:c"), "c")
+        flush = redis_server.client().script_flush
+        for txid in (1, 2):
+            for m in (t, u, c):
+                m.begin_commit(txid, epoch=1)
+                flush()
+                assert m.multi_combine(["a"], [txid]) == [1 + (txid == 2) * 2]   # the counter's read script
+            flush()
+            t.commit(txid)                      # the write script
+            flush()
+            commit_maps([u, c], txid)          # several maps in one script (a counter's add inside)
+        flush()
+        assert [m.get("a") for m in (t, u, c)] == [3, 3, 3]
+        c.begin_commit(3, epoch=1)
+        c.add(["a"], [4])
+        flush()
+        c.commit(3)                             # the counter's add script alone
+        assert c.get("a") == 7
+
     @pytest.mark.parametrize(("bad", "what"), [
         ("set", "string that is not an integer"),
         ("hset", "non-string value"),
@@ -613,6 +657,38 @@ class TestRules:
         apply = transactional_apply if kind == "t" else opaque_apply
         with pytest.raises(StateAheadError):
             apply("k", value, stored - behind, add(1))
+
+    @given(txid=stored_txids, val=values, prev=values, attempt=st.one_of(st.none(), st.integers(0, 5)))
+    def test_a_value_object_stores_what_it_was_read_from(self, txid, val, prev, attempt):
+        for cls, stored in ((TransactionalValue, {"txid": txid, "val": val, "prev": prev}),
+                            (TransactionalValue, {"txid": txid, "val": val}),
+                            (OpaqueValue, {"txid": txid, "attempt": attempt, "curr": val, "prev": prev})):
+            assert cls.from_stored("k", stored).to_stored() == stored
+        assert TransactionalValue.from_stored("k", None).get(txid) is None
+        assert OpaqueValue.from_stored("k", None).get(txid) is None
+
+    @given(txid=stored_txids, attempt=st.integers(0, 5), other=st.integers(0, 5), curr=values, prev=values)
+    def test_an_opaque_rollback_leaves_the_value_before_the_txid(self, txid, attempt, other, curr, prev):
+        v = OpaqueValue(txid, curr, prev, other)
+        assert v.failed(txid, attempt) == (other != attempt) and not v.failed(txid + 1, attempt)
+        back = v.rolled_back()
+        assert back.get(txid) == back.get(txid + 1) == prev and not back.failed(txid, attempt)
+
+    @given(applied=st.integers(0, 9), txid=st.integers(1, 9))
+    def test_a_counter_txid_is_added_once_and_read_as_before_it(self, applied, txid):
+        rec = CounterRecord(applied, applied, {"a": 4})
+        assert rec.added(txid) == (applied >= txid)
+        if applied > txid:
+            with pytest.raises(StateAheadError, match=f"key 'a' was written by txid {applied}, newer"):
+                rec.get("a", 7, txid)
+        else:
+            assert rec.get("a", 7, txid) == (4 if applied == txid else 7)
+
+    def test_a_value_that_is_not_the_flavours_names_its_key(self):
+        with pytest.raises(StateCorruptError, match=r"key 'k' holds 5, not a OpaqueMap value \{'txid'"):
+            OpaqueValue.from_stored("k", 5)
+        with pytest.raises(StateCorruptError, match=r"key 'k' holds \{'txid': 1\}, not a TransactionalMap value"):
+            TransactionalValue.from_stored("k", {"txid": 1})
 
     @given(batches=st.lists(batch, min_size=1, max_size=6), data=st.data())
     def test_transactional_crash_replays_count_each_batch_once(self, batches, data):
@@ -857,3 +933,16 @@ class TestMapsOfATxid:
                                                             f"is '<topology_id>:<state name>'), e.g. 'wc:counts'; "
                                                             f"got {namespace!r}")):
                 open_map_backing(url, namespace)
+
+
+def test_the_scripts_reply_codes_are_the_enum_by_name():
+    """The write scripts name their reply codes as ``Reply`` does (one table, in Lua and in
+    Python), and return no bare number."""
+    from state.redis_scripts import LUA_FENCED_ADD, LUA_FENCED_MSET, LUA_FENCED_MULTI, Reply
+
+    prelude = "local " + ", ".join(r.name for r in Reply) + " = " + ", ".join(str(int(r)) for r in Reply)
+    assert prelude == "local WRITTEN, TXID_AHEAD, NOT_OURS, EPOCH_AHEAD, CLAIMED, ADDED_BEFORE = 0, 1, 2, 3, 4, 5"
+    for script in (LUA_FENCED_MSET, LUA_FENCED_ADD, LUA_FENCED_MULTI):
+        assert script.startswith(prelude + "\n")
+        assert re.findall(r"return \{\s*\d", script) == []
+    assert {int(r) for r in Reply} == set(range(6))

@@ -19,12 +19,13 @@ from state.map import (
     TransactionalMap,
     commit_maps,
     map_class,
+    map_kind,
+    open_map,
     open_map_backing,
 )
 from transactional.config import TopologyConfig
 from transactional.engine.plan import ExecutionPlan, ExecutorStates, new_bolt
 from transactional.engine.task import TaskContext
-from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
 
@@ -59,34 +60,20 @@ class StateRegistry:
     def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
         """The map called ``name`` (``OpaqueMap`` when ``opaque``; or a kind of
         ``state.map.MAP_KINDS``), in the current commit."""
-        check_state_name(name)
-        kind = map_class(opaque)
         m = self.maps.get(name)
+        kind = map_kind(name, opaque, self.known if m is None else {name: m.kind})   # one name, one kind
         if m is None:
-            if self.known.get(name, kind.kind) != kind.kind:
-                msg = (
-                    f"map state {name!r} was used as a {self.known[name]} map by "
-                    f"this topology before, and is now asked for as {kind.__name__}; "
-                    "one name, one kind (use a new state name)"
-                )
-                raise ConfigError(msg)
             if name not in self.known:
                 self.known[name] = kind.kind
                 if self.record_map is not None:
                     self.record_map(name, kind.kind)   # durable before the map's first write
             m = self._open(name, kind)
-        elif type(m) is not kind:
-            msg = (
-                f"map state {name!r} is used both as {type(m).__name__} and as "
-                f"{kind.__name__}; one name, one kind"
-            )
-            raise ConfigError(msg)
         return m
 
     def _open(self, name: str, kind: type[MapState[Any]]) -> MapState[Any]:
-        backing = open_map_backing(self.config.state, f"{self.topology_id}:{name}",
-                                   fence_scope=self.topology_id, **self.options())
-        m = self.maps[name] = kind(backing, name)
+        # the kind is the caller's (map_state checked it against the known kinds)
+        m = self.maps[name] = open_map(name, kind.kind, url=self.config.state, scope=self.topology_id, known={},
+                                       options=self.options())
         m.last_committed = self.last_committed
         if self.scope is not None:
             m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch)
@@ -156,14 +143,7 @@ class StateRegistry:
             except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
             for name, opaque in ctx.asked:
-                check_state_name(name)
-                kind = map_class(opaque).kind
-                if self.known.get(name, kind) != kind:
-                    msg = (
-                        f"map state {name!r} is used both as a {self.known[name]} and as a "
-                        f"{kind} map; one name, one kind"
-                    )
-                    raise ConfigError(msg)
+                kind = map_kind(name, opaque, self.known, by=repr(c.id)).kind    # one name, one kind
                 if name not in self.known:
                     self.known[name] = kind
                     if self.record_map is not None:

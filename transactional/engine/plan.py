@@ -550,17 +550,15 @@ class TaskStates:
         self.maps: dict[str, Any] = {}
 
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
-        from state.keys import check_state_name
-        from state.map import map_class, open_map_backing
+        from state.map import map_kind, open_map
         from transactional.exceptions import ConfigError
 
         m = self.maps.get(name)
         if m is not None:
             return m
-        check_state_name(name)
-        kind = map_class(opaque)
-        declared = self.spec.known.get(name)
-        if declared is None:
+        map_kind(name, opaque, {})      # a map name and a kind
+        s = self.spec
+        if name not in s.known:
             msg = (
                 f"map state {name!r} is opened by {self.component!r} task {self.task} on an executor, "
                 "but the topology did not declare it: with commit_placement='executors', open "
@@ -568,16 +566,9 @@ class TaskStates:
                 "before the first commit"
             )
             raise ConfigError(msg)
-        if declared != kind.kind:
-            msg = (
-                f"map state {name!r} is a {declared} map of this topology; "
-                f"{self.component!r} asks for it as {kind.__name__}"
-            )
-            raise ConfigError(msg)
-        s = self.spec
-        backing = open_map_backing(s.url, f"{s.topology_id}:{name}", fence_scope=s.topology_id, **s.options)
-        m = self.maps[name] = kind(backing, name, writer=f"{self.component}.{self.task}")
-        m.shared_writes = True
+        m = self.maps[name] = open_map(name, opaque, url=s.url, scope=s.topology_id, known=s.known, options=s.options,
+                                       writer=f"{self.component}.{self.task}", shared_writes=True,
+                                       by=f"{self.component!r} task {self.task}")   # one name, one kind
         m.begin_commit(s.txid, s.attempt, epoch=s.epoch)
         return m
 

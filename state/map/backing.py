@@ -1,0 +1,174 @@
+"""Where a map's stored values live: the backing protocol (I/O only) and the memory backing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol, cast, runtime_checkable
+
+from state.errors import StateCorruptError
+from state.map.fence import Fence, FenceCell
+from state.map.rules import APPLIED_KEY, PRIOR_KEY, CounterRecord
+from state.map.write import MapWrite, tagged
+
+
+@runtime_checkable
+class MapBacking(Protocol):
+    """Where a map's stored values live. I/O only: no exactly-once logic here.
+
+    Keys are the strings of ``state.keys.encode_key`` (the wrappers encode; a ``str`` key
+    not starting with ``~`` is its own encoding). Both calls take and return whole
+    batches (one round trip each for a remote store). Values are JSON-compatible dicts
+    produced by the wrappers.
+    """
+
+    def multi_get(self, keys: list[str]) -> list[Any]:
+        """Stored values for ``keys``, in order; None where absent."""
+        ...
+
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
+        """Store ``values[i]`` at ``keys[i]``, atomically for the batch. ``trusted``: the
+        last that many keys are known to hold this backing's values (a hint that lets a
+        backing skip checking them). With a ``fence``,
+        first check it against the backing's fence (``fence_refusal``), atomically with
+        the write: refused, raise ``fence_error`` and write nothing; else raise the
+        backing's fence to it. With no keys, only check and raise the fence."""
+        ...
+
+
+class MemoryMapBacking:
+    """A dict. The embedded default (``state="memory://"``): maps live in the driver.
+
+    >>> m = MemoryMapBacking(); m.multi_put(["a"], [{"txid": 1, "val": 2}]); m.multi_get(["a", "b"])
+    [{'txid': 1, 'val': 2}, None]
+    """
+
+    #: in this process: a map does not cache what it reads (``MapState._cache``)
+    remote = False
+
+    def __init__(self, fence: FenceCell | None = None, namespace: str = "memory map") -> None:
+        self.data: dict[Hashable, Any] = {}
+        self.fence = fence or FenceCell()
+        self.namespace = namespace
+        self.round_trips = 0  # multi_get/multi_put calls, like a remote store's
+
+    @property
+    def write_group(self) -> Hashable:
+        """Backings with the same ``write_group`` are written together by ``write``: the
+        memory maps of one fence (the engine's: one topology), under its lock."""
+        return ("memory", id(self.fence))
+
+    def multi_get(self, keys: list[str]) -> list[Any]:
+        """Stored values for ``keys``, in order; None where absent (one counted round trip)."""
+        self.round_trips += 1
+        get = self.data.get
+        return [get(k) for k in keys]
+
+    def encode_values(self, values: list[Any]) -> list[Any]:
+        """``values`` as this backing stores them (as they are), once checked JSON
+        encodable as the Redis backing's default serializer needs (``orjson`` when
+        installed, else ``json``): a value the memory backing would keep but Redis could
+        not store fails here too."""
+        if _orjson is not None:
+            try:
+                _orjson.dumps(values, option=_orjson.OPT_NON_STR_KEYS)
+                return values
+            except TypeError:
+                pass
+        json.dumps(values)
+        return values
+
+    def encode_deltas(self, keys: list[str], deltas: list[Any]) -> tuple[list[str], list[Any]]:
+        """A counter map's additions as ``write`` takes them."""
+        return keys, deltas
+
+    def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
+        """Add numbers once for ``fence.txid`` (see ``RedisMapBacking.multi_add``); False
+        when the txid was added before (nothing written)."""
+        self.round_trips += 1
+        with self.fence.lock:
+            what = f"memory map {self.namespace!r}"
+            self.fence.check(fence, what)
+            if not self._check_add(keys, fence):
+                return False
+            self._add(keys, deltas, fence)
+            self.fence.raise_to(fence)
+            return True
+
+    def _check_add(self, keys: list[str], fence: Fence) -> bool:
+        """False when ``fence.txid`` was added before; ``StateCorruptError`` when a key
+        holds something that is not a number."""
+        if CounterRecord(self.data.get(APPLIED_KEY) or 0).added(fence.txid):
+            return False
+        get = self.data.get
+        bad = [(k, v) for k, v in ((k, get(k)) for k in keys) if v is not None and (type(v) not in (int, float))]
+        if bad:
+            msg = f"memory map {self.namespace!r} key {bad[0][0]!r} holds {bad[0][1]!r}, not a number"
+            raise StateCorruptError(msg)
+        return True
+
+    def _add(self, keys: list[str], deltas: list[Any], fence: Fence) -> None:
+        data = self.data
+        before = {k: data.get(k) for k in keys}
+        for k, d in zip(keys, deltas, strict=True):
+            data[k] = data.get(k, 0) + d
+        if fence.txid is not None:
+            data[APPLIED_KEY] = fence.txid
+            data[PRIOR_KEY] = {"txid": fence.txid, "before": before}
+
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
+        """Stored numbers of ``keys`` and the counter map's record of its last added txid
+        (``CounterRecord``; the values before it when it is ``txid``), in one counted
+        round trip."""
+        self.round_trips += 1
+        with self.fence.lock:
+            data = self.data
+            applied = data.get(APPLIED_KEY) or 0
+            rec = (data.get(PRIOR_KEY) or {}) if applied == txid else {}
+            before = rec.get("before") or {}
+            return [data.get(k) for k in keys], CounterRecord(
+                applied, rec.get("txid"), {k: before[k] for k in keys if k in before})
+
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
+        """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
+        fence first, under its lock, as ``MapBacking.multi_put`` says."""
+        if len(keys) != len(values):
+            msg = f"{len(keys)} keys but {len(values)} values"
+            raise ValueError(msg)
+        self.round_trips += 1
+        with self.fence.lock:
+            if fence is not None:
+                self.fence.check_and_raise(fence, f"memory map {self.namespace!r}", keys, self.namespace)
+            self.data.update(zip(keys, values, strict=True))
+
+    def write(self, parts: Sequence[MapWrite]) -> None:
+        """Write several maps' parts (backings of this ``write_group``) as one step: under
+        the fence's lock, every part is checked (fence, claims, counters' stored numbers)
+        before any is applied, so a refusal leaves every map as it was."""
+        self.round_trips += 1
+        with self.fence.lock:
+            # Step 1. check every part; nothing changes
+            todo = []
+            for p in parts:
+                b = cast(MemoryMapBacking, p.backing)
+                with tagged(p.name):
+                    b.fence.check(p.fence, f"memory map {b.namespace!r}", p.keys if p.op == "put" else (),
+                                  b.namespace)
+                    if p.op == "put" or b._check_add(p.keys, p.fence):
+                        todo.append((b, p))
+            # Step 2. apply every part
+            for b, p in todo:
+                if p.op == "put":
+                    b.data.update(zip(p.keys, p.values, strict=True))
+                else:
+                    keys, deltas = p.values
+                    b._add(keys, deltas, p.fence)
+            for b, p in todo:
+                b.fence.raise_to(p.fence, p.keys if p.op == "put" else (), b.namespace)
+
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the redis-fast extra is optional
+    _orjson = None   # type: ignore[assignment]
+
