@@ -23,7 +23,15 @@ from typing import Any
 
 from spouts import MemoryTransactionalSpout
 from spouts.core import BaseRichSpout
-from transactional import BaseRichBolt, BaseWindowedBolt, Duration, Fields, TopologyBuilder, TopologyConfig, run_topology
+from transactional import (
+    BaseRichBolt,
+    BaseWindowedBolt,
+    Duration,
+    Fields,
+    TopologyBuilder,
+    TopologyConfig,
+    run_topology,
+)
 from transactional.testing import make_corpus
 from trident import BaseAggregator, BaseFunction, TridentTopology
 from trident.windowing import WindowsStoreFactory
