@@ -39,6 +39,9 @@ class MemorySpout(BaseRichSpout):
     (Fields('letter'), [('a',), ('b',)])
     """
 
+    #: ``trident verify``: a fresh run of the topology reads the same data (docs/verify.md)
+    replayable: bool | str = True
+
     def __init__(self, items: Any, fields: Fields, *, name: str = "memory", per_call: int = 100,
                  deliveries: bool = False, track: bool = True) -> None:
         self.items = [i if isinstance(i, tuple) else (i,) for i in items]

@@ -47,6 +47,10 @@ class KafkaSpout(BaseRichSpout):
     (``'earliest'`` or ``'latest'``); ``count``: the most records read per
     ``next_tuple``."""
 
+    #: ``trident verify`` refuses it, saying why (docs/verify.md)
+    replayable: bool | str = ("it reads a Kafka topic from its consumer group's committed offsets, so a second run "
+                              "starts where the first one ended instead of reading the same input")
+
     def __init__(self, bootstrap_servers: str | Sequence[str], topic: str, group_id: str, *,
                  fields: Sequence[str] = ("value",), deserializer: str | Deserializer = "utf-8",
                  key_deserializer: str | Deserializer = "bytes", start: str = "earliest",

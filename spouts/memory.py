@@ -77,6 +77,9 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     ({'start': 0, 'end': 2}, {'start': 2, 'end': 3})
     """
 
+    #: ``trident verify``: a fresh run of the topology reads the same data (docs/verify.md)
+    replayable: bool | str = True
+
     def __init__(self, data: Mapping[int, Sequence[Any]] | Sequence[Any], fields: Fields, take_per_batch: int,
                  tx_field: str = "tx") -> None:
         if not isinstance(take_per_batch, int) or take_per_batch < 1:

@@ -45,6 +45,10 @@ class RedisStreamSpout(BaseRichSpout):
     entries; ``claim_idle_secs``: how long a message may sit unacked at another consumer
     before it is claimed."""
 
+    #: ``trident verify`` refuses it, saying why (docs/verify.md)
+    replayable: bool | str = ("it reads a Redis stream through a consumer group, which keeps what a run acknowledged: "
+                              "a second run finds the stream consumed and cannot read the same input again")
+
     def __init__(self, url: str, stream: str, group: str, *, consumer: str | None = None,
                  fields: Fields | None = None, count: int = 500, block_ms: int = 50,
                  claim_idle_secs: float = 30.0) -> None:

@@ -64,22 +64,22 @@ def _problem(v: Any, where: str, path: set[int]) -> str | None:
             return f"{at} contains itself (a circular reference)"
         path.add(id(v))
         try:
-            if isinstance(v, dict):
-                for k, item in v.items():
-                    if not (k is None or isinstance(k, (str, int, float, bool))):
-                        return f"{at} has the key {_short(k)} of type {type(k).__name__} (JSON keys are strings)"
-                    found = _problem(item, f"{where}[{k!r}]", path)
-                    if found:
-                        return found
-            else:
-                for i, item in enumerate(v):
-                    found = _problem(item, f"{where}[{i}]", path)
-                    if found:
-                        return found
+            return _items_problem(v, where, path)
         finally:
             path.discard(id(v))
-        return None
     return f"{at} is a {type(v).__name__} ({_short(v)})"
+
+
+def _items_problem(v: list[Any] | tuple[Any, ...] | dict[Any, Any], where: str, path: set[int]) -> str | None:
+    """The first problem of a container's keys (a dict's) and items (``_problem``)."""
+    items = v.items() if isinstance(v, dict) else enumerate(v)
+    for k, item in items:
+        if isinstance(v, dict) and not (k is None or isinstance(k, (str, int, float, bool))):
+            return f"{where or 'the value'} has the key {_short(k)} of type {type(k).__name__} (JSON keys are strings)"
+        found = _problem(item, f"{where}[{k!r}]", path)
+        if found:
+            return found
+    return None
 
 
 def _short(v: Any) -> str:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "fixtures_kafka"]
+pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "fixtures_kafka",
+                  "fixtures_postgres"]
 
 
 @pytest.fixture(scope="session")

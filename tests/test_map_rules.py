@@ -26,6 +26,7 @@ from state.map import (
     FenceCell,
     MapState,
     MemoryMapBacking,
+    NonTransactionalMap,
     OpaqueMap,
     TransactionalMap,
     fence_refusal,
@@ -465,3 +466,52 @@ def test_open_map_is_the_one_policy():
         open_map("m", False, url="memory://", scope="policy", known={"m": "counter"})
     with pytest.raises(ValueError, match="unknown map kind 'other'"):
         map_kind("m", "other", {})
+
+
+# -- the columnar combine: what Trident's persistent aggregation writes through ---------------------
+
+@pytest.mark.parametrize("kind", [TransactionalMap, OpaqueMap, NonTransactionalMap, CounterMap])
+@pytest.mark.parametrize("columns", ["arrow", "lists"])
+def test_combine_folds_a_batchs_groups_as_multi_combine_does(kind, columns):
+    import pyarrow as pa
+
+    def col(xs):
+        return pa.array(xs) if columns == "arrow" else xs
+
+    by_combine, by_multi = kind(MemoryMapBacking()), kind(MemoryMapBacking())
+    for txid, (keys, values) in enumerate([(["a", "b"], [2, 3]), (["b", "c"], [4, 5])], start=1):
+        for m in (by_combine, by_multi):
+            m.begin_commit(txid, epoch=1)
+        assert by_combine.combine(txid, col(keys), col(values)) == by_multi.multi_combine(keys, values)
+        assert by_combine.combine(txid, col(["c"]), col([1]), new_values=False) is None
+        by_multi.multi_combine(["c"], [1])
+        for m in (by_combine, by_multi):
+            m.commit(txid)
+    assert by_combine.multi_get(["a", "b", "c"]) == by_multi.multi_get(["a", "b", "c"]) == [2, 7, 7]
+
+
+def test_combine_of_a_sum_into_a_counter_map_reads_nothing_unless_new_values_are_wanted():
+    import pyarrow as pa
+
+    b = MemoryMapBacking()
+    m = CounterMap(b)
+    m.begin_commit(1, epoch=1)
+    m.combine(1, pa.array(["a", "b"]), pa.array([2, 3]), new_values=False)
+    m.commit(1)
+    assert b.round_trips == 1                       # the add, no read
+    m.begin_commit(2, epoch=1)
+    assert m.combine(2, ["a"], [1]) == [3]          # the new values: one read
+    m.commit(2)
+    assert b.round_trips == 3 and m.multi_get(["a", "b"]) == [3, 3]
+    m.begin_commit(3, epoch=1)
+    with pytest.raises(ValueError, match="a counter map adds numbers; combiner 'max' is not 'sum'"):
+        m.combine(3, ["a"], [9], "max", new_values=False)
+
+
+def test_combine_belongs_to_the_commit_of_its_txid():
+    m = TransactionalMap(MemoryMapBacking(), "counts")
+    with pytest.raises(RuntimeError, match="map 'counts' updated outside a commit"):
+        m.combine(1, ["a"], [1])
+    m.begin_commit(2)
+    with pytest.raises(RuntimeError, match=re.escape("combine(1) of map 'counts' in the commit of txid 2")):
+        m.combine(1, ["a"], [1])

@@ -63,7 +63,8 @@ def _apply(value_class, key, stored, txid, fn, attempt=None):
     ``fn`` on the value before ``txid``; ``(new_stored, user_value, changed)``."""
     old = value_class.from_stored(key, stored)
     new = old.update(txid, attempt, fn(old.get(txid, key)))
-    assert old.stored_update(txid, attempt, new[1]) == new.to_stored()   # the commit's one-step form
+    if new is not old:                   # the commit's form for a batch of keys
+        assert value_class.stored_updates(txid, attempt, [new[1]], [old.get(txid, key)]) == [new.to_stored()]
     return new.to_stored(), new[1], new.to_stored() != stored
 
 
@@ -666,6 +667,41 @@ class TestRules:
             assert cls.from_stored("k", stored).to_stored() == stored
         assert TransactionalValue.from_stored("k", None).get(txid) is None
         assert OpaqueValue.from_stored("k", None).get(txid) is None
+
+    @given(txid=st.integers(1, 6), data=st.data())
+    def test_a_batch_load_is_get_of_each_value(self, txid, data):
+        """``befores`` (a map's load of a batch) is ``from_stored(...).get(txid)`` of each value,
+        whatever the values: absent, older, this txid's, newer, the older form, not ours."""
+        t = st.integers(0, 7)
+        forms = {
+            TransactionalValue: st.one_of(
+                st.none(), st.builds(lambda x, v, p: {"txid": x, "val": v, "prev": p}, t, values, values),
+                st.builds(lambda x, v: {"txid": x, "val": v}, t, values), st.just({"txid": "1", "val": 2}),
+                st.just(7), st.just({"txid": 1})),
+            OpaqueValue: st.one_of(
+                st.none(), st.builds(lambda x, a, c, p: {"txid": x, "attempt": a, "curr": c, "prev": p},
+                                     t, st.integers(0, 3), values, values),
+                st.builds(lambda x, c: {"txid": x, "curr": c}, t, values), st.just(7)),
+        }
+        for cls, form in forms.items():
+            stored = data.draw(st.lists(form, max_size=5))
+            keys = [f"k{i}" for i in range(len(stored))]
+
+            def one(i, cls=cls, stored=stored):
+                v = cls.from_stored(f"k{i}", stored[i])
+                return v.get(txid, f"k{i}"), v.txid == txid
+
+            try:
+                expected = [one(i) for i in range(len(stored))]
+            except (StateAheadError, StateCorruptError, TypeError) as e:
+                with pytest.raises(type(e), match=re.escape(str(e))):
+                    cls.befores(keys, stored, txid)
+                continue
+            got = cls.befores(keys, stored, txid)
+            if cls is TransactionalValue:
+                assert got == ([b for b, _ in expected], [i for i, (_, same) in enumerate(expected) if same])
+            else:
+                assert got == [b for b, _ in expected]
 
     @given(txid=stored_txids, attempt=st.integers(0, 5), other=st.integers(0, 5), curr=values, prev=values)
     def test_an_opaque_rollback_leaves_the_value_before_the_txid(self, txid, attempt, other, curr, prev):

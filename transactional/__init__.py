@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         TopologyFailedError,
         TridentError,
     )
+    from transactional.local_cluster import LocalCluster
     from transactional.result import RunResult
     from transactional.ticks import is_tick
     from transactional.topology import Topology, TransactionalTopologyBuilder
@@ -39,6 +40,7 @@ __all__ = [
     "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
     "is_tick", "BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration",
+    "LocalCluster",
 ]
 
 
@@ -50,6 +52,7 @@ _WHERE = {
     "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
+    "LocalCluster": "transactional.local_cluster",
     **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
     "is_tick": "transactional.ticks",
     **{n: "transactional.windowing" for n in ("BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration")},

@@ -55,6 +55,18 @@ class TopologyContext(Protocol):
         around ``finish_batch``; call ``multi_update``/``multi_combine`` there."""
         ...
 
+    @property
+    def epoch(self) -> int | None:
+        """The driver's epoch (higher for every new driver of the topology): store it with
+        your own writes and refuse a lower one, so a stale driver writes nothing."""
+        ...
+
+    def state(self, factory: Any) -> Any:
+        """The state a Trident ``StateFactory`` makes for this task (docs/states.md): kept
+        across batches; the framework calls ``begin_commit(txid)`` now and ``commit(txid)``
+        after ``finish_batch``, in txid order. Committers (commit phase) only."""
+        ...
+
 
 class BatchOutputCollector(Protocol):
     """Given to batch bolts in ``prepare``."""

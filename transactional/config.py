@@ -60,6 +60,7 @@ class TopologyConfig(BaseModel):
     micro_batch_size: int = Field(5000, description="core topologies: the most spout tuples one micro-batch takes")
     micro_batches_in_flight: int = Field(2, description="core topologies: micro-batches processing at once (their processing jobs overlap; commits stay in order)")
     message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
+    keep_batch_meta: int = Field(0, description="keep the spout metadata of the last N committed txids (0: dropped at commit) so that `trident replay ID --txids A..B` can re-emit those batches into scratch state (docs/verify.md)")
     max_attempts: int = Field(5, description="attempts of one txid before the run stops with an error")
     retry_backoff_secs: float = Field(0.5, description="wait before re-emitting a failed txid; doubles with each failure of that txid")
     retry_backoff_max_secs: float = Field(10.0, description="the longest wait before a re-emit")
@@ -72,6 +73,10 @@ class TopologyConfig(BaseModel):
     control_token: str | None = Field(None, description="a secret that turns on the status page's deactivate, activate and kill buttons; every such request must carry it (None: the buttons are off)")
     progress: bool | None = Field(None, description="log progress lines (None: when stderr is a terminal)")
     conf: dict[str, Any] = Field(default_factory=dict, description="user settings given to prepare(conf, ...)")
+    drpc_servers: list[str] = Field(default_factory=list, description="Distributed RPC: the `trident drpc` servers ('host:port') a topology made with create_remote_topology() or new_drpc_stream(drpc=None) fetches requests from and answers (Storm's drpc.servers)")
+    drpc_request_timeout_secs: float = Field(600.0, description="Distributed RPC: a request not answered in this time gets DRPCExecutionException('timed out') (Storm's drpc.request.timeout.secs)")
+    drpc_batch_size: int = Field(256, description="Distributed RPC: the most requests one batch (txid) carries")
+    drpc_token: str | None = Field(None, description="Distributed RPC: the shared token the `trident drpc` servers check (their --token / TRIDENT_DRPC_TOKEN); None: TRIDENT_DRPC_TOKEN from the environment, if set")
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -79,7 +84,7 @@ class TopologyConfig(BaseModel):
         except ValidationError as e:
             raise ConfigError(_explain(e)) from None
 
-    @field_validator("max_spout_pending", "max_attempts", "micro_batch_size", "micro_batches_in_flight")
+    @field_validator("max_spout_pending", "max_attempts", "micro_batch_size", "micro_batches_in_flight", "drpc_batch_size")
     @classmethod
     def _at_least_one(cls, v: int | None) -> int | None:
         if v is not None and v < 1:
@@ -87,7 +92,8 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs", "tick_tuple_freq_secs")
+    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs", "drpc_request_timeout_secs",
+                     "tick_tuple_freq_secs")
     @classmethod
     def _positive(cls, v: float | None) -> float | None:
         if v is not None and not v > 0:
@@ -111,7 +117,7 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator("ackers", "checkpoint_interval_ms")
+    @field_validator("ackers", "checkpoint_interval_ms", "keep_batch_meta")
     @classmethod
     def _non_negative_int(cls, v: int) -> int:
         if v < 0:

@@ -23,7 +23,8 @@ from state.redaction import redact_text
 __all__ = ["TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "FailedException",
            "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError",
            "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
-           "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError", "AggregateOverflowError"]
+           "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError", "AggregateOverflowError",
+           "DRPCExecutionException"]
 
 
 class TopologyError(TridentError, ValueError):
@@ -70,3 +71,10 @@ class AggregateOverflowError(TridentError, ArithmeticError):
     ``uint64``, or a decimal's precision) it is computed in. The batch stops rather than
     give a wrapped number; the message names the stage, the field, the txid and the fix.
     The run stops: a replay adds the same numbers."""
+
+
+class DRPCExecutionException(TridentError):
+    """A Distributed RPC call got no result (Storm's ``DRPCExecutionException``): the
+    function is unknown, the args are not text, the request failed ``max_attempts`` times
+    (the message carries the error), or it was not answered within
+    ``drpc_request_timeout_secs`` ("timed out")."""

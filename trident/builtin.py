@@ -110,12 +110,12 @@ class FirstN(Aggregator):
             raise ValueError(msg)
         self.n, self.sort_field, self.reverse = n, sort_field, reverse
 
-    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[Any]:
         """An empty selection: ``[kept, seen]``; sorted, ``kept`` is a heap whose root is
         the worst tuple kept."""
         return [[], 0]
 
-    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+    def aggregate(self, state: list[Any], tuple: TridentTuple, collector: TridentCollector) -> None:
         """Keep ``tuple`` if it is among the first n so far."""
         kept, seen = state
         state[1] = seen + 1
@@ -131,7 +131,7 @@ class FirstN(Aggregator):
         elif rank < kept[0][0].v:
             heapq.heapreplace(kept, item)
 
-    def complete(self, state: list, collector: TridentCollector) -> None:
+    def complete(self, state: list[Any], collector: TridentCollector) -> None:
         """Emit the kept tuples (sorted: the first in order first)."""
         kept = state[0]
         if self.sort_field is None:
@@ -153,7 +153,8 @@ class MapGet(QueryFunction):
 
     def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
         """One ``multi_get`` for the batch."""
-        return state.multi_get([t[0] if len(t) == 1 else tuple(t) for t in tuples])
+        values: list[Any] = state.multi_get([t[0] if len(t) == 1 else tuple(t) for t in tuples])
+        return values
 
     def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
         """Emit the value (None when absent)."""

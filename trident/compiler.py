@@ -104,32 +104,7 @@ class _Compiler:
             msg = "the Trident topology has no stream: start one with new_stream(name, spout)"
             raise ConfigError(msg)
         for n in self.t.nodes:
-            k = n.kind
-            if k == "spout":
-                seg = self._new([])
-                seg.spout = n
-            elif k == "op":
-                p = n.parents[0]
-                ps = self.seg_of[id(p)]
-                seg = self._open(p, committer=ps.committer)
-            elif k == "repartition":
-                seg = self._new([_Input(self.seg_of[id(n.parents[0])], n.grouping, n.keys)],
-                                self.seg_of[id(n.parents[0])].committer)
-            elif k in ("boundary", "persist", "window"):
-                ps = self.seg_of[id(n.parents[0])]
-                committer = k in ("persist", "window") or ps.committer
-                seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
-            elif k == "query":
-                seg = self._open(n.parents[0], committer=True)
-            elif k == "merge":
-                segs = [self.seg_of[id(p)] for p in n.parents]
-                seg = self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
-            elif k == "join":
-                segs = [self.seg_of[id(p)] for p in n.parents]
-                seg = self._new([_Input(s, "fields", jf, side=i) for i, (s, jf) in enumerate(
-                    zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
-            else:   # pragma: no cover - every kind is above
-                raise AssertionError(k)
+            seg = self._segment_of(n)
             if n.op is not None:
                 seg.ops.append(n.op)
             seg.nodes.append(n)
@@ -140,6 +115,36 @@ class _Compiler:
             self.seg_of[id(n)] = seg
         self._check_pairings()
         return self._emit()
+
+    def _segment_of(self, n: Node) -> _Segment:
+        """The segment node ``n`` runs in: its parent's (fused) or a new one, by its kind."""
+        k = n.kind
+        if k == "spout":
+            seg = self._new([])
+            seg.spout = n
+        elif k == "op":
+            p = n.parents[0]
+            ps = self.seg_of[id(p)]
+            seg = self._open(p, committer=ps.committer)
+        elif k == "repartition":
+            seg = self._new([_Input(self.seg_of[id(n.parents[0])], n.grouping, n.keys)],
+                            self.seg_of[id(n.parents[0])].committer)
+        elif k in ("boundary", "persist", "window"):
+            ps = self.seg_of[id(n.parents[0])]
+            committer = k in ("persist", "window") or ps.committer
+            seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
+        elif k == "query":
+            seg = self._open(n.parents[0], committer=True)
+        elif k == "merge":
+            segs = [self.seg_of[id(p)] for p in n.parents]
+            seg = self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
+        elif k == "join":
+            segs = [self.seg_of[id(p)] for p in n.parents]
+            seg = self._new([_Input(s, "fields", jf, side=i) for i, (s, jf) in enumerate(
+                zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
+        else:   # pragma: no cover - every kind is above
+            raise AssertionError(k)
+        return seg
 
     def _spouts_of(self, seg: _Segment, seen: set[int] | None = None) -> list[tuple[str, Any]]:
         seen = set() if seen is None else seen
@@ -162,19 +167,37 @@ class _Compiler:
 
     def _emit(self) -> Topology:
         segs = self.segments
-        # parallelism: the hint, else the local parent's, else 1
+        self._set_parallelism()
+        # a DRPC stream's last stages feed its return bolt (trident.drpc)
+        from trident.drpc import add_returns, plan_returns
+
+        drpc_returns = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
+        # persist ops emit their new values only when something reads them
         for s in segs:
+            if s.ops and s.ops[-1].kind == "persist":
+                s.ops[-1].emit_values = bool(s.consumers) or any(o is not s.ops[-1] for o in s.ops)
+        spouts = [s for s in segs if s.spout is not None]
+        b = self._builder(spouts)
+        self._name_stages(spouts)
+        for s in segs:
+            if not s.cid or (s.spout is not None and not s.ops):
+                continue
+            self._bolt(b, s)
+        add_returns(b, drpc_returns)
+        return b.build()
+
+    def _set_parallelism(self) -> None:
+        """Each segment's parallelism: the hint, else the local parent's, else 1."""
+        for s in self.segments:
             if s.hint is not None:
                 s.parallelism = s.hint
             elif len(s.inputs) == 1 and s.inputs[0].grouping == "local":
                 s.parallelism = s.inputs[0].segment.parallelism
             else:
                 s.parallelism = 1
-        # persist ops emit their new values only when something reads them
-        for s in segs:
-            if s.ops and s.ops[-1].kind == "persist":
-                s.ops[-1].emit_values = bool(s.consumers) or any(o is not s.ops[-1] for o in s.ops)
-        spouts = [s for s in segs if s.spout is not None]
+
+    def _builder(self, spouts: list[_Segment]) -> TransactionalTopologyBuilder:
+        """The builder, with every spout (the first names the topology's transactions)."""
         first = spouts[0]
         assert first.spout is not None and first.spout.spout_id is not None
         b = TransactionalTopologyBuilder(self.t.topology_id, first.spout.spout_id, first.spout.spout,
@@ -182,10 +205,13 @@ class _Compiler:
         for s in spouts[1:]:
             assert s.spout is not None and s.spout.spout_id is not None
             b.set_spout(s.spout.spout_id, s.spout.spout, s.parallelism)
-        # a stage's component id is what the user wrote: its name(), else its operations
-        # ("each(Split) -> aggregate(Count)"), so errors, metrics and the page speak of them
+        return b
+
+    def _name_stages(self, spouts: list[_Segment]) -> None:
+        """A stage's component id is what the user wrote: its name(), else its operations
+        ("each(Split) -> aggregate(Count)"), so errors, metrics and the page speak of them."""
         used = {s.spout.spout_id for s in spouts if s.spout is not None}
-        for s in segs:
+        for s in self.segments:
             if s.spout is not None and not s.ops:
                 s.cid = s.spout.spout_id or ""
                 continue
@@ -195,11 +221,6 @@ class _Compiler:
             while s.cid in used:
                 s.cid, k = f"{base} #{k}", k + 1
             used.add(s.cid)
-        for s in segs:
-            if not s.cid or (s.spout is not None and not s.ops):
-                continue
-            self._bolt(b, s)
-        return b.build()
 
     def _bolt(self, b: TransactionalTopologyBuilder, s: _Segment) -> None:
         inputs: list[tuple[str, str, str, Fields, int, bool]] = []   # (cid, stream, grouping, keys, side, arrow)

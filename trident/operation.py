@@ -13,7 +13,7 @@ from typing import Any
 from transactional.tuples import Fields
 
 
-class TridentTuple(tuple):
+class TridentTuple(tuple[Any, ...]):
     """The values an operation sees, by position or by field name: ``t[0]``, ``t["word"]``,
     ``t.get_value_by_field("word")``. A subclass per operation carries the field names."""
 
@@ -70,7 +70,7 @@ class TridentCollector:
 class Operation:
     """Anything Trident runs: ``prepare`` once per task and batch, ``cleanup`` after it."""
 
-    def prepare(self, conf: dict, context: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
         """Called before the first tuple of a batch in each task."""
 
     def cleanup(self) -> None:

@@ -22,7 +22,7 @@ class _Coordinator(PartitionedCoordinator):
 
 
 class _Emitter(PartitionedEmitter):
-    def __init__(self, rows: list[tuple]) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         self.rows = rows
 
     def emit_partition_batch(self, tx: TransactionAttempt, collector: Any, partition: int, meta: Any) -> Any:
@@ -41,6 +41,9 @@ class FixedBatchSpout(PartitionedTransactionalSpout):
     >>> c = s.get_coordinator({}, None); c.plan_partition(0, None), c.plan_partition(0, {"end": 2})
     ({'start': 0, 'end': 2}, {'start': 2, 'end': 3})
     """
+
+    #: ``trident verify``: a fresh run of the topology reads the same data (docs/verify.md)
+    replayable: bool | str = True
 
     def __init__(self, fields: Fields, max_batch_size: int, *values: Any, cycle: bool = False) -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:

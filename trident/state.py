@@ -82,10 +82,21 @@ PAIRING_TABLE = """\
   opaque          REFUSED         exactly-once   at-least-once"""
 
 
-def check_pairing(factory: MapStateFactory, spouts: list[tuple[str, Any]]) -> None:
+def check_pairing(factory: Any, spouts: list[tuple[str, Any]]) -> None:
     """Refuse a transactional map whose updates come from an opaque spout (see the module
     docstring); ``spouts``: the spouts feeding the stream that writes the map (a stream
-    that only queries it does not count)."""
+    that only queries it does not count). A State API factory (``trident.states``) says
+    with ``opaque_safe`` whether it is exactly once with an opaque spout."""
+    if not isinstance(factory, MapStateFactory):
+        bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
+        if bad and not getattr(factory, "opaque_safe", True):
+            name = getattr(factory, "name", type(factory).__name__)
+            msg = (f"state {name!r} skips a replayed txid, which is exactly once only with transactional "
+                   f"spouts, but it is fed by the opaque spout(s) {bad}: a replayed batch of an opaque spout "
+                   "may hold other tuples. Use the state's opaque mode (see docs/states.md) or a "
+                   "transactional spout")
+            raise ConfigError(msg)
+        return
     if factory.state_type not in (StateType.TRANSACTIONAL, StateType.COUNTER):
         return
     bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
@@ -103,25 +114,31 @@ class TridentState:
     """What ``persistent_aggregate`` and ``partition_persist`` return: the state, to query
     with ``Stream.state_query``, and the stream of updated values."""
 
-    def __init__(self, topology: Any, factory: MapStateFactory, node: Any) -> None:
+    def __init__(self, topology: Any, factory: Any, node: Any) -> None:
         self.topology = topology
         self.factory = factory
         self._node = node
 
     @property
     def name(self) -> str:
-        """The map's name (``result.map_state(name)`` reads it after a run)."""
-        return self.factory.name
+        """The map's name (``result.map_state(name)`` reads it after a run), or a State API
+        factory's ``name``."""
+        return str(getattr(self.factory, "name", type(self.factory).__name__))
 
     def new_values_stream(self) -> Any:
         """The stream of ``(key fields..., new value)`` this state's updates produce (in the
         commit phase, after each update)."""
+        if self._node is None:
+            msg = f"{self!r} is a static state (new_static_state): no stream updates it, so it has no new values"
+            raise ConfigError(msg)
         return self.topology.stream_of(self._node)
 
     def parallelism_hint(self, n: int) -> TridentState:
         """The number of tasks updating this state."""
-        self._node.hint = n
+        if self._node is not None:
+            self._node.hint = n
         return self
 
     def __repr__(self) -> str:
-        return f"TridentState({self.factory.name!r}, {self.factory.state_type.value})"
+        kind = getattr(getattr(self.factory, "state_type", None), "value", "State API")
+        return f"TridentState({self.name!r}, {kind})"

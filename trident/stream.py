@@ -25,6 +25,7 @@ from trident.operation import (
 )
 from trident.runtime.op import Op
 from trident.state import MapStateFactory, StateType, TridentState
+from trident.states import is_state_factory, mark_factory
 from trident.windowing import (
     Duration,
     SlidingCountWindow,
@@ -206,7 +207,7 @@ class Stream:
         """Several aggregators over the same tuples in one pass (``.aggregate(...)...chain_end()``)."""
         return ChainedAggregatorDeclarer(self, Fields())
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate every batch into one stored value (key ``"$GLOBAL"``) of the map,
         exactly once; ``persistent_aggregate(factory, Count(), Fields("count"))`` reads no
@@ -243,7 +244,7 @@ class Stream:
         return self._repartition("all")
 
     # -- state -------------------------------------------------------------------------------
-    def partition_persist(self, state_factory: MapStateFactory, in_fields: Any, updater: StateUpdater,
+    def partition_persist(self, state_factory: Any, in_fields: Any, updater: StateUpdater,
                           out_fields: Any = None) -> TridentState:
         """Hand each task's tuples of a batch to ``updater.update_state(map, tuples,
         collector)`` in the commit phase; what it emits (``out_fields``) is the state's
@@ -306,7 +307,8 @@ class Stream:
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(self)``: a reusable piece of stream (e.g. ``FirstN``)."""
-        return assembly.apply(self)
+        out: Stream = assembly.apply(self)
+        return out
 
     def to_stream(self) -> Stream:
         """This stream (for symmetry with ``GroupedStream.to_stream``)."""
@@ -324,10 +326,13 @@ def _callable(fn: Any, cls: type, what: str) -> Any:
 
 
 def _check_factory(f: Any) -> None:
-    if not isinstance(f, MapStateFactory):
+    if not isinstance(f, MapStateFactory) and not is_state_factory(f):
         msg = ("a state factory is trident.state.transactional(name), opaque(name) or "
-               f"non_transactional(name); got {f!r}")
+               "non_transactional(name), or a trident.states.StateFactory (make_state(conf, metrics, "
+               f"partition_index, num_partitions)); got {f!r}")
         raise ConfigError(msg)
+    if is_state_factory(f):
+        mark_factory(f)
 
 
 def _check_aggregator(agg: Any, what: str) -> None:
@@ -366,7 +371,7 @@ def _aggregate(stream: Stream, group: Fields, in_fields: Any, agg: Any, out_fiel
     return topo._add(Node("boundary", [stream.node], fields, op=op, grouping=grouping, keys=group))
 
 
-def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields: Any, agg: Any,
+def _persist(stream: Stream, group: Fields, factory: Any, in_fields: Any, agg: Any,
              out_fields: Any) -> TridentState:
     _check_factory(factory)
     if not isinstance(agg, (CombinerAggregator, ReducerAggregator)):
@@ -378,7 +383,7 @@ def _persist(stream: Stream, group: Fields, factory: MapStateFactory, in_fields:
         msg = f"persistent_aggregate stores one value per key; declare one output field, not {list(out)}"
         raise ConfigError(msg)
     f, idx = (stream._in(in_fields, "persistent_aggregate") if in_fields is not None else (Fields(), ()))
-    if factory.state_type is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
+    if getattr(factory, "state_type", None) is StateType.COUNTER and getattr(agg, "arrow_agg", None) not in ("count", "sum"):
         msg = (f"state {factory.name!r} is a counter map: it adds numbers, so it takes Count() or Sum(), "
                f"not {type(agg).__name__}; use trident.state.transactional({factory.name!r}) for other aggregators")
         raise ConfigError(msg)
@@ -420,7 +425,7 @@ class GroupedStream:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _aggregate(self.stream, self.group_fields, in_fields, aggregator, out_fields, scope="partition")
 
-    def persistent_aggregate(self, state_factory: MapStateFactory, in_fields: Any, aggregator: Any = None,
+    def persistent_aggregate(self, state_factory: Any, in_fields: Any, aggregator: Any = None,
                              out_fields: Any = None) -> TridentState:
         """Aggregate each group of every batch into the map under the group's key (the
         value of one group field, a tuple of several), exactly once per txid."""
@@ -431,6 +436,11 @@ class GroupedStream:
     def chained_agg(self) -> ChainedAggregatorDeclarer:
         """Several aggregators per group in one pass."""
         return ChainedAggregatorDeclarer(self.stream, self.group_fields)
+
+    def state_query(self, state: TridentState, in_fields: Any, function: QueryFunction, out_fields: Any) -> Stream:
+        """Storm's ``GroupedStream.stateQuery``: the tuples partitioned by the group fields,
+        then ``Stream.state_query`` (the result is ungrouped)."""
+        return self.stream.partition_by(self.group_fields).state_query(state, in_fields, function, out_fields)
 
     def to_stream(self) -> Stream:
         """The stream, ungrouped."""

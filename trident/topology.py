@@ -53,7 +53,9 @@ class TridentTopology:
         ``TridentState.new_values_stream``)."""
         return Stream(self, node)
 
-    def _state(self, factory: MapStateFactory, node: Node) -> TridentState:
+    def _state(self, factory: Any, node: Node | None) -> TridentState:
+        if not isinstance(factory, MapStateFactory):      # a State API factory: its own state
+            return TridentState(self, factory, node)
         old = self.states.get(factory.name)
         if old is not None and old.factory != factory:
             msg = (f"state {factory.name!r} is used as {old.factory.state_type.value} and as "
@@ -62,6 +64,15 @@ class TridentTopology:
         s = TridentState(self, factory, node)
         self.states.setdefault(factory.name, s)
         return s
+
+    def new_static_state(self, factory: Any) -> TridentState:
+        """Storm's ``newStaticState``: a state that no stream of this topology updates,
+        for ``Stream.state_query`` (e.g. a table of the user's database). ``factory``: a
+        ``trident.states.StateFactory``, or a map factory of ``trident.state``."""
+        from trident.stream import _check_factory
+
+        _check_factory(factory)
+        return self._state(factory, None)
 
     def new_stream(self, txid_name: str, spout: Any) -> Stream:
         """A stream of ``spout``'s batches (any transactional, partitioned or opaque spout,
@@ -77,6 +88,16 @@ class TridentTopology:
         spout.declare_output_fields(d)
         fields = d.streams["default"].fields
         return self._add(Node("spout", [], Fields(*fields[1:]), spout=spout, spout_id=txid_name))
+
+    def new_drpc_stream(self, function: str, drpc: Any = None) -> Stream:
+        """A stream of the DRPC calls of ``function`` (Storm's ``newDRPCStream``): one tuple
+        per request, with the field ``args``; each request is its own batch, and the tuples
+        at the end of the stream are the answer, a JSON list of lists (``trident.drpc``).
+        ``drpc``: a ``transactional.drpc.LocalDRPC``, or None for the ``trident drpc``
+        servers of ``TopologyConfig.drpc_servers``."""
+        from trident.drpc import drpc_spout, spout_id
+
+        return self.new_stream(spout_id(function), drpc_spout(function, drpc))
 
     def merge(self, *streams: Stream) -> Stream:
         """The tuples of every stream of the batch as one stream (fields named as the first's;

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, cast
 
-from state.keys import decode_key, encode_key
+from state.keys import encode_key
 from state.map.backing import MapBacking
 from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
@@ -160,6 +160,12 @@ class MapState(CachedMap, Generic[V]):
         self.scope = None
         self._reset()
 
+    def _require_txid(self, txid: int, what: str) -> None:
+        scope = self._require_scope("updated")
+        if scope.txid != txid:
+            msg = f"{what}({txid}) of map {self.name!r} in the commit of txid {scope.txid}"
+            raise RuntimeError(msg)
+
     def _require_scope(self, what: str) -> CommitScope:
         if self.scope is None:
             msg = (
@@ -236,6 +242,26 @@ class MapState(CachedMap, Generic[V]):
             raise ValueError(msg)
         return self._apply_all(keys, fn, values)
 
+    def combine(self, txid: int, keys: Any, values: Any, combiner: str | Combine = "sum", *,
+                new_values: bool = True) -> list[V] | None:
+        """Fold one batch's aggregates into the map, as columns: ``values[i]`` into
+        ``keys[i]`` with ``combiner`` (as ``multi_combine``) in the commit of ``txid``.
+        ``keys`` and ``values`` are sequences or ``pyarrow`` arrays of one length, each key
+        once (an aggregation's groups). Returns the new values, or None when not
+        ``new_values`` (nobody reads them: a map may then write without reading, as
+        ``CounterMap`` does). Trident's persistent aggregation writes through it.
+
+        The default: ``multi_combine`` of the columns as Python lists.
+
+        >>> from state.map import MemoryMapBacking, TransactionalMap
+        >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(4)
+        >>> m.combine(4, ["a", "b"], [2, 3]), m.combine(4, ["a"], [5], "max")
+        ([2, 3], [5])
+        """
+        self._require_txid(txid, "combine")
+        new = self.multi_combine(_as_list(keys), _as_list(values), combiner)
+        return new if new_values else None
+
     def _apply_all(self, keys: list[Any], fn: Combine, args: Sequence[Any]) -> list[V]:
         self._require_scope("updated")
         enc = _encode_all(keys)
@@ -307,15 +333,14 @@ class MapState(CachedMap, Generic[V]):
         raise NotImplementedError
 
 
+def _as_list(column: Any) -> list[Any]:
+    """A column (a sequence or a ``pyarrow`` array) as a list."""
+    to_pylist = getattr(column, "to_pylist", None)
+    return list(column) if to_pylist is None else cast(list[Any], to_pylist())
+
+
 def _call(old: Any, update: Updater) -> Any:
     return update(old)
-
-
-def _decode_all(keys: list[str]) -> list[Any]:
-    """``decode_key`` of each encoded key (a str not starting with ``~`` is its own)."""
-    if "\0~" not in "\0" + "\0".join(keys):   # the common case, checked in C
-        return keys
-    return [decode_key(k) for k in keys]
 
 
 def _encode_all(keys: list[Any]) -> list[str]:

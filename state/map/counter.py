@@ -101,6 +101,25 @@ class CounterMap(MapState[V]):
             deltas[e] = deltas.get(e, 0) + v
         return self._current(enc)
 
+    def combine(self, txid: int, keys: Any, values: Any, combiner: str | Combine = "sum", *,
+                new_values: bool = True) -> list[V] | None:
+        """``MapState.combine``; without ``new_values`` a sum is added without reading a
+        key: ``add_columns`` for ``pyarrow`` arrays (written from the arrays when the
+        backing can), else ``add``.
+
+        >>> m = CounterMap(MemoryMapBacking()); m.begin_commit(1, epoch=1)
+        >>> m.combine(1, ["a", "b"], [2, 3], new_values=False); m.commit(1); m.multi_get(["a", "b"])
+        [2, 3]
+        """
+        if new_values or combiner not in ("sum", "count"):
+            return super().combine(txid, keys, values, combiner, new_values=new_values)
+        self._require_txid(txid, "combine")
+        if hasattr(keys, "to_pylist") and hasattr(values, "to_pylist"):
+            self.add_columns(keys, values)
+        else:
+            self.add(list(keys), list(values))
+        return None
+
     def add(self, keys: Sequence[Any], deltas: Sequence[Any], *, distinct: bool = False) -> None:
         """``multi_combine(keys, deltas)`` without reading the new values back
         (``distinct``: the caller vouches that no key repeats, e.g. an aggregation's)."""

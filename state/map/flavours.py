@@ -8,7 +8,7 @@ from typing import Any
 
 from state.keys import decode_key
 from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
-from state.map.base import CommitScope, MapState, _decode_all
+from state.map.base import CommitScope, MapState
 from state.map.fence import Fence
 from state.map.rules import OpaqueValue, TransactionalValue, V, written_key
 
@@ -36,20 +36,17 @@ class TransactionalMap(MapState[V]):
         # what an earlier attempt of this txid stored (a replay): not written again if the
         # replay computes the same
         self._earlier: dict[str, Any] = {}
-        # the stored value of each key read in this txid
-        self._old: dict[str, TransactionalValue] = {}
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, skip, old = self._value, self._base, self._skip, self._old
-        of = TransactionalValue.from_stored
-        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            v = old[e] = of(name, s)
-            value[e] = base[e] = v.get(txid, name)
-            if v.txid == txid:        # written by an earlier attempt of txid
-                if v.applied(txid):
-                    skip.add(e)
-                else:
-                    self._earlier[e] = s
+        befores, same = TransactionalValue.befores(keys, stored, txid)
+        self._value.update(zip(keys, befores, strict=True))
+        self._base.update(zip(keys, befores, strict=True))
+        for i in same:                # written by an earlier attempt of txid
+            e, s = keys[i], stored[i]
+            if TransactionalValue.from_stored(e, s).applied(txid):
+                self._skip.add(e)
+            else:
+                self._earlier[e] = s
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
         return TransactionalValue.from_stored(key, stored).committed(self.last_committed)
@@ -58,8 +55,9 @@ class TransactionalMap(MapState[V]):
         return TransactionalValue.from_stored(key, stored).get(txid, key)
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
-        keys, value, old, t, a = list(self._dirty), self._value, self._old, scope.txid, scope.attempt
-        stored = [old[k].stored_update(t, a, value[k]) for k in keys]
+        keys, value, base = list(self._dirty), self._value, self._base
+        stored = TransactionalValue.stored_updates(scope.txid, scope.attempt, [value[k] for k in keys],
+                                                   [base[k] for k in keys])
         earlier = self._earlier
         if earlier and not self.shared_writes:    # a replay: what it stored already stays
             kept = [(k, s) for k, s in zip(keys, stored, strict=True) if earlier.get(k) != s]
@@ -85,17 +83,10 @@ class OpaqueMap(MapState[V]):
     kind = "opaque"
     _user_fields = ("curr", "prev")
 
-    def _reset(self) -> None:
-        super()._reset()
-        # the stored value of each key read in this txid
-        self._old: dict[str, OpaqueValue] = {}
-
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        value, base, old = self._value, self._base, self._old
-        of = OpaqueValue.from_stored
-        for e, name, s in zip(keys, _decode_all(keys), stored, strict=True):
-            v = old[e] = of(name, s)
-            value[e] = base[e] = v.get(txid, name)
+        befores = OpaqueValue.befores(keys, stored, txid)
+        self._value.update(zip(keys, befores, strict=True))
+        self._base.update(zip(keys, befores, strict=True))
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
         return OpaqueValue.from_stored(key, stored).get(txid, key)
@@ -105,8 +96,8 @@ class OpaqueMap(MapState[V]):
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         t, a = scope.txid, scope.attempt
-        keys, value, old = list(self._dirty), self._value, self._old
-        values: list[Any] = [old[k].stored_update(t, a, value[k]) for k in keys]
+        keys, value, base = list(self._dirty), self._value, self._base
+        values: list[Any] = OpaqueValue.stored_updates(t, a, [value[k] for k in keys], [base[k] for k in keys])
         if self.shared_writes:
             values = [self._stamp(v, scope) for v in values]
         if keys:

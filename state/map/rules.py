@@ -85,6 +85,28 @@ class TransactionalValue(NamedTuple):
             raise StateAheadError(_ahead(key, self.txid, txid))
         return self.prev if self.txid == txid and self.has_prev else self.val
 
+    @classmethod
+    def befores(cls, keys: list[str], stored: list[Any], txid: int) -> tuple[list[Any], list[int]]:
+        """``from_stored(key, stored[i]).get(txid)`` for a batch of (encoded) ``keys``, in one
+        pass -- a map's load -- and the indexes of the values ``txid`` itself wrote (an
+        earlier attempt of it; ``applied`` or a replay's). The common case, a value an older
+        batch wrote, is read off the stored dict (the properties check it against ``get``)."""
+        out: list[Any] = []
+        same: list[int] = []
+        append = out.append
+        for i, s in enumerate(stored):
+            if s is None:
+                append(None)
+            elif type(s) is dict and type(s.get("txid")) is int and s["txid"] < txid and "val" in s:
+                append(s["val"])
+            else:
+                name = decode_key(keys[i])
+                v = cls.from_stored(name, s)
+                append(v.get(txid, name))
+                if v.txid == txid:
+                    same.append(i)
+        return out, same
+
     def applied(self, txid: int) -> bool:
         """True for the older form written by ``txid`` itself: its update is skipped."""
         return self.txid == txid and not self.has_prev
@@ -98,12 +120,12 @@ class TransactionalValue(NamedTuple):
             return self
         return _new(TransactionalValue, (txid, new, self.get(txid), True))
 
-    def stored_update(self, txid: int, attempt: int | None, new: Any) -> dict[str, Any]:
-        """``update(txid, attempt, new).to_stored()`` made in one step (a commit makes it for
-        every key it changed)."""
-        if self.txid < txid:
-            return {"txid": txid, "val": new, "prev": self.val}
-        return self.update(txid, attempt, new).to_stored()
+    @staticmethod
+    def stored_updates(txid: int, attempt: int | None, news: list[Any], befores: list[Any]) -> list[dict[str, Any]]:
+        """``update(txid, attempt, news[i]).to_stored()`` of values whose ``get(txid)`` is
+        ``befores[i]`` (none ``applied``), made for a batch of keys in one step: what a
+        commit writes."""
+        return [{"txid": txid, "val": n, "prev": b} for n, b in zip(news, befores, strict=True)]
 
     def committed(self, last_committed: int | None) -> Any:
         """What a read outside a commit sees: ``val``, or ``prev`` when a txid after
@@ -152,15 +174,32 @@ class OpaqueValue(NamedTuple):
             raise StateAheadError(_ahead(key, self.txid, txid))
         return self.prev if self.txid == txid else self.curr
 
+    @classmethod
+    def befores(cls, keys: list[str], stored: list[Any], txid: int) -> list[Any]:
+        """``from_stored(key, stored[i]).get(txid)`` for a batch of (encoded) ``keys``, in one
+        pass: a map's load. The common case, a value an older batch wrote, is read off the
+        stored dict (the properties check it against ``get``)."""
+        out: list[Any] = []
+        append = out.append
+        for i, s in enumerate(stored):
+            if s is None:
+                append(None)
+            elif type(s) is dict and type(s.get("txid")) is int and s["txid"] < txid and "curr" in s and "prev" in s:
+                append(s["curr"])
+            else:
+                name = decode_key(keys[i])
+                append(cls.from_stored(name, s).get(txid, name))
+        return out
+
     def update(self, txid: int, attempt: int | None, new: Any) -> OpaqueValue:
         """What attempt ``attempt`` of batch ``txid`` stores for user value ``new``."""
         return _new(OpaqueValue, (txid, new, self.get(txid), attempt))
 
-    def stored_update(self, txid: int, attempt: int | None, new: Any) -> dict[str, Any]:
-        """``update(txid, attempt, new).to_stored()`` made in one step (a commit makes it for
-        every key it changed)."""
-        return {"txid": txid, "attempt": attempt, "curr": new,
-                "prev": self.curr if self.txid < txid else self.get(txid)}
+    @staticmethod
+    def stored_updates(txid: int, attempt: int | None, news: list[Any], befores: list[Any]) -> list[dict[str, Any]]:
+        """``update(txid, attempt, news[i]).to_stored()`` of values whose ``get(txid)`` is
+        ``befores[i]``, made for a batch of keys in one step: what a commit writes."""
+        return [{"txid": txid, "attempt": attempt, "curr": n, "prev": b} for n, b in zip(news, befores, strict=True)]
 
     def committed(self, last_committed: int | None) -> Any:
         """What a read outside a commit sees: ``curr``, or ``prev`` when a txid after

@@ -40,7 +40,8 @@ class CommitProtocol:
     5. The maps write what t changed: every value checked storable first, then the maps of
        one store in one atomic write fenced by this driver's epoch.
     6. Record t as committed, with its metadata and the partition state.
-    7. Drop t's metadata.
+    7. Drop t's metadata (the last ``keep_batch_meta`` txids' go to ``kept/<t>`` first,
+       for ``trident replay``).
     8. Tell the spouts' coordinators; emitters get ``cleanup_before`` with the next batch.
 
     A failure in steps 2-5 raises ``AttemptFailed``: the maps drop what they buffered,
@@ -99,7 +100,8 @@ class CommitProtocol:
         store.record_commit(txid, a.meta, a.partitions)
         e.states.committed(txid)
         crash_point("commit.after_record", txid=txid)
-        # Step 7. drop its metadata.
+        # Step 7. drop its metadata (kept for `trident replay` with keep_batch_meta).
+        store.keep_meta(txid, a.meta, a.partitions, e.config.keep_batch_meta)
         store.drop_pending(txid)
         # Step 8. tell the spouts' coordinators (emitters get cleanup_before with the next batch).
         try:

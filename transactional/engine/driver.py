@@ -48,12 +48,14 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
+from transactional.engine.user_states import forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl
 from transactional.ops.progress import Progress
 from transactional.ops.status import StatusRecorder
 from transactional.ops.webui import RunObserver, attach, spark_ui_url
 from transactional.ops.webui.graph import topology_graph
+from transactional.redaction import remember
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder
 
@@ -64,7 +66,8 @@ CONTROL_CHECK_SECS = 0.25
 
 def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
                  max_batches: int | None = None, *, spark_context: Any = None,
-                 on_commit: Callable[[int, RunResult], None] | None = None) -> RunResult:
+                 on_commit: Callable[[int, RunResult], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> RunResult:
     """Run ``topology`` until its spout has nothing more (see ``idle_timeout_secs``) or
     ``max_batches`` batches were committed, and return a ``RunResult``.
 
@@ -84,12 +87,15 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         msg = f"max_batches must be an int >= 0 or None; got {max_batches!r}"
         raise ConfigError(msg)
-    return Engine(topology, config, spark_context, on_commit).run(max_batches)
+    return Engine(topology, config, spark_context, on_commit, on_start).run(max_batches)
 
 
 class Engine:
     def __init__(self, topology: Topology, config: TopologyConfig, sc: Any = None,
-                 on_commit: Callable[[int, RunResult], None] | None = None) -> None:
+                 on_commit: Callable[[int, RunResult], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> None:
+        #: called once the run holds the lock and hears the operator (``LocalCluster``)
+        self.on_start: Callable[[], None] = on_start if on_start is not None else _nothing
         # commit components are pickled for executors only when the run places them there
         topology = topology.placed(config.commit_placement)
         self.topology = topology
@@ -98,6 +104,12 @@ class Engine:
         #: the runner of the topology's kind (the one place the driver asks what kind it runs)
         self.runner_class = RUNNERS[topology.kind]
         self.conf = {"topology.id": topology.topology_id, **config.conf, **self.runner_class.run_conf(topology)}
+        if config.drpc_servers or any(c.class_name.endswith("DRPCSpout") for c in topology.spouts):
+            # Distributed RPC (transactional.engine.drpc): the spout's and the return bolt's settings
+            self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
+                              "topology.max.attempts": config.max_attempts,
+                              "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
+                              "drpc.token": _drpc_token(config)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
@@ -112,10 +124,12 @@ class Engine:
         self.listeners.append(_log_failure(topology.topology_id))
         if log.isEnabledFor(logging.DEBUG):
             self.listeners.append(_log_transition)
-        if self.progress_lines is not None:
-            self.listeners.append(self.progress_lines)
+        # on_commit hears a commit before the progress line says it: whoever reads the line
+        # (a person pressing Ctrl-C after "committed txid N") finds txid N recorded
         if on_commit is not None:
             self.listeners.append(lambda t: on_commit(t.txid, self.result) if t.kind == "committed" else None)
+        if self.progress_lines is not None:
+            self.listeners.append(self.progress_lines)
 
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:
@@ -178,6 +192,7 @@ class Engine:
             recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
                                       graph=topology_graph(self.topology), spouts=self.result._spout_ids,
                                       max_attempts=self.config.max_attempts, heartbeat=True,
+                                      verify=self.config.conf.get("trident.verify"),
                                       spark_ui=spark_ui_url if self.config.executor == "spark" else None)
             self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None
@@ -197,6 +212,7 @@ class Engine:
                     recorder.close(error)
         finally:
             state.close()
+            forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 
@@ -222,6 +238,7 @@ class Engine:
         clock = time.monotonic
         control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
+        self.on_start()
         try:
             while True:
                 while pending:
@@ -256,6 +273,10 @@ class Engine:
 
 
 RUNNERS: dict[str, type[TopologyRunner]] = {"transactional": TransactionalRunner, "core": CoreRunner}
+
+
+def _nothing() -> None:
+    """No ``on_start`` hook."""
 
 
 def _log_failure(topology_id: str) -> Callable[[Transition], None]:
@@ -294,3 +315,10 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
     return hear
 
 
+def _drpc_token(config: TopologyConfig) -> str | None:
+    """The DRPC token of a run (``drpc_token``, else ``TRIDENT_DRPC_TOKEN``), remembered as a
+    secret: one taken from the environment is masked in logs as one set in the config is."""
+    token = config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
+    if token:
+        remember([token])
+    return token

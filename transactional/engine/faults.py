@@ -13,6 +13,13 @@ first. The engine calls ``crash_point(name, **labels)`` at:
 * ``commit.before_write``  committers ran (updates buffered), user state not yet written
 * ``commit.before_record`` user state written for txid, txid not yet recorded
 * ``commit.after_record``  txid recorded, its metadata not yet dropped
+
+Task failures: ``TRIDENT_FAIL_TASKS=seed=S,rate=R[,max_attempt=M]`` makes ``task_fault``
+(called by the task runner before each bolt task of each attempt, in Spark tasks and on
+the driver alike) raise ``FailedException`` for a seeded-random share ``R`` of (component,
+task, txid, attempt) with ``attempt <= M`` (default 1), the same choice in every process:
+``trident verify`` injects task failures so (``transactional.testing.FaultPlan`` is the
+same rule for a test's own bolts).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import zlib
 
 _SPEC: list[tuple[str, dict[str, str]]] = []
 
@@ -50,3 +58,34 @@ def crash_point(name: str, **labels: object) -> None:
                 if sig == signal.SIGSTOP:
                     spec.remove((want, kv))
                 os.kill(os.getpid(), sig)
+
+
+def fails(seed: int, rate: float, component: str, task: int, txid: int, attempt_id: int) -> bool:
+    """Whether attempt ``attempt_id`` of ``component``'s ``task`` in ``txid`` is chosen to
+    fail: a seeded hash of the values compared with ``rate``, so every process decides
+    alike (the rule of ``FaultPlan`` and of ``TRIDENT_FAIL_TASKS``)."""
+    h = zlib.crc32(f"{seed}:{component}:{task}:{txid}:{attempt_id}".encode())
+    return (h % 10_000) < rate * 10_000
+
+
+def _task_spec(text: str) -> tuple[int, float, int] | None:
+    if not text.strip():
+        return None
+    kv = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+    return int(kv.get("seed", 0)), float(kv.get("rate", 0.2)), int(kv.get("max_attempt", 1))
+
+
+_TASKS = _task_spec(os.environ.get("TRIDENT_FAIL_TASKS", ""))
+
+
+def task_fault(component: str, task: int, txid: int, attempt_id: int) -> None:
+    """Raise ``FailedException`` if ``TRIDENT_FAIL_TASKS`` chooses this task attempt (see the
+    module docstring); nothing otherwise."""
+    if _TASKS is None:
+        return
+    seed, rate, max_attempt = _TASKS
+    if attempt_id <= max_attempt and fails(seed, rate, component, task, txid, attempt_id):
+        from transactional.exceptions import FailedException
+
+        msg = f"injected task failure (TRIDENT_FAIL_TASKS) in {component} task {task}, txid {txid} attempt {attempt_id}"
+        raise FailedException(msg)

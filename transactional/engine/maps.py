@@ -183,6 +183,11 @@ class _DriverTask:
     def __init__(self, registry: StateRegistry) -> None:
         self.registry = registry
 
+    @property
+    def epoch(self) -> int | None:
+        """The driver's epoch (``TaskContext.epoch``)."""
+        return self.registry.epoch
+
     def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
         """The registry's map ``name``."""
         return self.registry.map_state(name, opaque)

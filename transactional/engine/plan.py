@@ -549,6 +549,11 @@ class TaskStates:
         self.task = task
         self.maps: dict[str, Any] = {}
 
+    @property
+    def epoch(self) -> int | None:
+        """The driver's epoch (``TaskContext.epoch``)."""
+        return self.spec.epoch
+
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         from state.map import map_kind, open_map
         from transactional.exceptions import ConfigError

@@ -5,9 +5,11 @@
                    uncommitted txids: written before they run; ``commit_started`` lists the
                    attempts whose commit phase began (written before it writes user state)
     epoch          n: the epoch of the newest lock holder; each driver takes n + 1 when it
-                   gets the lock and fences its user-state writes with it (state/map.py)
+                   gets the lock and fences its user-state writes with it (state/map/)
     maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
-                   a commit can repair an OpaqueMap a failed attempt wrote (state/map.py)
+                   a commit can repair an OpaqueMap a failed attempt wrote (state/map/)
+    kept/<txid>    {"meta": ..., "partitions": ..., "keep": N}: a committed txid's metadata, kept for
+                   ``trident replay`` (``TopologyConfig.keep_batch_meta``: the last N txids)
     state          {"kind": "redis", "location": "host:port/db"}: the user state the
                    committed txids were written to (no credentials); a run whose state is
                    another is refused (``check_user_state``)
@@ -45,6 +47,7 @@ class CoordinatorStore:
         self.state = state
         #: raised when the run is about to keep user state it would lose (``check_user_state``)
         self.refuse_state: StateLossError | None = None
+        self._kept_checked = False
 
     def check_user_state(self, state_url: str, coordination_url: str, *, keeps_state: bool,
                          accept_loss: bool) -> None:
@@ -127,6 +130,24 @@ class CoordinatorStore:
 
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")
+
+    def keep_meta(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, keep: int) -> None:
+        """Keep committed ``txid``'s metadata under ``kept/<txid>`` while it is among the last
+        ``keep`` txids (``keep`` 0: none is kept). One write and one delete per commit; the
+        first commit of a run also drops what an earlier run with a larger ``keep`` left."""
+        if keep > 0:
+            self.state.set(f"kept/{txid}", {"meta": meta, "partitions": partitions, "keep": keep})
+        if not self._kept_checked:
+            self._kept_checked = True
+            for name in self.state.children("kept"):
+                if int(name) <= txid - keep:
+                    self.state.delete(f"kept/{name}")
+        elif keep > 0 and txid - keep >= 1:
+            self.state.delete(f"kept/{txid - keep}")
+
+    def kept_meta(self) -> dict[int, dict[str, Any]]:
+        """The kept txids' metadata (``keep_meta``): txid -> {"meta", "partitions"}."""
+        return {int(n): cast("dict[str, Any]", self.state.get(f"kept/{n}")) for n in self.state.children("kept")}
 
     def record_commit(self, txid: int, meta: Any, partitions: dict[Any, Any] | None) -> None:
         self.state.set("committed", {"txid": txid, "meta": meta, "partitions": partitions})

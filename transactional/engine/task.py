@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from transactional.columns import ColumnBatch, rows_of
+from transactional.engine.faults import task_fault
 from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
 from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
+from transactional.engine.user_states import TaskUserStates
 from transactional.exceptions import (
     AggregateOverflowError,
     ConfigError,
@@ -320,6 +322,37 @@ class TaskContext:
             raise RuntimeError(msg)
         return self._states.map_state(name, opaque)
 
+    # -- states of the user's own systems (docs/states.md) -------------------------------
+    user_states: Any = None   # a TaskUserStates, set by run_task
+
+    @property
+    def epoch(self) -> int | None:
+        """The driver's epoch: every new driver of the topology takes a higher one. A
+        committer that writes to its own store fences its writes with it (refuse a write
+        whose epoch is below the one stored)."""
+        return getattr(self._states, "epoch", None)
+
+    def state(self, factory: Any) -> Any:
+        """The state ``factory`` makes for this task (Storm's ``StateFactory.make_state``),
+        kept across batches; the framework calls its ``begin_commit(txid)`` now and its
+        ``commit(txid)`` after ``finish_batch``, in txid order (``transactional.engine.user_states``)."""
+        if self.user_states is None:
+            msg = f"{self.component_id!r}: context.state() is only available while a task runs"
+            raise RuntimeError(msg)
+        return self.user_states.state(factory)
+
+
+#: ``trident replay --trace``: called after each bolt task with ``(component, task, attempt,
+#: payloads in, records out)`` (``set_tracer``); None: off
+_TRACER: Callable[[str, int, TransactionAttempt, list[Any], list[Any]], None] | None = None
+
+
+def set_tracer(tracer: Callable[[str, int, TransactionAttempt, list[Any], list[Any]], None] | None) -> None:
+    """Have ``tracer`` see every bolt task this process runs: its input payloads and output
+    records (``trident replay --trace`` runs its tasks in its own process); None: off."""
+    global _TRACER
+    _TRACER = tracer
+
 
 def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
@@ -338,7 +371,10 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
     order), so a task run again emits the same tuples to the same tasks (``transactional.engine.routing``).
     """
     payloads = sorted(payloads, key=payload_order)
+    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     context = TaskContext(topology, component, task, phase, states)
+    context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
+                                         attempt, context.epoch, phase)
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, context, router, attempt)
     execute = bolt.execute
@@ -358,4 +394,7 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
             execute(Tuple(v, fields, source, stream, source_task))
         n += len(values_list)
     bolt.finish_batch()
+    context.user_states.commit()      # the states it opened: commit(txid), in txid order
+    if _TRACER is not None:
+        _TRACER(component.id, task, attempt, payloads, router.records())
     return router.records(), n, router.emitted, None

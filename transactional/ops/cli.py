@@ -10,6 +10,10 @@
     trident deactivate|activate|kill TOPOLOGY_ID [--coordination zk://127.0.0.1:2181/trident]
     trident ui [--coordination zk://127.0.0.1:2181/trident] [--port 8080] [--host 127.0.0.1]
                [--control-token TOKEN]   (the status page of every topology under the root, no driver needed)
+    trident verify FILE [--crash-points all|LIST] [--kills N] [--seed S] [--budget SECS] [--junit FILE] [--json]
+                                          (exactly once, proven: runs under faults against a clean run; docs/verify.md)
+    trident replay ID --file FILE --txids A..B --into NAMESPACE [--trace COMPONENT]
+                                          (re-emit kept batches into scratch state; keep_batch_meta)
     trident --version
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
@@ -31,31 +35,30 @@ status 130.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
-import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.ops import replay as replay_command
+from transactional.ops import verify as verify_command
 from transactional.ops.logs import quiet_spark, setup_logging
 from transactional.ops.progress import plural
 from transactional.ops.settings import DEFAULT_FILE, Layer, env_layer, file_layer, make_config
+from transactional.ops.topology_file import SideEffectError as SideEffectError  # noqa: F401 - re-exported
+from transactional.ops.topology_file import built_topology, load_topology_file, no_side_effects
 from transactional.redaction import redact_text
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it)
 INTERRUPTED = 130
-_MUST_RETURN = ("a TransactionalTopologyBuilder, a TopologyBuilder, a trident.TridentTopology "
-                "or a built Topology")
 
 
 def _version() -> str:
@@ -65,91 +68,7 @@ def _version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
-# -- topology files --------------------------------------------------------------------------------
-
-def load_topology_file(path: str) -> ModuleType:
-    """Import a topology file as a module. Executors cannot import a file by path: its
-    classes and functions go to them by value, in the components' executor blobs only
-    (``transactional.pickling.ship_by_value``); on the driver the commit phase and the
-    spout's coordinator run the module's own classes."""
-    p = Path(path)
-    if not p.is_file():
-        msg = f"trident: no such topology file: {path}"
-        raise SystemExit(msg)
-    name = f"trident_topology_{re.sub(r'[^0-9A-Za-z_]', '_', p.stem)}"
-    loaded = sys.modules.get(name)
-    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() != p.resolve():
-        name = f"{name}_{len(sys.modules)}"       # another file of the same name (trident describe a/x.py b/x.py)
-    spec = importlib.util.spec_from_file_location(name, p)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    sys.path.insert(0, str(p.resolve().parent))
-    spec.loader.exec_module(module)
-    from transactional.pickling import ship_by_value
-
-    ship_by_value(module)   # executors cannot import a file by path
-    if not hasattr(module, "build_topology"):
-        msg = f"trident: {path} defines no build_topology(); it must return {_MUST_RETURN}"
-        raise SystemExit(msg)
-    return module
-
-
-class SideEffectError(TridentError):
-    """``build_topology()`` reached the network or started a process where it must be pure."""
-
-
-@contextlib.contextmanager
-def no_side_effects(where: str) -> Iterator[None]:
-    """Refuse network connections and child processes while building ``where``'s topology
-    (``trident describe``): ``build_topology()`` must be pure, setup goes in ``setup()``."""
-    import socket
-    import subprocess
-
-    def refuse(what: str) -> Any:
-        def refused(*args: Any, **kwargs: Any) -> Any:
-            msg = (f"{where}: build_topology() {what}, but it must be pure: `trident describe` only reads the "
-                   "topology. Move setup work (starting a broker, creating topics, producing, connecting) into "
-                   "setup(), which `trident run` calls before build_topology() (docs/cli.md)")
-            raise SideEffectError(msg)
-        return refused
-
-    saved = (socket.socket.connect, socket.socket.connect_ex, subprocess.Popen.__init__)
-    socket.socket.connect = refuse("opened a network connection")            # type: ignore[method-assign]
-    socket.socket.connect_ex = refuse("opened a network connection")         # type: ignore[method-assign]
-    subprocess.Popen.__init__ = refuse("started a process")                  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        socket.socket.connect, socket.socket.connect_ex, subprocess.Popen.__init__ = saved  # type: ignore[method-assign]
-
-
-def built_topology(obj: Any, where: str) -> Any:
-    """The built ``Topology`` of what ``build_topology()`` returned (``obj``): a
-    ``Topology`` as is, a builder or ``TridentTopology`` built once. Anything else is a
-    ``TridentError`` naming ``where`` (the file) and what it must return."""
-    from transactional.topology import Topology
-
-    if isinstance(obj, Topology):
-        return obj
-    build = getattr(obj, "build", None)
-    if not callable(build):
-        msg = f"{where}: build_topology() returned {_describe_value(obj)}; it must return {_MUST_RETURN}"
-        raise TridentError(msg)
-    topology = build()
-    if not isinstance(topology, Topology):
-        msg = (f"{where}: build_topology() returned a {type(obj).__name__} whose build() gave "
-               f"{_describe_value(topology)}; it must return {_MUST_RETURN}")
-        raise TridentError(msg)
-    return topology
-
-
-def _describe_value(v: Any) -> str:
-    """"None", "a dict", "an OpaqueSpout": what a wrong return value was, for a message."""
-    if v is None:
-        return "None"
-    name = type(v).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+# -- topology files: transactional.ops.topology_file ------------------------------------------------
 
 
 # -- settings ----------------------------------------------------------------------------------------
@@ -445,12 +364,20 @@ def _parser() -> argparse.ArgumentParser:
     p_ui.add_argument("--control-token", metavar="TOKEN",
                       help="turn on the deactivate/activate/kill buttons; each request must carry TOKEN "
                            "(also TRIDENT_CONTROL_TOKEN)")
+    p_drpc = sub.add_parser("drpc", help="run a DRPC server: callers POST /drpc/<function>, remote DRPC topologies "
+                            "fetch the requests (docs/drpc.md)")
+    from transactional.ops.drpc_server import add_arguments as drpc_arguments
+
+    drpc_arguments(p_drpc)
+    _log_level_arg(p_drpc)
     for action, what in (("deactivate", "stop emitting new batches (those in flight commit); the driver waits"),
                          ("activate", "emit again after deactivate"),
                          ("kill", "stop the running driver after its commit under way; it releases the lock")):
         p = sub.add_parser(action, help=what)
         p.add_argument("topology_id", help="the topology id")
         _coordination_args(p)
+    verify_command.add_parser(sub)
+    replay_command.add_parser(sub)
     return parser
 
 
@@ -544,7 +471,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill`` or ``ui``; returns the exit status."""
+    ``deactivate``, ``activate``, ``kill``, ``ui`` or ``drpc``; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         module = load_topology_file(args.file)
@@ -570,6 +497,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: _manage(args))
     if args.command == "ui":
         return _guard(lambda: _ui(args))
+    if args.command == "verify":
+        return _guard(lambda: verify_command.command(args))
+    if args.command == "replay":
+        return _guard(lambda: replay_command.command(args))
+    if args.command == "drpc":
+        from transactional.ops.drpc_server import main as drpc_main
+
+        setup_logging(args.log_level)
+        return _guard(lambda: drpc_main(args))
     return _guard(lambda: _status(args))
 
 

@@ -209,6 +209,16 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def verify_text(v: dict[str, Any]) -> str:
+    """What the status says of a run of ``trident verify`` (its ``verify`` record).
+
+    >>> verify_text({"of": "words", "fault": "kill at commit.before", "file": "w.py"})
+    "verify run: a scratch copy of topology 'words' under fault 'kill at commit.before' (trident verify w.py), not a production run"
+    """
+    return (f"verify run: a scratch copy of topology {v.get('of')!r} under fault {v.get('fault')!r} "
+            f"(trident verify {v.get('file')}), not a production run")
+
+
 def _format_run(run: dict[str, Any] | None, rs: dict[str, Any] | None = None) -> list[str]:
     """The lines of the driver's ``status`` record (``StatusRecorder``) and ``run_state``."""
     if not isinstance(run, dict):
@@ -220,6 +230,8 @@ def _format_run(run: dict[str, Any] | None, rs: dict[str, Any] | None = None) ->
              f"{run.get('failed_attempts', 0)} failed"]
     if state in ("stale", "dead"):
         lines.append(f"    {state}: {(rs or {}).get('why')}")
+    if isinstance(run.get("verify"), dict):
+        lines.append(f"    {verify_text(run['verify'])}")
     retry = run.get("retrying")
     if run.get("running") and isinstance(retry, dict):
         lines.append(f"    {retrying_text(retry)}")
@@ -288,7 +300,7 @@ def run_state(run: Any, lock_holder: str | None, now: float | None = None) -> di
 def _summary(record: dict[str, Any], died: bool = False) -> dict[str, Any]:
     """A run's line in the ``runs`` record."""
     keys = ("owner", "kind", "started_at", "updated_at", "batches", "first_committed", "last_committed",
-            "attempts", "failed_attempts", "stopped_because", "spark_ui")
+            "attempts", "failed_attempts", "stopped_because", "spark_ui", "verify")
     out = {k: record.get(k) for k in keys}
     out["errors"] = {c: {k: e.get(k) for k in ("task", "txid", "attempt", "error", "at")}
                      for c, e in (record.get("errors") or {}).items()}
@@ -317,7 +329,7 @@ class StatusRecorder:
     def __init__(self, state: TransactionalState, kind: str, owner: str, interval_secs: float = 1.0,
                  counts: Any = None, clock: Any = time.monotonic, *, graph: dict[str, Any] | None = None,
                  spouts: tuple[str, ...] = (), max_attempts: int | None = None, spark_ui: Any = None,
-                 heartbeat: bool = False) -> None:
+                 heartbeat: bool = False, verify: dict[str, Any] | None = None) -> None:
         self.state, self.interval, self.clock, self.counts = state, interval_secs, clock, counts
         self.spark_ui = spark_ui
         self.record: dict[str, Any] = {"kind": kind, "owner": owner, "running": True, "batches": 0,
@@ -328,6 +340,8 @@ class StatusRecorder:
                                        "retrying": None, "first_committed": None, "last_committed": None}
         if graph is not None:
             self.record["graph"] = graph
+        if verify is not None:      # a run of `trident verify` under a scratch id (verify_text)
+            self.record["verify"] = verify
         self.last_write = -float("inf")
         self._lock = threading.RLock()
         self._runs: list[dict[str, Any]] | None = None

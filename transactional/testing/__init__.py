@@ -16,18 +16,18 @@ import json
 import os
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
+from transactional.engine.faults import fails
 from transactional.exceptions import FailedException
 
 __all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
-           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "free_port"]
+           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port"]
 
 _SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
-            "ManagedKafka": "kafka", "free_port": "_process"}
+            "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process"}
 
 
 def __getattr__(name: str) -> Any:
@@ -77,8 +77,7 @@ class FaultPlan:
         so every process decides the same."""
         if attempt_id > self.max_attempt or (self.txids is not None and txid not in self.txids):
             return False
-        h = zlib.crc32(f"{self.seed}:{component}:{task}:{txid}:{attempt_id}".encode())
-        return (h % 10_000) < self.rate * 10_000
+        return fails(self.seed, self.rate, component, task, txid, attempt_id)
 
 
 class _Faulty(BaseBatchBolt):

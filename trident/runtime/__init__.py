@@ -21,3 +21,8 @@ The modules, in the order a stage's data meets them:
 * ``persistence``: the processors that update or query a map in the commit phase;
 * ``arrow``: the Arrow helpers (IPC buffers, grouped counts and sums, overflow checks).
 """
+
+from typing import Any, TypeAlias
+
+#: a row: the values of the stream's fields at a point of the chain
+Row: TypeAlias = tuple[Any, ...]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from transactional.columns import rows_of
 from trident.operation import TridentTuple
+from trident.runtime import Row
 from trident.runtime.aggregators import as_aggregator
 from trident.runtime.arrow import SumOverflow, _acc_batch, _concat, arrow_group_agg
 from trident.runtime.op import op_label
@@ -34,7 +35,7 @@ class AggregateProc(Proc):
             # aggregation, in the one task a global aggregation's tuples go to
             self.states[()] = self.agg.init(self.attempt, self.collector)
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
         g = tuple(r[i] for i in op.group_idx)
@@ -70,12 +71,12 @@ class PartialProc(Proc):
         if self.count and len(op.group_idx) == 1:
             acc, get, i = self.acc, self.acc.get, op.group_idx[0]
 
-            def count(r: tuple) -> None:    # Count by one field: the per-tuple hot path
+            def count(r: Row) -> None:    # Count by one field: the per-tuple hot path
                 k = r[i]
                 acc[k] = get(k, 0) + 1
             self.row = count  # type: ignore[method-assign]
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
         gi = op.group_idx
@@ -132,7 +133,7 @@ class FinalProc(Proc):
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         k, v = r[:-1], r[-1]
         old = self.acc.get(k, _MISSING)
         assert self.op is not None

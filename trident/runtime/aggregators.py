@@ -14,19 +14,20 @@ from trident.operation import (
     TridentCollector,
     TridentTuple,
 )
+from trident.runtime import Row
 
 
 class _CombinerAsAggregator(Aggregator):
     def __init__(self, c: CombinerAggregator) -> None:
         self.c = c
 
-    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[Any]:
         return [self.c.zero()]
 
-    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+    def aggregate(self, state: list[Any], tuple: TridentTuple, collector: TridentCollector) -> None:
         state[0] = self.c.combine(state[0], self.c.init(tuple))
 
-    def complete(self, state: list, collector: TridentCollector) -> None:
+    def complete(self, state: list[Any], collector: TridentCollector) -> None:
         collector.emit((state[0],))
 
 
@@ -34,13 +35,13 @@ class _ReducerAsAggregator(Aggregator):
     def __init__(self, r: ReducerAggregator) -> None:
         self.r = r
 
-    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[Any]:
         return [self.r.init()]
 
-    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+    def aggregate(self, state: list[Any], tuple: TridentTuple, collector: TridentCollector) -> None:
         state[0] = self.r.reduce(state[0], tuple)
 
-    def complete(self, state: list, collector: TridentCollector) -> None:
+    def complete(self, state: list[Any], collector: TridentCollector) -> None:
         collector.emit((state[0],))
 
 
@@ -51,15 +52,15 @@ class _Chained(Aggregator):
     def __init__(self, parts: list[tuple[Any, tuple[int, ...], Fields]]) -> None:
         self.parts = [(as_aggregator(a), idx, TridentTuple.of(f)) for a, idx, f in parts]
 
-    def init(self, batch_id: Any, collector: TridentCollector) -> list:
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[Any]:
         cols = [_ListCollect() for _ in self.parts]
         return [(a.init(batch_id, c), c) for (a, _, _), c in zip(self.parts, cols, strict=True)]
 
-    def aggregate(self, state: list, tuple: TridentTuple, collector: TridentCollector) -> None:
+    def aggregate(self, state: list[Any], tuple: TridentTuple, collector: TridentCollector) -> None:
         for (a, idx, tt), (s, c) in zip(self.parts, state, strict=True):
             a.aggregate(s, tt(tuple_pick(tuple, idx)), c)
 
-    def complete(self, state: list, collector: TridentCollector) -> None:
+    def complete(self, state: list[Any], collector: TridentCollector) -> None:
         import itertools
 
         for (a, _, _), (s, c) in zip(self.parts, state, strict=True):
@@ -68,14 +69,14 @@ class _Chained(Aggregator):
             collector.emit(sum((tuple(v) for v in combo), ()))
 
 
-def tuple_pick(t: Sequence[Any], idx: tuple[int, ...]) -> tuple:
+def tuple_pick(t: Sequence[Any], idx: tuple[int, ...]) -> Row:
     """The values of ``t`` at ``idx``."""
     return tuple(t[i] for i in idx)
 
 
 class _ListCollect(TridentCollector):
     def __init__(self) -> None:
-        self.out: list[tuple] = []
+        self.out: list[Row] = []
 
     def emit(self, values: Sequence[Any]) -> None:
         self.out.append(tuple(values))
@@ -87,4 +88,5 @@ def as_aggregator(agg: Any) -> Aggregator:
         return _CombinerAsAggregator(agg)
     if isinstance(agg, ReducerAggregator):
         return _ReducerAsAggregator(agg)
-    return agg
+    aggregator: Aggregator = agg
+    return aggregator

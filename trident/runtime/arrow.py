@@ -15,7 +15,8 @@ def to_ipc(batch: Any) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write(batch)
-    return sink.getvalue().to_pybytes()
+    buf: bytes = sink.getvalue().to_pybytes()
+    return buf
 
 
 def from_ipc(buf: bytes) -> Any:

@@ -75,7 +75,7 @@ class TridentBolt(BaseBatchBolt):
         self.description = description
         self.named = named
 
-    def prepare(self, conf: dict, context: Any, collector: Any, id: Any) -> None:
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         """Build the processor chain for this task and batch."""
         self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
         self.task, self.num_tasks = context.task_index, context.num_tasks
@@ -101,32 +101,9 @@ class TridentBolt(BaseBatchBolt):
         how many rows it took."""
         src = (source, stream)
         if ColumnBatch in set(map(type, values_list)):
-            n = 0
-            for v in values_list:
-                if type(v) is ColumnBatch:
-                    n += len(v)
-                    if self.join is not None:
-                        side = self.sides[src]
-                        for r in rows_of(v.batch):
-                            self.join.side_row(side, r)
-                    else:
-                        self.head.batch(v.batch)
-                else:
-                    n += 1
-                    self.execute_values([v], source, stream)
-            return n
+            return self._take_column_batches(values_list, source, stream)
         if src in self.arrow_in:
-            rows = 0                               # tuples, not buffers: a buffer holds many
-            for v in values_list:
-                for b in from_ipc(v[1]).to_batches():
-                    rows += b.num_rows
-                    if self.join is not None:      # a join takes rows, by side
-                        side = self.sides[src]
-                        for r in rows_of(b):
-                            self.join.side_row(side, r)
-                    else:
-                        self.head.batch(b)
-            return rows
+            return self._take_buffers(values_list, src)
         elif self.join is not None:
             side, side_row = self.sides[src], self.join.side_row
             for v in values_list:
@@ -134,6 +111,38 @@ class TridentBolt(BaseBatchBolt):
         else:
             self.head.rows([v[1:] for v in values_list])
         return len(values_list)
+
+    def _take_column_batches(self, values_list: list[Any], source: str, stream: str) -> int:
+        """A payload holding a spout's ``ColumnBatch``-es: each as the batch it is, the
+        other values as rows. Returns how many rows it took."""
+        n = 0
+        for v in values_list:
+            if type(v) is ColumnBatch:
+                n += len(v)
+                self._take_batch((source, stream), v.batch)
+            else:
+                n += 1
+                self.execute_values([v], source, stream)
+        return n
+
+    def _take_buffers(self, values_list: list[Any], src: tuple[str, str]) -> int:
+        """A payload of Arrow IPC buffers. Returns how many rows (tuples, not buffers: a
+        buffer holds many) it took."""
+        rows = 0
+        for v in values_list:
+            for b in from_ipc(v[1]).to_batches():
+                rows += b.num_rows
+                self._take_batch(src, b)
+        return rows
+
+    def _take_batch(self, src: tuple[str, str], b: Any) -> None:
+        """A record batch down the chain; a join takes rows, by side."""
+        if self.join is not None:
+            side = self.sides[src]
+            for r in rows_of(b):
+                self.join.side_row(side, r)
+        else:
+            self.head.batch(b)
 
     def finish_batch(self) -> None:
         """The end of the task's share: flows down the chain."""

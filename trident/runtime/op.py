@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.tuples import Fields
+from trident.runtime import Row
 from trident.runtime.aggregators import _Chained, _CombinerAsAggregator, _ReducerAsAggregator
 
 
-def key_of(row: tuple, idx: Sequence[int]) -> Any:
+def key_of(row: Row, idx: Sequence[int]) -> Any:
     """A map key of group fields: the value of one field, a tuple of several, ``"$GLOBAL"``
     for none (the one key of an ungrouped persistent aggregation)."""
     if len(idx) == 1:

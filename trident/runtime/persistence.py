@@ -7,12 +7,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident.operation import ReducerAggregator, TridentTuple
+from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
+from trident.states import is_state_factory
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
+
 
 class PersistProc(Proc):
     """``persistent_aggregate``, in the commit phase: the combined partials (or, for a
@@ -24,13 +27,14 @@ class PersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.map = _open_state(bolt, op)
+        self.bolt_txid: int = bolt.attempt.txid
         self.reducer = isinstance(op.fn, ReducerAggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
         if self.reducer:
@@ -49,79 +53,112 @@ class PersistProc(Proc):
             self.batches.append(b)
 
     def finish(self) -> None:
-        op, nxt = self.op, self.nxt
+        op = self.op
         assert op is not None
-        fn = op.fn
-        if self.batches and len(self.batches) > 1:
-            b = _concat(self.batches)
-            group = list(b.schema.names[:-1])
-            try:
-                self.batches = [arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])]
-            except SumOverflow:
-                # the partials' sum is beyond Arrow's integers, not the map's: add them in
-                # Python (exact), as the fold into the map does
-                acc = self.acc
-                for part in self.batches:
-                    for k, v in zip(*_keys_values(part), strict=True):
-                        old = acc.get(k, _MISSING)
-                        acc[k] = v if old is _MISSING else fn.combine(old, v)
-                self.batches = []
+        if len(self.batches) > 1:
+            self._sum_batches()
         if self.batches:
             b = self.batches[0]
-            acc = self.acc
-            if not acc and not op.emit_values and hasattr(self.map, "add_columns"):   # a counter map
-                if b.num_columns == 2:
-                    self.map.add_columns(b.column(0), b.column(1))     # keys of groups: as arrays
-                else:
-                    self.map.add(*_keys_values(b), distinct=True)
-                self.batches = []
+            if not self.acc and b.num_columns == 2:
+                # one group field, nothing folded in Python: the columns go to the map as they
+                # are (a counter map adds them without a read; the others take them as lists)
+                new = self._combine(b.column(0), b.column(1))
+                if op.emit_values:
+                    self._emit(b.column(0).to_pylist(), new)
                 Proc.finish(self)
                 return
             keys, values = _keys_values(b)
-            if acc:
-                for k, v in zip(keys, values, strict=True):
-                    old = acc.get(k, _MISSING)
-                    acc[k] = v if old is _MISSING else fn.combine(old, v)
+            if self.acc:
+                self._fold(keys, values)
             else:
                 self.acc = dict(zip(keys, values, strict=True))
         keys = list(self.acc)
-        if keys and op.state.state_type.value == "counter":
-            # a counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
-            # partials beyond them stops here, named, before anything is written
-            for k, v in self.acc.items():
-                if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
-                    raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
-                                        f"what counters map {op.state.name!r} holds",
-                                        f"Store it in a transactional or opaque map (trident.state."
-                                        f"transactional({op.state.name!r})), which holds Python ints "
-                                        "without bound, or sum smaller numbers") from None
         if keys:
-            if self.reducer:
-                def reduce_into(ts: list) -> Callable[[Any], Any]:
-                    def up(old: Any) -> Any:
-                        v = fn.init() if old is None else old
-                        for t in ts:
-                            v = fn.reduce(v, t)
-                        return v
-                    return up
-                new = self.map.multi_update(keys, [reduce_into(self.acc[k]) for k in keys])
-            elif getattr(fn, "arrow_agg", None) in ("count", "sum"):
-                if not op.emit_values and hasattr(self.map, "add"):
-                    self.map.add(keys, list(self.acc.values()))      # a counter map: no read
-                    new = []
-                else:
-                    new = self.map.multi_combine(keys, list(self.acc.values()), "sum")
-            else:
-                zero = fn.zero
-
-                def combine(old: Any, v: Any) -> Any:
-                    return fn.combine(zero() if old is None else old, v)
-                new = self.map.multi_combine(keys, list(self.acc.values()), combine)
-            if op.emit_values and nxt is not None:
-                ng = len(op.group_idx)
-                for k, v in zip(keys, new, strict=True):
-                    nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
+            if getattr(op.state, "state_type", None) == "counter":
+                self._check_counter_totals()
+            self._emit(keys, self._write(keys))
         Proc.finish(self)
+
+    def _fold(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
+        """Combine ``values`` into the task's partials under ``keys``."""
+        assert self.op is not None
+        acc, fn = self.acc, self.op.fn
+        for k, v in zip(keys, values, strict=True):
+            old = acc.get(k, _MISSING)
+            acc[k] = v if old is _MISSING else fn.combine(old, v)
+
+    def _sum_batches(self) -> None:
+        """The record batches of partials as one, summed per key in Arrow; or, when the sum
+        is beyond Arrow's integers (not the map's), folded into ``acc`` in Python (exact),
+        as the fold into the map does."""
+        b = _concat(self.batches)
+        group = list(b.schema.names[:-1])
+        try:
+            self.batches = [arrow_group_agg(b, group, b.schema.names[-1], "sum", b.schema.names[-1])]
+        except SumOverflow:
+            for part in self.batches:
+                self._fold(*_keys_values(part))
+            self.batches = []
+
+    def _check_counter_totals(self) -> None:
+        """A counters map adds 64-bit integers (Redis INCRBY): a total of this batch's
+        partials beyond them stops here, named, before anything is written."""
+        op = self.op
+        assert op is not None
+        for k, v in self.acc.items():
+            if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+                raise self.overflow(SumOverflow(k, v, "int64"), op.fields[-1], "its total",
+                                    f"what counters map {op.state.name!r} holds",
+                                    f"Store it in a transactional or opaque map (trident.state."
+                                    f"transactional({op.state.name!r})), which holds Python ints "
+                                    "without bound, or sum smaller numbers") from None
+
+    def _write(self, keys: list[Any]) -> list[Any]:
+        """Fold the task's values of ``keys`` into the map (one read, one write); the new
+        values (none when nobody reads them and the map adds without a read)."""
+        op = self.op
+        assert op is not None
+        if self.reducer:
+            new: list[Any] = self.map.multi_update(keys, [_reduce_into(op.fn, self.acc[k]) for k in keys])
+            return new
+        return self._combine(keys, list(self.acc.values()))
+
+    def _combine(self, keys: Any, values: Any) -> list[Any]:
+        """``values`` folded into ``keys`` of the map through its one columnar entry,
+        ``combine`` (Storm's MapCombinerAggStateUpdater): a sum for counts and sums, else the
+        aggregator's ``combine`` over the stored value (its ``zero`` for a new key)."""
+        op = self.op
+        assert op is not None
+        fn = op.fn
+        combiner: Any
+        if getattr(fn, "arrow_agg", None) in ("count", "sum"):
+            combiner = "sum"
+        else:
+            zero = fn.zero
+
+            def combiner(old: Any, v: Any) -> Any:
+                return fn.combine(zero() if old is None else old, v)
+        new = self.map.combine(self.bolt_txid, keys, values, combiner, new_values=op.emit_values)
+        return [] if new is None else list(new)
+
+    def _emit(self, keys: list[Any], new: list[Any]) -> None:
+        """``(key fields..., new value)`` per key, when the new values have a consumer."""
+        op, nxt = self.op, self.nxt
+        assert op is not None
+        if op.emit_values and nxt is not None:
+            ng = len(op.group_idx)
+            for k, v in zip(keys, new, strict=True):
+                nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
+
+
+def _reduce_into(fn: Any, ts: list[TridentTuple]) -> Callable[[Any], Any]:
+    """The update of one key's stored value by reducer ``fn`` over the tuples ``ts``."""
+    def up(old: Any) -> Any:
+        v = fn.init() if old is None else old
+        for t in ts:
+            v = fn.reduce(v, t)
+        return v
+    return up
 
 
 class PartitionPersistProc(Proc):
@@ -132,11 +169,14 @@ class PartitionPersistProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
-        self.map = bolt.context.map_state(op.state.name, op.state.state_type.value)
+        self.bolt = bolt
+        # a map of the topology is opened now (the driver finds the maps committers open in
+        # prepare); a State API state in finish
+        self.map = None if is_state_factory(op.state) else _open_state(bolt, op)
         self.tt = TridentTuple.of(op.in_fields)
         self.tuples: list[TridentTuple] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         assert self.op is not None
         self.tuples.append(self.tt(tuple(r[i] for i in self.op.in_idx)))
 
@@ -145,9 +185,25 @@ class PartitionPersistProc(Proc):
         assert op is not None
         push = self.nxt.row if self.nxt is not None else (lambda r: None)
         c = _Collect(push, len(op.out_fields), op_label(op))
-        if self.tuples:
+        if self.map is None:
+            # a State API state: every task opens it every batch, also with no tuples, so a
+            # replay that gives this task none still takes back what an earlier attempt of
+            # the txid wrote here (an opaque spout's replay may be another batch)
+            st = _open_state(self.bolt, op)
+            if self.tuples:
+                op.fn.update_state(st, self.tuples, c)
+        elif self.tuples:     # Storm's rule: a task with no tuples leaves the map alone
             op.fn.update_state(self.map, self.tuples, c)
         Proc.finish(self)
+
+
+def _open_state(bolt: TridentBolt, op: Any) -> Any:
+    """The state of a persist or query op: a map of the topology (``trident.state``), or
+    what a State API factory makes for this task (``context.state``: the framework runs
+    its ``begin_commit``/``commit`` around the task's batch)."""
+    if is_state_factory(op.state):
+        return bolt.context.state(op.state)
+    return bolt.context.map_state(op.state.name, op.state.state_type.value)
 
 
 class _ReadView:
@@ -157,7 +213,8 @@ class _ReadView:
         self._m = m
 
     def multi_get(self, keys: Sequence[Any]) -> list[Any]:
-        return self._m.multi_get_committed(keys)
+        values: list[Any] = self._m.multi_get_committed(keys)
+        return values
 
     def get(self, key: Any) -> Any:
         return self.multi_get([key])[0]
@@ -171,11 +228,12 @@ class QueryProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None and self.nxt is not None
-        self.view = _ReadView(bolt.context.map_state(op.state.name, op.state.state_type.value))
+        self.bolt = bolt
+        self.view = None if is_state_factory(op.state) else _ReadView(_open_state(bolt, op))
         self.tt = TridentTuple.of(op.in_fields)
-        self.buffered: list[tuple] = []
+        self.buffered: list[Row] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.buffered.append(r)
 
     def finish(self) -> None:
@@ -183,7 +241,7 @@ class QueryProc(Proc):
         assert op is not None and nxt is not None
         if self.buffered:
             tts = [self.tt(tuple(r[i] for i in op.in_idx)) for r in self.buffered]
-            results = op.fn.batch_retrieve(self.view, tts)
+            results = op.fn.batch_retrieve(self.view if self.view is not None else _open_state(self.bolt, op), tts)
             if len(results) != len(tts):
                 msg = f"batch_retrieve returned {len(results)} results for {len(tts)} tuples"
                 raise ValueError(msg)

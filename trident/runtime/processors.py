@@ -12,6 +12,7 @@ from transactional.engine import routing
 from transactional.exceptions import AggregateOverflowError, InvalidTupleError
 from transactional.tuples import Fields
 from trident.operation import TridentCollector, TridentTuple
+from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _as_batch, _concat, to_ipc
 from trident.runtime.op import Op, op_label
 
@@ -36,11 +37,11 @@ class Proc:
         if self.op is not None and self.op.fn is not None and hasattr(self.op.fn, "prepare"):
             self.op.fn.prepare(bolt.conf, bolt.op_context)
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         """One row."""
         raise NotImplementedError
 
-    def rows(self, rs: list[tuple]) -> None:
+    def rows(self, rs: list[Row]) -> None:
         """Many rows (a columnar processor collects them at once)."""
         row = self.row
         for r in rs:
@@ -77,8 +78,8 @@ class _Collect(TridentCollector):
 
     __slots__ = ("current", "push", "width", "what")
 
-    def __init__(self, push: Callable[[tuple], None], width: int, what: str) -> None:
-        self.current: tuple = ()
+    def __init__(self, push: Callable[[Row], None], width: int, what: str) -> None:
+        self.current: Row = ()
         self.push = push
         self.width = width
         self.what = what
@@ -104,18 +105,18 @@ class EachProc(Proc):
         self.pick = _picker(op.in_idx)
         c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
 
-        def row(r: tuple) -> None:          # the per-tuple hot path: one closure, no lookups
+        def row(r: Row) -> None:          # the per-tuple hot path: one closure, no lookups
             c.current = r
             execute(tt(pick(r)), c)
         self.row = row  # type: ignore[method-assign]
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         c = self.collector
         c.current = r
         self.execute(self.tt(self.pick(r)), c)
 
 
-def _picker(idx: tuple[int, ...]) -> Callable[[tuple], tuple]:
+def _picker(idx: tuple[int, ...]) -> Callable[[Row], Row]:
     """A function taking the values at ``idx`` of a row."""
     if len(idx) == 1:
         i = idx[0]
@@ -132,7 +133,7 @@ class FilterProc(Proc):
         keep = op.fn.is_keep if hasattr(op.fn, "is_keep") else op.fn
         idx, tt, push = op.in_idx, self.tt, self.nxt.row
 
-        def row(r: tuple) -> None:
+        def row(r: Row) -> None:
             if keep(tt(tuple(r[i] for i in idx))):
                 push(r)
         self.row = row  # type: ignore[method-assign]
@@ -148,25 +149,25 @@ class MapProc(Proc):
         fn = op.fn.execute if hasattr(op.fn, "execute") else op.fn
         idx, tt, push, width = op.in_idx, TridentTuple.of(op.in_fields), self.nxt.row, len(op.out_fields)
 
-        def check(v: Any) -> tuple:
-            v = v if type(v) is tuple else tuple(v) if isinstance(v, (list, tuple)) else (v,)
-            if len(v) != width:
-                msg = f"{op.kind} produced {v!r}; its output fields are {list(op.out_fields)}"
+        def check(v: Any) -> Row:
+            t: Row = v if type(v) is tuple else tuple(v) if isinstance(v, (list, tuple)) else (v,)
+            if len(t) != width:
+                msg = f"{op.kind} produced {t!r}; its output fields are {list(op.out_fields)}"
                 raise ValueError(msg)
-            return v
+            return t
 
         if op.kind == "map":
-            def row(r: tuple) -> None:
+            def row(r: Row) -> None:
                 push(check(fn(tt(tuple(r[i] for i in idx)))))
         else:
-            def row(r: tuple) -> None:
+            def row(r: Row) -> None:
                 for v in fn(tt(tuple(r[i] for i in idx))):
                     push(check(v))
         self.row = row  # type: ignore[method-assign]
 
 
 class ProjectProc(Proc):
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         assert self.op is not None and self.nxt is not None
         self.nxt.row(tuple(r[i] for i in self.op.in_idx))
 
@@ -181,13 +182,13 @@ class BatchProc(Proc):
 
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
-        self.pending: list[tuple] = []
+        self.pending: list[Row] = []
         self.batches: list[Any] = []
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.pending.append(r)
 
-    def rows(self, rs: list[tuple]) -> None:
+    def rows(self, rs: list[Row]) -> None:
         self.pending.extend(rs)
 
     def batch(self, b: Any) -> None:
@@ -227,13 +228,13 @@ class JoinProc(Proc):
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
         assert self.op is not None
-        self.sides: list[dict[Any, list[tuple]]] = [{} for _ in self.op.fn]
+        self.sides: list[dict[Any, list[Row]]] = [{} for _ in self.op.fn]
 
-    def side_row(self, side: int, r: tuple) -> None:
+    def side_row(self, side: int, r: Row) -> None:
         idx, rest = self.op.fn[side]    # type: ignore[union-attr]
         self.sides[side].setdefault(tuple(r[i] for i in idx), []).append(tuple(r[i] for i in rest))
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.side_row(0, r)
 
     def finish(self) -> None:
@@ -273,7 +274,7 @@ class EmitProc(Proc):
     def open(self, bolt: TridentBolt) -> None:
         self.bolt = bolt
         self.attempt = bolt.attempt
-        self.buffered: list[tuple] = []
+        self.buffered: list[Row] = []
         self.batches: list[Any] = []
         if self.rows_out and not self.arrow_outs:
             emit, att = bolt.collector.emit, (bolt.attempt,)
@@ -282,7 +283,7 @@ class EmitProc(Proc):
             self.row = lambda r: None  # type: ignore[method-assign]
             self.batch = lambda b: None  # type: ignore[method-assign]
 
-    def row(self, r: tuple) -> None:
+    def row(self, r: Row) -> None:
         self.buffered.append(r)
 
     def batch(self, b: Any) -> None:

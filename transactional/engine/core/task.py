@@ -24,6 +24,7 @@ from typing import Any
 
 from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
+from transactional.engine.faults import task_fault
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.engine.task import TaskContext, payload_order
 from transactional.exceptions import FailedException, InvalidTupleError
@@ -280,6 +281,7 @@ def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task:
     executed, emitted, the task's report to the ackers). The input is taken in the same
     fixed order as ``transactional.engine.task.run_task`` takes it."""
     payloads = sorted(payloads, key=payload_order)
+    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     context = TaskContext(topology, component, task, phase, states)
     core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
                                                            attempt.attempt_id, component.id, task), only)

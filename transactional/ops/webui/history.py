@@ -136,5 +136,5 @@ def history_snapshot(st: dict[str, Any] | None, coordination: str, now: float | 
         "recent_tuples_per_sec": None, "commit_latency_ms": {"p50": None, "p99": None},
         "throughput": {"interval_secs": 1, "points": []}, "latency": {"points": []}, "lag": {},
         "errors": errors, "extras": {}, "runs": st.get("runs") or [], "lock_holder": st["lock_holder"],
-        "control": st.get("control"),
+        "control": st.get("control"), "verify": run.get("verify"),
     }

@@ -93,6 +93,10 @@ function renderHeader(s) {
   retry.hidden = !s.retrying;
   retry.textContent = s.retrying ? retryingText(s.retrying)
     + (s.retrying.since !== undefined && s.retrying.since !== null ? ` · for ${fmtSecs(s.retrying.since)}` : "") : "";
+  const verify = $("verify-run");
+  verify.hidden = !s.verify;
+  verify.textContent = s.verify ? `verify run: a scratch copy of topology '${s.verify.of}' under fault `
+    + `'${s.verify.fault}' (trident verify ${s.verify.file}), not a production run` : "";
   const why = $("run-state-why");
   const bad = s.run_state && ["dead", "stale"].includes(s.run_state.state);
   why.hidden = !bad;

@@ -1,0 +1,461 @@
+"""Distributed RPC on the batch machinery (docs/drpc.md): the request queues, the spout that
+carries requests in batches, CoordinatedBolt's per-request bookkeeping, and the bolt that
+returns results.
+
+A DRPC request is carried by a batch (a txid): the spout's coordinator takes up to
+``drpc_batch_size`` waiting requests, and they become the batch's metadata (stored before
+the batch runs, so a replay re-runs exactly those requests). The emitter sends each
+request ``(attempt, id, args)`` to the first bolt, and ``(attempt, id, args, n, origin)``
+on the ids stream to every task of every bolt and to the return bolt.
+
+``RequestBolt`` is Storm's CoordinatedBolt over a batch task: it makes one instance of the
+user's bolt per request that reaches the task, and at the end of the task's partition --
+when the task has every tuple of the batch, hence of each of its requests -- it calls
+``finish_batch`` (and ``finished_id``) once per request of the batch, also for requests no
+tuple of which came to this task. What the user's bolt raises for one request fails that
+request only (a tuple on the failed stream), not the batch.
+
+``ReturnResults`` is a committer: in the commit phase, in txid order, it answers each
+request of the batch once -- the first result of the last bolt, or the error -- and puts a
+failed request back in its queue until it failed ``max_attempts`` times.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
+from transactional.engine.drpc_sink import Entry, Sink
+from transactional.exceptions import ConfigError, DRPCExecutionException, InvalidTupleError
+from transactional.spout import Coordinator, Emitter, TransactionalSpout
+from transactional.tuples import Fields, TransactionAttempt, Tuple
+
+log = logging.getLogger("trident")
+
+ATTEMPT = "__attempt"          # the hidden first field of every DRPC tuple in the engine
+IDS_STREAM = "__drpc_ids"      # spout -> every task: the requests of the batch
+FAILED_STREAM = "__drpc_failed"  # every bolt -> return-results: a request failed in a task
+SPOUT_ID = "prepare-request"
+RETURN_ID = "return-results"
+#: Storm's default ``drpc.request.timeout.secs``
+DEFAULT_TIMEOUT_SECS = 600.0
+
+
+# -- requests and the callers waiting for them ---------------------------------------------------
+
+@dataclass
+class _Call:
+    """One request and its caller."""
+
+    id: str
+    args: str
+    deadline: float
+    attempts: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+    result: str | None = None
+    error: str | None = None
+
+
+class RequestQueue:
+    """The requests of one function waiting for its topology, and their callers (thread
+    safe; lives in the process that serves the calls: a ``LocalDRPC``'s, or the ``trident
+    drpc`` server's). ``take`` hands requests to a batch; ``answer``/``fail`` end a call
+    once (a second answer, or one for a call that timed out, is dropped); ``retry`` puts a
+    failed request back at the front."""
+
+    def __init__(self, function: str, timeout_secs: float | None = None) -> None:
+        self.function = function
+        self.timeout_secs = timeout_secs
+        self.max_attempts = 5
+        self._lock = threading.Condition()
+        self._waiting: collections.deque[str] = collections.deque()
+        self._calls: dict[str, _Call] = {}
+        self._ids = itertools.count(1)
+        self._prefix = uuid.uuid4().hex[:8]
+
+    # the caller's side
+    def submit(self, args: str, timeout_secs: float | None = None) -> _Call:
+        """Queue a request; returns its call (``wait`` for the answer)."""
+        timeout = timeout_secs if timeout_secs is not None else (
+            self.timeout_secs if self.timeout_secs is not None else DEFAULT_TIMEOUT_SECS)
+        call = _Call(f"{self._prefix}-{next(self._ids)}", args, time.monotonic() + timeout)
+        with self._lock:
+            self._calls[call.id] = call
+            self._waiting.append(call.id)
+            self._lock.notify_all()
+        return call
+
+    def wait(self, call: _Call) -> str:
+        """The call's result; ``DRPCExecutionException`` with the error, or "timed out"."""
+        if not call.done.wait(max(0.0, call.deadline - time.monotonic())):
+            with self._lock:
+                if not call.done.is_set():          # nobody answered it: it is over for everyone
+                    self._calls.pop(call.id, None)
+                    try:
+                        self._waiting.remove(call.id)
+                    except ValueError:
+                        pass
+                    call.error = "timed out"
+                    call.done.set()
+        if call.error is not None:
+            raise DRPCExecutionException(call.error)
+        assert call.result is not None
+        return call.result
+
+    # the topology's side
+    def has_requests(self) -> bool:
+        """True when a request waits for a batch."""
+        return bool(self._waiting)
+
+    def waiting(self) -> int:
+        """How many requests wait for a batch."""
+        return len(self._waiting)
+
+    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
+        """Up to ``n`` waiting requests as batch entries, waiting up to ``wait_secs`` for one."""
+        with self._lock:
+            if not self._waiting and wait_secs > 0:
+                self._lock.wait_for(lambda: bool(self._waiting), wait_secs)
+            out: list[Entry] = []
+            while self._waiting and len(out) < n:
+                call = self._calls.get(self._waiting.popleft())
+                if call is not None:
+                    out.append([call.id, call.args, call.attempts, ""])
+            return out
+
+    def answer(self, request_id: str, result: str) -> bool:
+        """Answer the call ``request_id`` with ``result``; False when it was answered, failed
+        or timed out already (the answer is dropped: never twice, never to another)."""
+        return self._end(request_id, result, None)
+
+    def fail(self, request_id: str, error: str) -> bool:
+        """End the call ``request_id`` with ``DRPCExecutionException(error)``."""
+        return self._end(request_id, None, error)
+
+    def retry(self, request_id: str, attempts: int) -> bool:
+        """Queue the request again (first in line) after its ``attempts``-th failure."""
+        with self._lock:
+            call = self._calls.get(request_id)
+            if call is None or call.done.is_set():
+                return False
+            call.attempts = attempts
+            self._waiting.appendleft(request_id)
+            self._lock.notify_all()
+            return True
+
+    def fail_all(self, error: str) -> int:
+        """End every call still open with ``error`` (the topology serving them stopped)."""
+        with self._lock:
+            ids = list(self._calls)
+        return sum(self.fail(i, error) for i in ids)
+
+    def _end(self, request_id: str, result: str | None, error: str | None) -> bool:
+        with self._lock:
+            call = self._calls.pop(request_id, None)
+            if call is None or call.done.is_set():
+                return False
+            try:
+                self._waiting.remove(request_id)
+            except ValueError:
+                pass
+            call.result, call.error = result, error
+            call.done.set()
+            return True
+
+
+class _LocalSink(Sink):
+    """A ``RequestQueue`` as a topology's sink."""
+
+    def __init__(self, queue: RequestQueue) -> None:
+        self.queue = queue
+
+    def has_requests(self) -> bool:
+        return self.queue.has_requests()
+
+    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
+        return self.queue.take(n, wait_secs)
+
+    def answer(self, request_id: str, result: str, origin: str = "") -> bool:
+        return self.queue.answer(request_id, result)
+
+    def fail(self, request_id: str, error: str, origin: str = "") -> bool:
+        return self.queue.fail(request_id, error)
+
+    def retry(self, entry: Entry, attempts: int) -> bool:
+        return self.queue.retry(entry[0], attempts)
+
+
+#: the queues of this process's LocalDRPCs: source key ("local:<id>") -> function -> queue
+_LOCAL: dict[str, dict[str, RequestQueue]] = {}
+#: the remote sinks of this process: (servers, function) -> sink
+_REMOTE: dict[tuple[Any, ...], Sink] = {}
+_REMOTE_LOCK = threading.Lock()
+
+
+def local_queues(key: str) -> dict[str, RequestQueue]:
+    """The queues of the ``LocalDRPC`` with source key ``key`` (made on first use)."""
+    return _LOCAL.setdefault(key, {})
+
+
+def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
+    """The sink of ``function`` for a topology made with source ``source``: a
+    ``LocalDRPC``'s queue ("local:<id>"), or the DRPC servers of ``conf["drpc.servers"]``
+    ("remote"). ``ConfigError`` when a remote topology has no server configured, or a local
+    one runs where its ``LocalDRPC`` is not (another process)."""
+    if source.startswith("local:"):
+        queues = _LOCAL.get(source)
+        if queues is None or function not in queues:
+            msg = (f"DRPC function {function!r} was made with create_local_topology(drpc) for a LocalDRPC of "
+                   "another process: run it in the process that made the LocalDRPC (LocalCluster), or build it "
+                   "with create_remote_topology() and set TopologyConfig.drpc_servers")
+            raise ConfigError(msg)
+        return _LocalSink(queues[function])
+    servers = tuple(conf.get("drpc.servers") or ())
+    if not servers:
+        msg = (f"DRPC function {function!r} is a remote topology (create_remote_topology(), or new_drpc_stream "
+               "without a LocalDRPC) but TopologyConfig.drpc_servers is empty: name the `trident drpc` servers, "
+               "e.g. TopologyConfig(drpc_servers=['127.0.0.1:3774']) (TRIDENT_DRPC_SERVERS for `trident run`)")
+        raise ConfigError(msg)
+    with _REMOTE_LOCK:
+        key = (servers, function, conf.get("drpc.token"))
+        sink = _REMOTE.get(key)
+        if sink is None:
+            from transactional.engine.drpc_remote import RemoteSink
+
+            sink = _REMOTE[key] = RemoteSink(servers, function, conf.get("drpc.token"))
+        return sink
+
+
+def drpc_spouts(topology: Any) -> list[Any]:
+    """The DRPC spouts of ``topology`` (instances), for ``LocalCluster``'s set-up."""
+    return [c.new_instance() for c in topology.spouts if c.class_name.endswith(DRPCSpout.__name__)]
+
+
+# -- the spout --------------------------------------------------------------------------------------
+
+class DRPCSpout(TransactionalSpout):
+    """The requests of ``function`` as batches (Storm's DRPCSpout and PrepareRequest). Each
+    batch's metadata is ``{"requests": [[id, args, attempts, origin], ...]}``."""
+
+    def __init__(self, function: str, source: str) -> None:
+        self.function = function
+        self.source = source
+
+    def get_coordinator(self, conf: dict[str, Any], context: Any) -> Coordinator:
+        return _DRPCCoordinator(sink_for(self.source, self.function, conf), int(conf.get("drpc.batch.size", 256)))
+
+    def get_emitter(self, conf: dict[str, Any], context: Any) -> Emitter:
+        return _DRPCEmitter()
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields(ATTEMPT, "id", "args"))
+        declarer.declare(Fields(ATTEMPT, "id", "args", "attempts", "origin"), IDS_STREAM)
+
+
+class _DRPCCoordinator(Coordinator):
+    def __init__(self, sink: Sink, batch_size: int) -> None:
+        self.sink = sink
+        self.batch_size = batch_size
+
+    def is_ready(self) -> bool:
+        return self.sink.has_requests()
+
+    def initialize_transaction(self, txid: int, prev_meta: Any) -> Any:
+        return {"requests": self.sink.take(self.batch_size)}
+
+
+class _DRPCEmitter(Emitter):
+    def emit_batch(self, tx: TransactionAttempt, meta: Any, collector: Any) -> None:
+        for rid, args, attempts, origin in (meta or {}).get("requests", ()):
+            collector.emit((tx, rid, args))
+            collector.emit((tx, rid, args, attempts, origin), IDS_STREAM)
+
+
+# -- CoordinatedBolt over a batch task --------------------------------------------------------------
+
+class _RequestCollector:
+    """The collector a user's bolt emits into for one request: checks that the request id
+    comes first and puts the batch's attempt before it."""
+
+    __slots__ = ("_router", "_attempt", "_id", "_component")
+
+    def __init__(self, router: Any, attempt: TransactionAttempt, request_id: str, component: str) -> None:
+        self._router = router
+        self._attempt = attempt
+        self._id = request_id
+        self._component = component
+
+    def _checked(self, values: Any) -> tuple[Any, ...]:
+        if not isinstance(values, (tuple, list)) or not values or values[0] != self._id:
+            msg = (f"DRPC bolt {self._component!r} emitted {values!r} for request {self._id!r} without the request "
+                   "id as its first value: emit Values(id, ...) with the id prepare() was given (a basic bolt: "
+                   "tuple[0])")
+            raise InvalidTupleError(msg)
+        return (self._attempt, *values)
+
+    def emit(self, values: Any, stream: str = "default") -> None:
+        """Emit ``values`` (the request id first) on ``stream``."""
+        self._router.emit(self._checked(values), stream)
+
+    def emit_direct(self, task: int, values: Any, stream: str = "default") -> None:
+        """Emit ``values`` to task ``task`` of the direct ``stream``."""
+        self._router.emit_direct(task, self._checked(values), stream)
+
+    def report_error(self, error: BaseException) -> None:
+        self._router.report_error(error)
+
+
+class _Declarer:
+    def __init__(self, outer: Any) -> None:
+        self.outer = outer
+
+    def declare(self, fields: Any, stream: str = "default", direct: bool = False) -> None:
+        self.outer.declare(Fields(ATTEMPT, *Fields(fields)), stream, direct)
+
+    def declare_stream(self, stream: str, fields: Any, direct: bool = False) -> None:
+        self.declare(fields, stream, direct)
+
+
+class RequestBolt(BaseBatchBolt):
+    """Storm's CoordinatedBolt, on a batch task: one instance of ``bolt`` per request of
+    the batch (``prepare(conf, context, collector, request_id)``), ``execute`` with the
+    request's tuples (the batch's attempt taken off), then ``finish_batch`` and
+    ``finished_id(id)`` once per request of the batch that this task is told of on the ids
+    stream, whether or not a tuple of it came: every task of a middle bolt (all grouping),
+    and for the last bolt the one task the request id hashes to (fields grouping on
+    ``id``), as Storm's last CoordinatedBolt finishes a request only on the task that got
+    its id tuple."""
+
+    def __init__(self, bolt: Any, component: str) -> None:
+        self.bolt = bolt
+        self.component = component
+        self.describe_as = type(bolt).__name__
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
+        self.conf, self.context, self.router, self.attempt = conf, context, collector, id
+        self.requests: dict[str, None] = {}              # the batch's requests, in order
+        self.instances: dict[str, Any] = {}
+        self.failed: dict[str, BaseException] = {}
+        self.fields: dict[tuple[str, str], Fields] = {}
+
+    def _instance(self, rid: str) -> Any:
+        inst = self.instances.get(rid)
+        if inst is None:
+            inst = copy.deepcopy(self.bolt)
+            if isinstance(inst, BaseBasicBolt):
+                inst = BasicBoltAdapter(inst)
+            inst.prepare(self.conf, self.context, _RequestCollector(self.router, self.attempt, rid, self.component),
+                         rid)
+            self.instances[rid] = inst
+        return inst
+
+    def execute(self, tuple: Tuple) -> None:
+        rid = tuple.values[1]
+        if tuple.source_stream == IDS_STREAM:
+            self.requests[rid] = None
+            return
+        if rid in self.failed:
+            return
+        key = (tuple.source_component, tuple.source_stream)
+        fields = self.fields.get(key)
+        if fields is None:
+            fields = self.fields[key] = Fields(*tuple.fields[1:])
+        try:
+            self._instance(rid).execute(Tuple(tuple.values[1:], fields, tuple.source_component,
+                                              tuple.source_stream, tuple.source_task))
+        except Exception as e:  # noqa: BLE001 - fails this request only (see the module docstring)
+            self.failed[rid] = e
+
+    def finish_batch(self) -> None:
+        for rid in self.requests:
+            if rid not in self.failed:
+                try:
+                    inst = self._instance(rid)
+                    inst.finish_batch()
+                    finished = getattr(inst.bolt if isinstance(inst, BasicBoltAdapter) else inst, "finished_id",
+                                       None)
+                    if finished is not None:
+                        finished(rid)
+                except Exception as e:  # noqa: BLE001 - as in execute
+                    self.failed[rid] = e
+        for rid, error in self.failed.items():
+            fatal = isinstance(error, InvalidTupleError)
+            where = f"{self.component} task {self.context.task_index}"
+            self.router.emit((self.attempt, rid, f"{where}: {type(error).__name__}: {error}", fatal), FAILED_STREAM)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        self.bolt.declare_output_fields(_Declarer(declarer))
+        declarer.declare(Fields(ATTEMPT, "id", "error", "fatal"), FAILED_STREAM)
+
+
+class ReturnResults(BaseBatchBolt, Committer):
+    """Answers each request of a batch once, in the commit phase (Storm's JoinResult and
+    ReturnResults): the first ``(id, result)`` of the last bolt as text (``render``), the
+    error of a request that failed ``max_attempts`` times (or broke the tuple contract), or
+    queues a failed request again."""
+
+    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None) -> None:
+        self.function = function
+        self.source = source
+        self.last = last
+        self.render = render
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
+        self.sink = sink_for(self.source, self.function, conf)
+        self.max_attempts = int(conf.get("topology.max.attempts", 5))
+        self.entries: dict[str, Entry] = {}
+        self.results: dict[str, list[Any]] = {}
+        self.errors: dict[str, tuple[str, bool]] = {}
+
+    def execute(self, tuple: Tuple) -> None:
+        v = tuple.values
+        if tuple.source_stream == IDS_STREAM:
+            self.entries[v[1]] = [v[1], v[2], v[3], v[4]]
+        elif tuple.source_stream == FAILED_STREAM:
+            self.errors.setdefault(v[1], (v[2], v[3]))
+        elif self.render is not None:        # a Trident stream: one request per batch, rows without its id
+            self.results.setdefault("", []).append(v[1:])
+        else:
+            self.results.setdefault(v[1], []).append(v[2:])
+
+    def finish_batch(self) -> None:
+        for rid, entry in self.entries.items():
+            origin = entry[3]
+            error = self.errors.get(rid)
+            if error is not None:
+                attempts = entry[2] + 1
+                message, fatal = error
+                if fatal or attempts >= self.max_attempts:
+                    tried = "" if fatal else f" (failed {attempts} times: max_attempts={self.max_attempts})"
+                    self.sink.fail(rid, f"{self.function}: {message}{tried}", origin)
+                else:
+                    log.info("DRPC %s request %s failed (attempt %d of max_attempts=%d), queued again: %s",
+                             self.function, rid, attempts, self.max_attempts, message.splitlines()[0])
+                    self.sink.retry(entry, attempts)
+                continue
+            rows = self.results.get("" if self.render is not None else rid)
+            if self.render is not None:
+                self.sink.answer(rid, self.render(rows or []), origin)
+            elif rows:
+                self.sink.answer(rid, str(rows[0][0]), origin)
+            else:
+                self.sink.fail(rid, f"{self.function}: the last bolt {self.last!r} emitted no result for the "
+                                    "request; emit Values(id, result) from it", origin)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """Emits nothing."""
+
+
+def environ_token(conf: dict[str, Any]) -> str | None:
+    """The DRPC token of a run: ``conf['drpc.token']``, else ``TRIDENT_DRPC_TOKEN``."""
+    return conf.get("drpc.token") or os.environ.get("TRIDENT_DRPC_TOKEN") or None

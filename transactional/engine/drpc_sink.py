@@ -1,0 +1,40 @@
+"""Where a DRPC topology takes requests and returns answers: the interface both the local
+queues (``transactional.engine.drpc``) and the remote servers
+(``transactional.engine.drpc_remote``) implement."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+__all__ = ["Entry", "Sink"]
+
+#: one entry of a batch's metadata: [request id, args, attempts so far, origin server or ""]
+Entry = list[Any]
+
+
+class Sink(abc.ABC):
+    """Where a DRPC topology takes requests and returns answers (one per function and
+    source, in the driver process): a ``LocalDRPC``'s queue here, or the ``trident drpc``
+    servers (``transactional.engine.drpc_remote``). ``origin`` names the server a request came
+    from ("" for a local one)."""
+
+    @abc.abstractmethod
+    def has_requests(self) -> bool:
+        """True when a request waits for a batch (asked before each batch; must be quick)."""
+
+    @abc.abstractmethod
+    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
+        """Up to ``n`` waiting requests as batch entries."""
+
+    @abc.abstractmethod
+    def answer(self, request_id: str, result: str, origin: str = "") -> bool:
+        """Answer a request; False when it was over already (the answer is dropped)."""
+
+    @abc.abstractmethod
+    def fail(self, request_id: str, error: str, origin: str = "") -> bool:
+        """End a request with ``DRPCExecutionException(error)``."""
+
+    @abc.abstractmethod
+    def retry(self, entry: Entry, attempts: int) -> bool:
+        """Queue a failed request again after its ``attempts``-th failure."""
