@@ -9,13 +9,16 @@ this file in a child process).
   set ``<stream>:seen``, then acks;
 * ``stateful``: RedisStreamSpout -> SplitSentence -> WordCount (a ``BaseStatefulBolt``
   on ``KeyValueState`` in the same Redis: hashes ``core-stateful-<stream>:count:<task>``),
-  with ``TRIDENT_TEST_COUNT_TASKS`` tasks (default 2).
+  with ``TRIDENT_TEST_COUNT_TASKS`` tasks (default 2);
+* ``windowed``: RedisStreamSpout -> SplitSentence -> Windowed (a persistent
+  ``BaseStatefulWindowedBolt``, tumbling windows of 300 ms, its window in the same Redis),
+  which adds the entry id of every tuple of each window it fires to ``<stream>:windowed``.
 """
 
 import os
 
 from spouts import RedisStreamSpout
-from transactional import BaseRichBolt, BaseStatefulBolt, Fields, TopologyBuilder
+from transactional import BaseRichBolt, BaseStatefulBolt, BaseStatefulWindowedBolt, Duration, Fields, TopologyBuilder
 
 URL = os.environ.get("TRIDENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 STREAM = os.environ.get("TRIDENT_TEST_STREAM", "sentences")
@@ -70,12 +73,28 @@ class WordCount(BaseStatefulBolt):
         self.collector.ack(tuple)
 
 
+class Windowed(BaseStatefulWindowedBolt):
+    def prepare(self, conf, context, collector):
+        import redis
+
+        self.r = redis.Redis.from_url(URL)
+
+    def execute(self, window):
+        self.r.sadd(f"{STREAM}:windowed", *{t["id"] for t in window.get()})
+
+    def cleanup(self):
+        self.r.close()
+
+
 def build_topology():
     b = TopologyBuilder(f"core-{KIND}-{STREAM}")
     b.set_spout("sentences", RedisStreamSpout(URL, STREAM, "wc", fields=Fields("id", "sentence"), count=20,
                                               block_ms=20, claim_idle_secs=1.0), 1)
     b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
-    if KIND == "stateful":
+    if KIND == "windowed":
+        b.set_bolt("window", Windowed().with_tumbling_window(Duration(300)).with_persistence(), 1) \
+            .global_grouping("split")
+    elif KIND == "stateful":
         b.set_bolt("count", WordCount(), COUNT_TASKS).fields_grouping("split", Fields("word"))
     else:
         b.set_bolt("record", Record(), 2).shuffle_grouping("split")

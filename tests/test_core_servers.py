@@ -111,6 +111,33 @@ def test_a_driver_killed_with_sigkill_and_restarted_loses_no_message(tmp_path: P
     assert all(4 <= n <= 4 * 4 for n in processed.values())           # every word; again at most once a run
 
 
+def test_a_persistent_window_killed_with_sigkill_resumes_and_every_tuple_is_in_a_fired_window(
+        tmp_path: Path, redis_url: str, zk_url: str) -> None:
+    """RedisStreamSpout -> split -> a persistent windowed bolt (300 ms tumbling windows kept
+    in its KeyValueState on Redis): two SIGKILLs of the driver while windows are open, then a
+    run to the end. Every word's sentence is in some window that fired, and every message
+    was acked."""
+    seed = int(os.environ.get("TRIDENT_TEST_SEED", random.randrange(1 << 30)))
+    print(f"TRIDENT_TEST_SEED={seed}")
+    rng = random.Random(seed)
+    r = redis.Redis.from_url(redis_url)
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    ids = fill(r, stream, sentences(150))
+    coordination = zk_url + "?session_timeout=1"
+    for kill in range(2):
+        d = Driver(tmp_path, f"wkill{kill}", redis_url, stream, "windowed", coordination=coordination)
+        at = rng.randint(5, 40) + kill * 50
+        deadline = time.monotonic() + 60
+        while r.scard(f"{stream}:windowed") < at and d.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert d.proc.poll() is None, d.tail()
+        d.kill()
+    d = Driver(tmp_path, "wlast", redis_url, stream, "windowed", coordination=coordination)
+    assert d.wait() == 0, d.tail()
+    assert {x.decode() for x in r.smembers(f"{stream}:windowed")} == set(ids)     # none lost
+    assert r.xpending(stream, "wc")["pending"] == 0
+
+
 @pytest.mark.spark_only
 def test_the_reliable_topology_on_spark_processes_every_message(tmp_path: Path, redis_url: str, zk_url: str) -> None:
     r = redis.Redis.from_url(redis_url)

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     )
     from transactional.local_cluster import LocalCluster
     from transactional.result import RunResult
+    from transactional.ticks import is_tick
     from transactional.topology import Topology, TransactionalTopologyBuilder
     from transactional.tuples import Fields, TransactionAttempt, Tuple, Values
+    from transactional.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt, Count, Duration
 
 __all__ = [
     "TransactionalTopologyBuilder", "Topology", "TransactionAttempt", "Fields", "Values", "Tuple",
@@ -37,6 +39,7 @@ __all__ = [
     "TopologyConfig", "run_topology", "RunResult",
     "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
+    "is_tick", "BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration",
     "LocalCluster",
 ]
 
@@ -51,6 +54,8 @@ _WHERE = {
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
     "LocalCluster": "transactional.local_cluster",
     **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
+    "is_tick": "transactional.ticks",
+    **{n: "transactional.windowing" for n in ("BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration")},
     "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
     "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",
     "Tuple": "transactional.tuples", "Values": "transactional.tuples",

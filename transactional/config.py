@@ -5,7 +5,8 @@ Storm's names map to fields: ``topology.max.spout.pending`` -> ``max_spout_pendi
 ``transactional.zookeeper.servers`` -> ``coordination``,
 ``topology.state.provider`` -> ``state`` (also accepted as ``state_provider``),
 ``topology.acker.executors`` -> ``ackers``,
-``topology.state.checkpoint.interval.ms`` -> ``checkpoint_interval_ms``.
+``topology.state.checkpoint.interval.ms`` -> ``checkpoint_interval_ms``,
+``topology.tick.tuple.freq.secs`` -> ``tick_tuple_freq_secs``.
 
 Two kinds of topology read these settings: transactional ones (batches of a txid,
 exactly once) and core Storm topologies (``TopologyBuilder``: tuple trees tracked by the
@@ -55,6 +56,7 @@ class TopologyConfig(BaseModel):
     max_spout_pending: int | None = Field(None, description="Storm's topology.max.spout.pending. Transactional topologies: txids emitted and not yet committed, at most (None: 3). Core topologies: spout tuples emitted and not yet acked or failed, per spout task (None: no bound but micro_batch_size x micro_batches_in_flight)")
     ackers: int = Field(1, description="core topologies: acker tasks tracking tuple trees (Storm's topology.acker.executors); 0 turns tracking off: spouts get ack right after emit")
     checkpoint_interval_ms: int = Field(1000, description="core topologies with stateful bolts: a checkpoint (prepare, then commit, of every bolt's KeyValueState) at most this often (Storm's topology.state.checkpoint.interval.ms); 0: after every micro-batch")
+    tick_tuple_freq_secs: float | None = Field(None, description="core topologies: every bolt task gets a tick tuple (transactional.is_tick) in the first micro-batch after each such interval of the driver's clock (Storm's topology.tick.tuple.freq.secs; a bolt's add_configuration wins); None: no ticks")
     micro_batch_size: int = Field(5000, description="core topologies: the most spout tuples one micro-batch takes")
     micro_batches_in_flight: int = Field(2, description="core topologies: micro-batches processing at once (their processing jobs overlap; commits stay in order)")
     message_timeout_secs: float = Field(30.0, description="an attempt not processed in this time is cancelled and replayed")
@@ -90,10 +92,11 @@ class TopologyConfig(BaseModel):
             raise ValueError(msg)
         return v
 
-    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs", "drpc_request_timeout_secs")
+    @field_validator("message_timeout_secs", "connect_timeout_secs", "poll_interval_secs", "drpc_request_timeout_secs",
+                     "tick_tuple_freq_secs")
     @classmethod
-    def _positive(cls, v: float) -> float:
-        if not v > 0:
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and not v > 0:
             msg = f"must be > 0 seconds (got {v})"
             raise ValueError(msg)
         return v

@@ -193,9 +193,18 @@ class TopologyBuilder:
         self._spouts[spout_id] = (spout, _check_parallelism(spout_id, parallelism))
 
     def set_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> InputDeclarer:
-        """Add a bolt (``BaseRichBolt``, ``BaseStatefulBolt`` or ``BaseBasicBolt``) with
-        ``parallelism`` tasks; subscribe it with the returned declarer's groupings."""
+        """Add a bolt (``BaseRichBolt``, ``BaseStatefulBolt``, ``BaseBasicBolt``, or a windowed
+        bolt of ``transactional.windowing``) with ``parallelism`` tasks; subscribe it with the
+        returned declarer's groupings (and ``add_configuration`` for its own settings)."""
         self._new_id("bolt id", bolt_id)
+        from transactional.windowing import BaseStatefulWindowedBolt, BaseWindowedBolt
+
+        if isinstance(bolt, BaseWindowedBolt):   # its windows live in the commit phase, on the driver
+            how = "swindowed" if isinstance(bolt, BaseStatefulWindowedBolt) else "windowed"
+            bolt.window_config.check(bolt_id)
+            self._bolts[bolt_id] = (bolt, _check_parallelism(bolt_id, parallelism), True, how)
+            self._inputs[bolt_id] = []
+            return InputDeclarer(self, bolt_id)   # type: ignore[arg-type]  # it reads only _inputs
         if isinstance(bolt, BaseStatefulBolt):
             how = "stateful"
         elif isinstance(bolt, BaseRichBolt):
@@ -204,7 +213,7 @@ class TopologyBuilder:
             how = "basic"
         else:
             msg = (f"bolt {bolt_id!r} is a {type(bolt).__name__}; subclass BaseRichBolt, BaseStatefulBolt "
-                   "(transactional.core) or BaseBasicBolt. Batch bolts go in a TransactionalTopologyBuilder")
+                   "(transactional.core), BaseWindowedBolt (transactional.windowing) or BaseBasicBolt. Batch bolts go in a TransactionalTopologyBuilder")
             raise TopologyError(msg)
         self._bolts[bolt_id] = (bolt, _check_parallelism(bolt_id, parallelism), how == "stateful", how)
         self._inputs[bolt_id] = []
@@ -215,6 +224,11 @@ class TopologyBuilder:
         if not self._spouts:
             msg = f"topology {self.topology_id!r} has no spout; add one with set_spout"
             raise TopologyError(msg)
-        return freeze(self.topology_id, self._spouts, self._bolts, self._inputs, "core")
+        from transactional.windowing import check_windowed
+
+        topology = freeze(self.topology_id, self._spouts, self._bolts, self._inputs, "core",
+                          getattr(self, "_confs", None))
+        check_windowed(topology)
+        return topology
 
     create_topology = build

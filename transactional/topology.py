@@ -65,6 +65,7 @@ class ComponentSpec:
     accepts_columns: bool = False   # the bolt takes ``ColumnBatch`` values (transactional.columns)
     core: str = ""                  # core topologies: how the bolt runs ("rich", "basic", "stateful")
     writes: tuple[str, ...] = ()    # the states the component writes (Trident stages' maps), for the page
+    conf: Mapping[str, Any] = field(default_factory=dict)   # its own settings (``add_configuration``)
 
     def new_instance(self) -> Any:
         """A fresh instance of the component, as the user wrote it (the engine's plan picks
@@ -229,6 +230,16 @@ class InputDeclarer:
             fields = (fields,)
         return self._add(source, stream, "fields", tuple(fields))
 
+    def add_configuration(self, key: str, value: Any) -> InputDeclarer:
+        """A setting of this bolt alone (Storm's ``addConfiguration``), e.g.
+        ``"topology.tick.tuple.freq.secs"``; it wins over the topology's."""
+        if not isinstance(key, str) or not key:
+            msg = f"bolt {self._id!r}: add_configuration takes a setting name; got {key!r}"
+            raise TopologyError(msg)
+        confs = self._builder.__dict__.setdefault("_confs", {})
+        confs.setdefault(self._id, {})[key] = value
+        return self
+
     def global_grouping(self, source: str, stream: str = "default") -> InputDeclarer:
         """Every tuple to task 0."""
         return self._add(source, stream, "global")
@@ -322,11 +333,12 @@ class TransactionalTopologyBuilder:
     def build(self) -> Topology:
         """Validate and freeze. Raises ``TopologyError`` naming the problem and the fix."""
         bolts = {bid: (bolt, par, committer, "") for bid, (bolt, par, committer) in self._bolts.items()}
-        return freeze(self.topology_id, self._spouts, bolts, self._inputs, "transactional")
+        return freeze(self.topology_id, self._spouts, bolts, self._inputs, "transactional",
+                      getattr(self, "_confs", None))
 
 
 def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str, tuple[Any, int, bool, str]],
-           inputs: dict[str, list[Subscription]], kind: str) -> Topology:
+           inputs: dict[str, list[Subscription]], kind: str, confs: dict[str, dict[str, Any]] | None = None) -> Topology:
     """The ``Topology`` of validated parts (both builders end here): every component's
     streams declared, every subscription checked, bolts in topological order, the commit
     components (``bolts[id][2]``: committers, or stateful bolts, and everything downstream
@@ -337,6 +349,9 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
                      *((bid, b[0]) for bid, b in bolts.items())]:
         d = _Declarer(cid)
         obj.declare_output_fields(d)
+        framework = getattr(obj, "declare_framework_streams", None)   # a windowed bolt's late-tuple stream
+        if framework is not None:
+            framework(d)
         streams[cid] = d.streams
     first = next(iter(spouts))
     for bid, subs in inputs.items():
@@ -368,7 +383,7 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
                                    tuple(inputs[bid]), dict(streams[bid]), blob,
                                    getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
                                    bool(getattr(bolt, "accepts_columns", False)), core,
-                                   tuple(getattr(bolt, "writes_states", ()))))
+                                   tuple(getattr(bolt, "writes_states", ())), dict((confs or {}).get(bid, {}))))
     _DRIVER_OBJECTS[origin] = table
     return Topology(topology_id, first, tuple(comps), frozenset(commit), kind)
 

@@ -171,3 +171,41 @@ class Debug(Filter):
         """Print and keep."""
         print(f"{self.prefix}: {tuple!r}", flush=True)
         return True
+
+
+class FilterNull(Filter):
+    """Storm's ``FilterNull``: drops a tuple any of whose input fields is None.
+
+    >>> from trident.operation import TridentTuple
+    >>> T = TridentTuple.of(__import__("transactional").Fields("a", "b"))
+    >>> FilterNull().is_keep(T((1, None))), FilterNull().is_keep(T((1, 2)))
+    (False, True)
+    """
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        """True when no input value is None."""
+        return all(v is not None for v in tuple)
+
+
+class Equals(Filter):
+    """Storm's ``Equals``: keeps a tuple whose input fields are all equal."""
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        """True when every input value equals the first."""
+        return all(v == tuple[0] for v in tuple)
+
+
+class Negate(Filter):
+    """Storm's ``Negate``: keeps what ``filter`` drops, and drops what it keeps."""
+
+    def __init__(self, filter: Filter) -> None:
+        self.filter = filter
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        """Prepares the wrapped filter."""
+        self.filter.prepare(conf, context)
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        """The wrapped filter's answer, negated."""
+        return not self.filter.is_keep(tuple)
+

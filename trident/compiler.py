@@ -129,9 +129,9 @@ class _Compiler:
         elif k == "repartition":
             seg = self._new([_Input(self.seg_of[id(n.parents[0])], n.grouping, n.keys)],
                             self.seg_of[id(n.parents[0])].committer)
-        elif k in ("boundary", "persist"):
+        elif k in ("boundary", "persist", "window"):
             ps = self.seg_of[id(n.parents[0])]
-            committer = k == "persist" or ps.committer
+            committer = k in ("persist", "window") or ps.committer
             seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
         elif k == "query":
             seg = self._open(n.parents[0], committer=True)

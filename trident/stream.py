@@ -26,6 +26,14 @@ from trident.operation import (
 from trident.runtime.op import Op
 from trident.state import MapStateFactory, StateType, TridentState
 from trident.states import is_state_factory, mark_factory
+from trident.windowing import (
+    Duration,
+    SlidingCountWindow,
+    SlidingDurationWindow,
+    TumblingCountWindow,
+    TumblingDurationWindow,
+    window_spec,
+)
 
 if TYPE_CHECKING:
     from trident.topology import TridentTopology
@@ -266,6 +274,36 @@ class Stream:
         out = self._new_fields(_fields(out_fields, "state_query: output fields"), "state_query")
         op = Op("query", self.fields, out, fn=function, in_idx=idx, in_fields=f, state=state.factory)
         return self.topology._add(Node("query", [self.node], out, op=op))
+
+    # -- windows (trident.windowing) ------------------------------------------------------------
+    def window(self, window_config: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
+               *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+        """Aggregate windows of the stream (``TumblingCountWindow.of(n)``, ...), exactly
+        once, with open windows kept by ``store_factory``; the stream becomes what the
+        aggregator emits per window fired (``out_fields``). ``timestamp_field``: event time
+        (ms), with ``lag``. See ``trident.windowing``."""
+        spec = window_spec(self.fields, window_config, store_factory, aggregator, timestamp_field, lag, "window")
+        f, idx = self._in(in_fields, "window")
+        out = _fields(out_fields, "window: output fields")
+        op = Op("window", self.fields, out, fn=spec, in_idx=idx, in_fields=f)
+        return self.topology._add(Node("window", [self.node], out, op=op, grouping="global"))
+
+    def tumbling_window(self, size: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
+                        *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+        """``window`` over tumbling windows of ``size``: a number of tuples (``Count(n)`` or an
+        int) or a ``Duration``."""
+        cfg = TumblingDurationWindow.of(size) if isinstance(size, Duration) else TumblingCountWindow.of(size)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
+                           lag=lag)
+
+    def sliding_window(self, size: Any, sliding: Any, store_factory: Any, in_fields: Any, aggregator: Any,
+                       out_fields: Any, *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+        """``window`` over windows of ``size`` sliding by ``sliding`` (both counts or both
+        ``Duration``s)."""
+        cfg = SlidingDurationWindow.of(size, sliding) if isinstance(size, Duration) else \
+            SlidingCountWindow.of(size, sliding)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
+                           lag=lag)
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(self)``: a reusable piece of stream (e.g. ``FirstN``)."""

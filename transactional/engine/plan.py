@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from transactional.bolt import BasicBoltAdapter
+from transactional.engine.core.task import TICKS, run_core_task
 from transactional.engine.core.task import adapter as core_adapter
-from transactional.engine.core.task import run_core_task
+from transactional.engine.core.windows import Windowed
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
@@ -122,6 +123,8 @@ ADAPTERS: dict[str, Callable[[Any], Any]] = {
     "core-rich": lambda bolt: core_adapter("rich", bolt),  # core topologies' bolts
     "core-basic": lambda bolt: core_adapter("basic", bolt),
     "core-stateful": lambda bolt: core_adapter("stateful", bolt),
+    "core-windowed": Windowed,                            # windows kept on the driver
+    "core-swindowed": Windowed,
 }
 
 
@@ -455,6 +458,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
     (spout id -> one list per task), which stand for the spouts' stages."""
     t0 = time.monotonic()
     topology = plan.topology
+    if fed is not None and TICKS in fed:       # the bolts that get a tick in this micro-batch
+        conf = {**conf, TICKS: fed[TICKS]}
     ex.begin(group, f"trident {topology.topology_id} txid {attempt.txid} attempt "
                     f"{attempt.attempt_id} (processing)")
     acc = ex.accumulator()

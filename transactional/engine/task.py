@@ -305,6 +305,14 @@ class TaskContext:
             raise RuntimeError(msg)
         return self._states.key_value_state(owner)
 
+    def window_state(self) -> Any:
+        """The task's windows, kept on the driver across micro-batches (windowed bolts of
+        core topologies: ``transactional.engine.core.windows``)."""
+        if self._states is None or not hasattr(self._states, "window_state"):
+            msg = f"{self.component_id!r} has no windows: only windowed bolts of core topologies do"
+            raise RuntimeError(msg)
+        return self._states.window_state()
+
     def map_state(self, name: str, opaque: bool | str = False) -> Any:
         if self._states is None:
             msg = (

@@ -22,6 +22,7 @@ from trident.runtime.processors import (
     Proc,
     ProjectProc,
 )
+from trident.runtime.windows import WindowProc
 
 ARROW_FIELD = "_arrow"
 TX_FIELD = "_tx"
@@ -50,7 +51,7 @@ PROCS: dict[str, type[Proc]] = {
     "project": ProjectProc, "each_batch": BatchProc, "map_batches": BatchProc,
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
     "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
-    "join": JoinProc,
+    "join": JoinProc, "window": WindowProc,
 }
 
 

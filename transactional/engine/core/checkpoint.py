@@ -133,7 +133,7 @@ class Checkpointer:
         self.store = store
         self.interval = interval_ms / 1000
         self.clock = clock
-        self.stateful = frozenset(c.id for c in topology.bolts if c.core == "stateful")
+        self.stateful = frozenset(c.id for c in topology.bolts if c.core in ("stateful", "swindowed"))
         self.tasks: dict[tuple[str, int], _Task] = {}
         self.held: list[dict[int, int]] = []        # stateful tasks' acks since the last checkpoint
         self.touched = False                        # stateful tasks ran since the last checkpoint

@@ -46,12 +46,14 @@ from transactional.config import TopologyConfig
 from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
-from transactional.engine.core.task import Outputs, SpoutCollector
+from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
+from transactional.engine.core.windows import CoreStates, WindowKeeper
 from transactional.engine.planning import SpoutContext
 from transactional.engine.replay import CoreReplay
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
+from transactional.windowing import WINDOWED_KINDS
 
 log = logging.getLogger("trident")
 
@@ -69,7 +71,8 @@ class _SpoutTask:
 @dataclass
 class _Batch:
     roots: list[int]
-    fed: dict[str, list[list[Any]]]
+    fed: dict[str, Any]
+    ticks: dict[str, float] = field(default_factory=dict)    # bolt -> interval: they get a tick
 
 
 def _call(t: _SpoutTask, method: str, *args: Any) -> None:
@@ -106,7 +109,7 @@ class CoreDriver:
         self.tasks: list[_SpoutTask] = []
         self.by_id: dict[int, _SpoutTask] = {}
         self.checkpointer: Checkpointer | None = None
-        stateful = any(c.core == "stateful" for c in topology.bolts)
+        stateful = any(c.core in ("stateful", "swindowed") for c in topology.bolts)
         if stateful:
             self.checkpointer = Checkpointer(topology, config.state, state_options, store,
                                              config.checkpoint_interval_ms, clock, epoch)
@@ -125,6 +128,36 @@ class CoreDriver:
             raise
         for name in ("acked", "failed", "timed_out"):
             getattr(result, name).update({s.id: 0 for s in topology.spouts})
+        # windows (kept here across micro-batches) and tick tuples (transactional.ticks)
+        self.windows = WindowKeeper(topology, clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
+            else None
+        self.tick_every = {c.id: f for c in topology.bolts
+                           if (f := tick_freq(c, config.tick_tuple_freq_secs)) is not None}
+        start = clock()
+        self.last_tick = dict.fromkeys(self.tick_every, start)
+
+    def _due_ticks(self, now: float) -> dict[str, float]:
+        """The bolts whose tick interval passed since their last tick (they get one now)."""
+        due = {c: f for c, f in self.tick_every.items() if now - self.last_tick[c] >= f}
+        for c in due:
+            self.last_tick[c] = now
+        return due
+
+    def _wants_batch(self, now: float) -> bool:
+        """With nothing from the spouts: a micro-batch of no tuples is still due, because
+        a processing-time window holding tuples must fire, or a tick is due while tuples
+        are pending (so that what waits for time moves on)."""
+        if self.windows is not None:
+            due = self.windows.due()
+            if due is not None and due <= now:
+                return True
+        return bool(self.tick_every) and self.busy() and any(
+            now - self.last_tick[c] >= f for c, f in self.tick_every.items())
+
+    def conf_for(self, txid: int, conf: dict[str, Any]) -> dict[str, Any]:
+        """``conf`` for the tasks of micro-batch ``txid``: with the bolts that get a tick."""
+        b = self.batches.get(txid)
+        return {**conf, TICKS: b.ticks} if b is not None and b.ticks else conf
 
     # -- planning a micro-batch -------------------------------------------------------------
     def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[dict[str, Any], None] | None:
@@ -154,11 +187,14 @@ class CoreDriver:
                     self._register(t, roots)
             if not progressed or self.clock() >= deadline:
                 break
-        if n == 0:
+        if n == 0 and not self._wants_batch(self.clock()):
             return None
-        fed = {s.id: [t.collector.outputs.records() for t in self.tasks if t.spout_id == s.id]
-               for s in self.topology.spouts}
-        self.batches[txid] = _Batch(roots, fed)
+        fed: dict[str, Any] = {s.id: [t.collector.outputs.records() for t in self.tasks if t.spout_id == s.id]
+                               for s in self.topology.spouts}
+        ticks = self._due_ticks(self.clock())
+        if ticks:
+            fed[TICKS] = ticks
+        self.batches[txid] = _Batch(roots, fed, ticks)
         return {sid: {"tuples": c} for sid, c in counts.items()}, None
 
     def _register(self, t: _SpoutTask, roots: list[int]) -> None:
@@ -247,17 +283,23 @@ class CoreDriver:
         reports = dict(reports)
         info: dict[str, Any] = {}
         if run_stages is not None:
-            states = cp.on_executors() if cp is not None and on_executors else cp
+            states: Any = cp.on_executors() if cp is not None and on_executors else cp
+            if self.windows is not None:
+                states = CoreStates(cp, self.windows)
             try:
                 rep = run_stages(states)
             except BaseException:
                 if cp is not None and on_executors:
-                    cp.rollback_prepared(states)     # type: ignore[arg-type]
+                    cp.rollback_prepared(states)
                 else:
                     self.rollback()
+                if self.windows is not None:
+                    self.windows.rollback(reload=cp is not None)
                 raise
+            if self.windows is not None:
+                self.windows.commit()
             if cp is not None and on_executors:
-                cp.commit_prepared(states)           # type: ignore[arg-type]  # then the acks count
+                cp.commit_prepared(states)  # then the acks count
             elif cp is not None:
                 cp.touched = True                    # a checkpoint is due, acks held or not (ackers=0)
             reports.update(rep.get("acks", {}))
@@ -271,6 +313,8 @@ class CoreDriver:
         """Every state back to its last checkpoint; the roots whose acks it held fail."""
         if self.checkpointer is not None:
             self.fail_roots(self.checkpointer.rollback())
+            if self.windows is not None:
+                self.windows.rollback(reload=True)       # persistent windows: as the rolled-back states
 
     def _checkpoint_if_due(self, now: float, force: bool = False) -> None:
         cp = self.checkpointer
@@ -307,6 +351,10 @@ class CoreDriver:
         cp = self.checkpointer
         if cp is not None and cp.dirty():
             times.append(cp.last + cp.interval)
+        if self.windows is not None and (due := self.windows.due()) is not None:
+            times.append(due)
+        if self.tick_every and self.busy():
+            times += [self.last_tick[c] + f for c, f in self.tick_every.items()]
         return min(times) if times else None
 
     def busy(self) -> bool:

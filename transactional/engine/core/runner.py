@@ -13,6 +13,7 @@ from state.base import TransactionalState
 from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.core.driver import CoreDriver
+from transactional.engine.core.windows import check_windows
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.plan import ProcessingResult, run_commit
@@ -42,7 +43,7 @@ class CoreRunner(TopologyRunner):
     @staticmethod
     def keeps_state(topology: Topology) -> bool:
         """Stateful bolts keep their ``KeyValueState`` in the user state."""
-        return any(c.core == "stateful" for c in topology.bolts)
+        return any(c.core in ("stateful", "swindowed") for c in topology.bolts)
 
     def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
         config = engine.config
@@ -51,6 +52,7 @@ class CoreRunner(TopologyRunner):
                    f"message_timeout_secs={config.message_timeout_secs} (x1000): a stateful bolt's tuples "
                    "are acked at the checkpoint, and would time out first and be replayed")
             raise ConfigError(msg)
+        check_windows(engine.topology, config)
         options = {} if config.state.startswith("memory:") else {"connect_timeout": config.connect_timeout_secs}
         self.engine = engine
         self.state = state
@@ -84,12 +86,13 @@ class CoreRunner(TopologyRunner):
         executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
         emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
         run_stages = None
+        conf = core.conf_for(txid, e.conf)        # with the bolts that get a tick in this micro-batch
         if e.plan.commit:
             def run_stages(states: Any) -> dict[str, Any]:
                 if e.plan.commits_on_executors:   # a Spark job over the processing output kept there
-                    rep = run_commit(e.plan, jobs.executor, jobs.shared, e.conf, attempt, r.kept, states)
+                    rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
                 else:
-                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, e.conf, attempt, [r.records],
+                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
                                      states)
                 add_report(rep, executed, emitted, busy)
                 return rep

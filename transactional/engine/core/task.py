@@ -28,6 +28,7 @@ from transactional.engine.faults import task_fault
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
 from transactional.engine.task import TaskContext, payload_order
 from transactional.exceptions import FailedException, InvalidTupleError
+from transactional.ticks import TICK_COMPONENT, TICK_FREQ_KEY, TICK_STREAM
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
@@ -256,6 +257,22 @@ def task_seed(salt: int, txid: int, attempt: int, component: str, task: int) -> 
     return zlib.crc32(f"{salt}:{txid}:{attempt}:{component}:{task}".encode()) << 32 | (salt & 0xFFFFFFFF)
 
 
+#: The key, in a micro-batch's conf, of the bolts that get a tick: ``{component: interval}``.
+TICKS = "topology.ticks"
+_TICK_FIELDS = Fields("rate_secs")
+
+
+def tick_tuple(freq: float, key: int) -> CoreTuple:
+    """A tick tuple (``transactional.ticks``): untracked, from ``__system``'s ``__tick`` stream."""
+    return CoreTuple((freq,), _TICK_FIELDS, TICK_COMPONENT, TICK_STREAM, -1, None, key)
+
+
+def tick_freq(component: ComponentSpec, default: float | None) -> float | None:
+    """A bolt's tick interval in seconds: its own setting, else the topology's."""
+    v = component.conf.get(TICK_FREQ_KEY, default)
+    return None if v is None else float(v)
+
+
 def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
                   payloads: Iterable[tuple[Any, ...]], conf: dict[str, Any], phase: str, states: Any = None,
                   only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple[Any, ...]]], int, int, Any]:
@@ -270,6 +287,9 @@ def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task:
                                                            attempt.attempt_id, component.id, task), only)
     bolt.prepare(conf, context, core, attempt)
     n = feed(bolt, topology, payloads)
+    tick = conf.get(TICKS, {}).get(component.id)
+    if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
+        bolt.execute(tick_tuple(tick, n))
     bolt.finish_batch()
     return core.records(), n, core.emitted, core.report()
 

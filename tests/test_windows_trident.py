@@ -1,0 +1,181 @@
+"""Trident windows (trident.windowing): count and duration windows, event time with late
+tuples, exactly once across a replayed txid and a driver SIGKILL on Redis, and the errors
+for bad windows."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spouts import MemoryTransactionalSpout
+from state.map import TransactionalMap, open_map_backing
+from transactional import ConfigError, FailedException, Fields, TopologyConfig, run_topology
+from trident import BaseAggregator, BaseFilter, Count, TridentTopology, state
+from trident.windowing import (
+    Duration,
+    InMemoryWindowsStoreFactory,
+    SlidingCountWindow,
+    TumblingCountWindow,
+    WindowsStoreFactory,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FAILED_ONCE: set[str] = set()
+
+
+def uid(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def config(executor: str, **kw: Any) -> TopologyConfig:
+    kw.setdefault("progress", False)
+    kw.setdefault("retry_backoff_secs", 0.02)
+    kw.setdefault("max_spout_pending", 3)
+    return TopologyConfig(executor=executor, **kw)
+
+
+class Words(BaseAggregator):
+    """Per window: its words, in order, joined."""
+
+    def init(self, batch_id, collector):
+        return []
+
+    def aggregate(self, acc, tuple, collector):
+        acc.append(tuple[0])
+
+    def complete(self, acc, collector):
+        collector.emit((" ".join(acc),))
+
+
+class FailOnce(BaseFilter):
+    """FailedException the first time it sees ``word`` (its txid is replayed)."""
+
+    def __init__(self, key: str, word: str) -> None:
+        self.key, self.word = key, word
+
+    def is_keep(self, tuple):
+        if self.word in tuple[0] and self.key not in FAILED_ONCE:
+            FAILED_ONCE.add(self.key)
+            raise FailedException("once")
+        return True
+
+
+def windows_of(result: Any, name: str, keys: list[str]) -> dict[str, int]:
+    m = result.map_state(name)
+    return {k: v for k, v in zip(keys, m.multi_get(keys), strict=True) if v is not None}
+
+
+def test_count_windows_fire_each_window_once_into_a_persistent_state(executor: str) -> None:
+    words = [(f"w{i}", i) for i in range(11)]
+    t = TridentTopology(uid("tcount"))
+    s = t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3))
+    s.tumbling_window(4, InMemoryWindowsStoreFactory("tumble"), Fields("word"), Words(), Fields("words")) \
+        .group_by(Fields("words")).persistent_aggregate(state.transactional("tumbling"), Count(), Fields("n"))
+    s.window(SlidingCountWindow.of(4, 2), WindowsStoreFactory("slide"), Fields("word"), Words(), Fields("words")) \
+        .group_by(Fields("words")).persistent_aggregate(state.transactional("sliding"), Count(), Fields("n"))
+    r = run_topology(t.build(), config(executor))
+    tumbling = ["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9 w10"]
+    assert windows_of(r, "tumbling", tumbling) == {"w0 w1 w2 w3": 1, "w4 w5 w6 w7": 1}
+    sliding = ["w0 w1", "w0 w1 w2 w3", "w2 w3 w4 w5", "w4 w5 w6 w7", "w6 w7 w8 w9"]
+    assert windows_of(r, "sliding", sliding) == dict.fromkeys(sliding, 1)
+    # w8..w10 wait in the open tumbling window, in the store
+    rec = r.map_state("tumble").multi_get(["window:0"])[0]
+    assert [e[2] for e in rec["events"]] == [["w8"], ["w9"], ["w10"]] and rec["fired"] == 2
+
+
+def test_event_time_windows_drop_late_tuples_and_count_them(executor: str, caplog: pytest.LogCaptureFixture) -> None:
+    # batches of 3: [a 1000, b 2500, c 1500] -> watermark 2000; [d 1900 late, e 4200, f 3100] -> 3700
+    words = [("a", 1000), ("b", 2500), ("c", 1500), ("d", 1900), ("e", 4200), ("f", 3100),
+             ("g", 9000), ("h", 5100), ("i", 6000)]
+    t = TridentTopology(uid("tevent"))
+    (t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3))
+     .tumbling_window(Duration(2, "seconds"), WindowsStoreFactory("ev"), Fields("word"), Words(), Fields("words"),
+                      timestamp_field="ts", lag=Duration(500))
+     .group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n")))
+    r = run_topology(t.build(), config(executor))
+    want = ["a c", "b f", "e h", "i"]
+    assert windows_of(r, "fired", want + ["d", "g"]) == dict.fromkeys(want, 1)
+    rec = r.map_state("ev").multi_get(["window:0"])[0]
+    assert rec["late"] == 1 and [e[2] for e in rec["events"]] == [["g"]]
+    assert "1 late tuple(s) dropped (below the watermark 2000); 1 so far" in caplog.text
+
+
+def test_a_replayed_txid_fires_the_same_windows_once(executor: str) -> None:
+    words = [(f"w{i}", i) for i in range(12)]
+    key = uid("replay")
+
+    def build(fail: bool) -> Any:
+        t = TridentTopology(uid("treplay"))
+        w = t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3)) \
+            .tumbling_window(TumblingCountWindow.of(4).length, WindowsStoreFactory("w"), Fields("word"), Words(),
+                             Fields("words"))
+        if fail:
+            w = w.each(Fields("words"), FailOnce(key, "w4"))
+        w.group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n"))
+        return t.build()
+
+    clean = run_topology(build(False), config(executor))
+    failed = run_topology(build(True), config(executor))
+    keys = ["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9 w10 w11"]
+    assert key in FAILED_ONCE and failed.attempts > clean.attempts
+    assert windows_of(failed, "fired", keys) == windows_of(clean, "fired", keys) == dict.fromkeys(keys, 1)
+
+
+def test_bad_windows_are_refused_naming_the_operation_and_the_fix() -> None:
+    t = TridentTopology(uid("tbad"))
+    s = t.new_stream("words", MemoryTransactionalSpout([("a", 1)], Fields("word", "ts"), 3))
+    with pytest.raises(ConfigError, match=r"window: sliding interval 5 tuples is longer than the window 3 tuples"):
+        s.window(SlidingCountWindow.of(3, 5), WindowsStoreFactory("w"), Fields("word"), Count(), Fields("n"))
+    with pytest.raises(ConfigError, match=r"timestamp field 'time' is not in the stream, whose fields are"):
+        s.tumbling_window(Duration(1, "s"), WindowsStoreFactory("w"), Fields("word"), Count(), Fields("n"),
+                          timestamp_field="time")
+    with pytest.raises(ConfigError, match=r"negative lag .* give a lag >= 0"):
+        s.tumbling_window(Duration(1, "s"), WindowsStoreFactory("w"), Fields("word"), Count(), Fields("n"),
+                          timestamp_field="ts", lag=Duration(-1))
+
+
+# -- a driver killed mid-window, on Redis ------------------------------------------------------
+
+def _run_child(tmp_path: Path, zk_url: str, redis_url: str, crash_at: str | None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRIDENT_CRASH_AT", None)
+    if crash_at:
+        env["TRIDENT_CRASH_AT"] = crash_at
+    return subprocess.run(
+        [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "trident_window_kill_topology.py"),
+         "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", redis_url,
+         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+
+
+def _expected() -> tuple[dict[str, int], dict[str, int]]:
+    """The windows a fault-free run fires (computed from the spout's batches directly)."""
+    import trident_window_kill_topology as k
+
+    r = run_topology(k.build_topology(), config("in-process"))
+    rows = [w for p in k.DATA.values() for w, _ in p]
+    return windows_of(r, "fired", rows), windows_of(r, "fired_time", rows)
+
+
+def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_path: Path, zk_url: str,
+                                                                          redis_url: str) -> None:
+    import trident_window_kill_topology as k
+
+    for crash in ("commit.before_record:txid=4", "commit.after_record:txid=9"):
+        p = _run_child(tmp_path, zk_url, redis_url, crash)
+        assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    p = _run_child(tmp_path, zk_url, redis_url, None)
+    assert p.returncode == 0, p.stderr[-3000:]
+    want_count, want_time = _expected()
+    rows = [w for part in k.DATA.values() for w, _ in part]
+    for name, want in (("fired", want_count), ("fired_time", want_time)):
+        m = TransactionalMap(open_map_backing(redis_url, f"trident-window-kill:{name}"), name)
+        got = {w: v for w, v in zip(rows, m.multi_get(rows), strict=True) if v is not None}
+        assert got == want and sum(want.values()) > 0

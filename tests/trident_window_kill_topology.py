@@ -1,0 +1,37 @@
+"""A Trident windowed count for the driver-SIGKILL test (``trident run`` loads it in a child):
+tumbling windows of 5 tuples and sliding event-time windows over two partitions, each
+window's result summed into a persistent map under the window's id -- a window fired twice
+into the state would double its sum."""
+
+from spouts import MemoryTransactionalSpout
+from transactional import Fields
+from trident import BaseAggregator, Sum, TridentTopology, state
+from trident.windowing import Duration, WindowsStoreFactory
+
+DATA = {p: [(f"w{p}-{i}", p * 100 + i * 250) for i in range(40)] for p in range(2)}
+TAKE = 3
+
+
+class FirstAndCount(BaseAggregator):
+    """Per window: (the id of its first tuple, how many tuples)."""
+
+    def init(self, batch_id, collector):
+        return []
+
+    def aggregate(self, acc, tuple, collector):
+        acc.append(tuple[0])
+
+    def complete(self, acc, collector):
+        collector.emit((min(acc), len(acc)))
+
+
+def build_topology():
+    t = TridentTopology("trident-window-kill")
+    s = t.new_stream("words", MemoryTransactionalSpout(DATA, Fields("word", "ts"), TAKE)).parallelism_hint(2)
+    (s.tumbling_window(5, WindowsStoreFactory("tumbling"), Fields("word"), FirstAndCount(), Fields("first", "n"))
+     .group_by(Fields("first")).persistent_aggregate(state.transactional("fired"), Fields("n"), Sum(), Fields("n")))
+    (s.sliding_window(Duration(2, "s"), Duration(1, "s"), WindowsStoreFactory("sliding"), Fields("word"),
+                      FirstAndCount(), Fields("first", "n"), timestamp_field="ts", lag=Duration(500))
+     .group_by(Fields("first")).persistent_aggregate(state.transactional("fired_time"), Fields("n"), Sum(),
+                                                      Fields("n")))
+    return t.build()

@@ -1,0 +1,138 @@
+"""``WindowProc``: a Trident window stage in the commit phase (``trident.windowing``).
+
+Per txid ``t``, in order: read the task's window record as txid ``t-1`` left it
+(``multi_get_committed``), add ``t``'s rows in their fixed order (count triggers fire as
+they come), advance the watermark (event time) or take the commit's time (processing
+time; a replay of ``t`` takes the time its first commit recorded), fire the duration
+windows whose end it reached, then store the record once for ``t`` (``multi_update``: a
+transactional map skips a txid it already holds). Each fired window's tuples go through
+the aggregator; what it emits flows on.
+
+The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "max_ts", "late",
+"fired", "events": [[seq, ts, [values...]], ...]}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from transactional.exceptions import ConfigError
+from trident.operation import TridentTuple
+from trident.runtime.aggregators import as_aggregator
+from trident.runtime.op import op_label
+from trident.runtime.processors import Proc, _Collect
+
+if TYPE_CHECKING:
+    from trident.runtime.bolt import TridentBolt
+
+log = logging.getLogger("trident")
+
+#: The driver's clock of processing-time windows, in seconds (tests may pass their own).
+CLOCK: list[Callable[[], float]] = [time.time]
+
+
+def _empty() -> dict[str, Any]:
+    return {"txid": 0, "now": None, "seq": 0, "count_since": 0, "next_end": None, "max_ts": None, "late": 0,
+            "fired": 0, "events": []}
+
+
+class WindowProc(Proc):
+    """The window of one task of a window stage (module docstring)."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        super().open(bolt)
+        op = self.op
+        assert op is not None and self.nxt is not None
+        self.spec = op.fn
+        if hasattr(self.spec.aggregator, "prepare"):
+            self.spec.aggregator.prepare(bolt.conf, bolt.op_context)
+        self.map = bolt.context.map_state(self.spec.store.name, "transactional")
+        want = self.spec.store.backend
+        if want is not None:
+            kind = type(getattr(self.map, "backing", None)).__name__.lower()
+            if want not in kind:
+                msg = (f"window stage {self.stage!r}: its store {self.spec.store.name!r} is a {want} windows store, "
+                       f"but the topology's state is {kind or 'another backend'}; set TopologyConfig.state to a "
+                       f"{want}:// URL, or use WindowsStoreFactory({self.spec.store.name!r}) for either")
+                raise ConfigError(msg)
+        self.agg = as_aggregator(self.spec.aggregator)
+        self.tt = TridentTuple.of(op.in_fields)
+        self.attempt = bolt.attempt
+        self.collector = _Collect(self.nxt.row, len(op.out_fields), op_label(op))
+        self.rows_in: list[tuple[Any, ...]] = []
+
+    def row(self, r: tuple[Any, ...]) -> None:
+        self.rows_in.append(r)
+
+    def finish(self) -> None:
+        cfg, spec = self.spec.config, self.spec
+        key = f"window:{self.task}"
+        rec = self.map.multi_get_committed([key])[0] or _empty()
+        rec = {**rec, "events": [list(e) for e in rec["events"]]}
+        mine = self.map.multi_get([key])[0]
+        if mine is not None and mine.get("txid") == self.txid and mine.get("now") is not None:
+            now = int(mine["now"])                       # a replay: the time of the first commit
+        else:
+            now = int(CLOCK[0]() * 1000)
+        self.rec, self.now = rec, now
+        late = 0
+        wm = None if rec["max_ts"] is None else rec["max_ts"] - spec.lag    # as the batches before left it
+        for r in self.rows_in:
+            if spec.timestamp_idx is not None:
+                ts = int(r[spec.timestamp_idx])
+                if wm is not None and ts < wm:
+                    late += 1
+                    continue
+                rec["max_ts"] = ts if rec["max_ts"] is None else max(rec["max_ts"], ts)
+            else:
+                ts = now
+            rec["seq"] += 1
+            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx)])   # type: ignore[union-attr]
+            if cfg.count:
+                rec["count_since"] += 1
+                if rec["count_since"] >= cfg.sliding:
+                    rec["count_since"] = 0
+                    self._fire([e for e in rec["events"][-cfg.length:]])
+                    keep = cfg.length - cfg.sliding
+                    rec["events"] = rec["events"][len(rec["events"]) - keep:] if keep else []
+        if late:
+            rec["late"] += late
+            log.warning("window stage %r txid %d: %d late tuple(s) dropped (below the watermark %s); %d so far",
+                        self.stage, self.txid, late, wm, rec["late"])
+        if not cfg.count:
+            ref = rec["max_ts"] - spec.lag if spec.timestamp_idx is not None and rec["max_ts"] is not None else (
+                None if spec.timestamp_idx is not None else now)
+            if ref is not None:
+                self._fire_time(ref)
+        rec["txid"], rec["now"] = self.txid, now
+        self.map.multi_update([key], lambda _old: rec)
+        super().finish()
+
+    def _fire_time(self, ref: int) -> None:
+        cfg, rec = self.spec.config, self.rec
+        step = cfg.sliding
+        while rec["events"]:
+            first = (min(e[1] for e in rec["events"]) // step + 1) * step
+            if rec["next_end"] is None or rec["next_end"] < first:
+                rec["next_end"] = first
+            end = rec["next_end"]
+            if end > ref:
+                break
+            start = end - cfg.length
+            window = [e for e in rec["events"] if start <= e[1] < end]
+            if window:
+                self._fire(window)
+            rec["events"] = [e for e in rec["events"] if e[1] >= end + step - cfg.length]
+            rec["next_end"] = end + step
+
+    def _fire(self, window: list[list[Any]]) -> None:
+        self.rec["fired"] += 1
+        c, agg, tt = self.collector, self.agg, self.tt
+        c.current = ()
+        state = agg.init(self.attempt, c)
+        for _, _, values in window:
+            agg.aggregate(state, tt(tuple(values)), c)
+        agg.complete(state, c)

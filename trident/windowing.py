@@ -1,0 +1,187 @@
+"""Trident windows (docs/windows.md): ``Stream.tumbling_window``, ``sliding_window`` and
+``window(config, store_factory, in_fields, aggregator, out_fields)``.
+
+    counts = (stream.tumbling_window(Duration(1, "minutes"), WindowsStoreFactory("minute"),
+                                     Fields("word"), Count(), Fields("count"),
+                                     timestamp_field="ts", lag=Duration(5, "seconds")))
+
+A window stage runs in the commit phase, in txid order, with one task (its input is
+gathered globally). Its open windows live in a transactional map of the topology's user
+state (``WindowsStoreFactory(name)``: memory:// or redis://, as ``TopologyConfig.state``
+says), updated once per txid in the same atomic write as the txid's other maps. So windows
+are exactly once: batch ``t`` reads the window store as batch ``t-1`` left it, adds its
+tuples in their fixed order, fires the windows that are complete, and stores what stays
+open -- a function of the txids a window covers. A replay of ``t`` fires the same windows
+with the same contents (processing time is the time recorded by ``t``'s first commit),
+and a persistent state downstream skips what it already took.
+
+Times: processing time is the driver's clock (milliseconds) when the txid is committed;
+with ``timestamp_field`` it is event time, and the watermark is the greatest timestamp
+the window has seen minus ``lag`` (each batch is complete when it is committed, so a batch
+advances it once). A tuple below the watermark is late: counted (``late`` in the store,
+``RunResult``'s log) and dropped with a log line.
+
+The window configs are Storm's: ``TumblingCountWindow.of(n)``, ``SlidingCountWindow.of(n,
+s)``, ``TumblingDurationWindow.of(d)``, ``SlidingDurationWindow.of(d, s)``. The output of a
+window stage is what its aggregator emits for each window fired (``out_fields``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transactional.exceptions import ConfigError
+from transactional.windowing import Count, Duration
+
+__all__ = ["WindowConfig", "TumblingCountWindow", "SlidingCountWindow", "TumblingDurationWindow",
+           "SlidingDurationWindow", "WindowsStoreFactory", "InMemoryWindowsStoreFactory",
+           "RedisWindowsStoreFactory", "Count", "Duration"]
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """A Trident window: its length and sliding interval, both tuples (``count``) or both
+    milliseconds."""
+
+    length: int
+    sliding: int
+    count: bool
+
+    def check(self, what: str) -> None:
+        """``ConfigError`` naming the operation and the fix."""
+        unit = "tuples" if self.count else "ms"
+        if self.length < 1 or self.sliding < 1:
+            msg = f"{what}: window length and sliding interval must be >= 1 {unit}; got {self.length}, {self.sliding}"
+            raise ConfigError(msg)
+        if self.sliding > self.length:
+            msg = (f"{what}: sliding interval {self.sliding} {unit} is longer than the window {self.length} {unit}; "
+                   "tuples between windows would never be seen. Give a sliding interval <= the window length")
+            raise ConfigError(msg)
+
+
+def _ms(d: Any, what: str) -> int:
+    if isinstance(d, Duration):
+        return d.ms
+    if isinstance(d, (int, float)) and not isinstance(d, bool):
+        return int(d)
+    msg = f"{what} is a Duration(value, unit) (or milliseconds); got {d!r}"
+    raise ConfigError(msg)
+
+
+def _n(c: Any, what: str) -> int:
+    if isinstance(c, Count):
+        return c.value
+    if isinstance(c, int) and not isinstance(c, bool):
+        return c
+    msg = f"{what} is a number of tuples; got {c!r}"
+    raise ConfigError(msg)
+
+
+class TumblingCountWindow:
+    """Storm's ``TumblingCountWindow``: every ``n`` tuples, a window of them."""
+
+    @staticmethod
+    def of(n: int | Count) -> WindowConfig:
+        """Windows of ``n`` tuples, each tuple in one."""
+        k = _n(n, "TumblingCountWindow.of")
+        return WindowConfig(k, k, True)
+
+
+class SlidingCountWindow:
+    """Storm's ``SlidingCountWindow``: the last ``n`` tuples, every ``s`` tuples."""
+
+    @staticmethod
+    def of(n: int | Count, s: int | Count) -> WindowConfig:
+        """The last ``n`` tuples, fired after every ``s``."""
+        return WindowConfig(_n(n, "SlidingCountWindow.of"), _n(s, "SlidingCountWindow.of"), True)
+
+
+class TumblingDurationWindow:
+    """Storm's ``TumblingDurationWindow``: windows ``[k*d, (k+1)*d)`` of time."""
+
+    @staticmethod
+    def of(d: Duration | int) -> WindowConfig:
+        """Windows of duration ``d`` (a ``Duration``, or milliseconds)."""
+        ms = _ms(d, "TumblingDurationWindow.of")
+        return WindowConfig(ms, ms, False)
+
+
+class SlidingDurationWindow:
+    """Storm's ``SlidingDurationWindow``: windows of ``d`` ending at every multiple of ``s``."""
+
+    @staticmethod
+    def of(d: Duration | int, s: Duration | int) -> WindowConfig:
+        """Windows of duration ``d``, one ending every ``s``."""
+        return WindowConfig(_ms(d, "SlidingDurationWindow.of"), _ms(s, "SlidingDurationWindow.of"), False)
+
+
+@dataclass(frozen=True)
+class WindowsStoreFactory:
+    """Where a window stage keeps its open windows: the transactional map ``name`` of the
+    topology's user state (``TopologyConfig.state``: memory:// or redis://). Storm's
+    ``WindowsStoreFactory``; ``backend`` ("memory", "redis" or None for either) is checked
+    against the state's URL when the stage opens it."""
+
+    name: str
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        from state.keys import check_state_name
+
+        check_state_name(self.name)
+
+
+def InMemoryWindowsStoreFactory(name: str = "windows") -> WindowsStoreFactory:   # noqa: N802 - Storm's name
+    """Storm's ``InMemoryWindowsStoreFactory``: the windows in a map of a ``memory://`` state
+    (for the run; a restarted driver starts with no open windows)."""
+    return WindowsStoreFactory(name, "memory")
+
+
+def RedisWindowsStoreFactory(name: str = "windows") -> WindowsStoreFactory:   # noqa: N802 - Storm's name
+    """The windows in a map of a ``redis://`` state: durable, resumed by a restart."""
+    return WindowsStoreFactory(name, "redis")
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """What a window stage runs (``trident.runtime.windows.WindowProc``)."""
+
+    config: WindowConfig
+    store: WindowsStoreFactory
+    aggregator: Any
+    timestamp_idx: int | None = None
+    lag: int = 0
+
+
+def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
+                timestamp_field: str | None, lag: Duration | int | None, what: str) -> WindowSpec:
+    """The checked ``WindowSpec`` of a window over a stream of ``fields``; ``ConfigError``
+    naming ``what`` and the fix."""
+    from trident.operation import Aggregator, CombinerAggregator, ReducerAggregator
+
+    if not isinstance(config, WindowConfig):
+        msg = f"{what} takes a window config (e.g. TumblingCountWindow.of(100)); got {config!r}"
+        raise ConfigError(msg)
+    config.check(what)
+    if not isinstance(store, WindowsStoreFactory):
+        msg = f"{what} takes a WindowsStoreFactory (e.g. WindowsStoreFactory('windows')); got {store!r}"
+        raise ConfigError(msg)
+    if not isinstance(aggregator, (Aggregator, CombinerAggregator, ReducerAggregator)):
+        msg = f"{what} takes an aggregator (Count(), Sum(), an Aggregator ...); got {aggregator!r}"
+        raise ConfigError(msg)
+    lag_ms = 0 if lag is None else _ms(lag, f"{what}: lag")
+    if lag_ms < 0:
+        msg = f"{what}: negative lag {lag!r}; give a lag >= 0 (how long the watermark waits for late tuples)"
+        raise ConfigError(msg)
+    if lag is not None and timestamp_field is None:
+        msg = f"{what}: a lag needs event time; give timestamp_field='<field with the time in ms>'"
+        raise ConfigError(msg)
+    ts_idx = None
+    if timestamp_field is not None:
+        if timestamp_field not in fields:
+            msg = (f"{what}: timestamp field {timestamp_field!r} is not in the stream, whose fields are "
+                   f"{list(fields)}; fix the name or add the field first")
+            raise ConfigError(msg)
+        ts_idx = list(fields).index(timestamp_field)
+    return WindowSpec(config, store, aggregator, ts_idx, lag_ms)
