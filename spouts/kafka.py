@@ -133,7 +133,26 @@ class _KafkaSpout:
     def get_coordinator(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedCoordinator:
         """The driver-side planner. Reaches the broker at once: raises ``SpoutError``
         naming ``bootstrap_servers`` within ``metadata_timeout_secs`` if it cannot."""
-        return KafkaCoordinator(self)
+        fixed = (conf or {}).get(END_OFFSETS_CONF, {}).get(self.topic)
+        return KafkaCoordinator(self, None if fixed is None else {int(p): int(o) for p, o in fixed.items()})
+
+    def end_offsets_now(self) -> dict[int, int]:
+        """Each partition's end offset now (the high watermark a Fetch reports): what
+        ``trident verify`` records at its reference run's start and passes to every run as
+        ``conf[END_OFFSETS_CONF] = {topic: {partition: offset}}``, so that each run plans
+        the same fixed range, whatever is produced meanwhile."""
+        c = KafkaCoordinator(self)
+        try:
+            out = {}
+            for p in range(c.num_partitions()):
+                wm = c.watermarks(p)
+                if wm is None:
+                    msg = f"Kafka topic {self.topic!r} partition {p} did not answer ListOffsets at {self.bootstrap_servers}"
+                    raise SpoutError(msg)
+                out[p] = c.high_watermark(p, wm[1])
+            return out
+        finally:
+            c.close()
 
     def get_emitter(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedEmitter:
         """A reader of planned ranges; its Kafka consumer is created on first use."""
@@ -323,12 +342,19 @@ class OpaqueKafkaTransactionalSpout(_KafkaSpout, OpaquePartitionedTransactionalS
 
 # -- driver side ---------------------------------------------------------------------------
 
+#: the topology conf key of fixed end offsets, ``{topic: {partition: offset}}`` (``trident
+#: verify``): the coordinator plans no offset at or past them (a partition not named: none)
+END_OFFSETS_CONF = "trident.kafka.end_offsets"
+
+
 class KafkaCoordinator(PartitionedCoordinator):
     """Plans offset ranges on the driver from high watermarks (one ListOffsets per
-    partition per plan). Created by ``get_coordinator``; users do not subclass it."""
+    partition per plan), up to ``end_offsets`` when given. Created by ``get_coordinator``;
+    users do not subclass it."""
 
-    def __init__(self, spout: _KafkaSpout) -> None:
+    def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None) -> None:
         self.spout = spout
+        self.end_offsets = end_offsets
         self.consumer = Consumer(spout.consumer_config("coordinator"))
         self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
         self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
@@ -492,6 +518,8 @@ class KafkaCoordinator(PartitionedCoordinator):
         start = int(last_meta["end"])
         if high < start + self.spout.max_records_per_partition:
             high = self.high_watermark(partition, high)   # the plan reaches the log's end
+        if self.end_offsets is not None:
+            high = min(high, self.end_offsets.get(partition, start))   # a fixed range (trident verify)
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)

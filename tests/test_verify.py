@@ -108,9 +108,10 @@ def test_the_table_junit_and_json_say_the_same() -> None:
                               examples=["missing counts['cat']: 4 -> 2"], verdict="FAIL", secs=1.0),
                    RunOutcome("task failures (rate 0.2)", verdict="SKIP", note="not run: --budget 5s left too little")]
     table = format_table(report).splitlines()
-    assert table[1].split() == ["fault", "kills", "replays", "keys", "missing", "doubled", "different", "verdict"]
-    assert table[3].split()[-8:] == ["commit.before", "1/1", "1", "6", "0", "0", "0", "PASS"]
-    assert table[4].split()[-8:] == ["commit.before_record", "1/1", "2", "6", "1", "0", "0", "FAIL"]
+    assert table[1].split() == ["fault", "kills", "restarts", "replays", "keys", "missing", "doubled", "different",
+                                "verdict"]
+    assert table[3].split()[-9:] == ["commit.before", "1/1", "0", "1", "6", "0", "0", "0", "PASS"]
+    assert table[4].split()[-9:] == ["commit.before_record", "1/1", "0", "2", "6", "1", "0", "0", "FAIL"]
     assert "  kill at commit.before_record: missing counts['cat']: 4 -> 2" in table
     assert table[-1].startswith("FAIL: 1 of 3 runs matched the reference; 2 driver kills in ")
     xml = junit_xml(report)
@@ -191,6 +192,63 @@ def test_verify_passes_trident_word_count(zk_url: str, redis_url: str) -> None:
     assert [r.verdict for r in report.runs] == ["PASS"] * 3, format_table(report)
     assert report.reference_keys > 20 and all(r.compared == report.reference_keys for r in report.runs)
     assert report.passed
+
+
+@pytest.mark.integration
+def test_server_faults_restart_verifys_own_redis_and_zookeeper_mid_run_and_the_run_still_matches() -> None:
+    said: list[str] = []
+    opts = VerifyOptions(crash_points=(), task_failures=False, executor="in-process", server_faults=True)
+    report = verify(str(EXAMPLES / "transactional_words.py"), opts, said.append)
+    [row] = report.runs
+    assert (row.fault, row.restarts, row.verdict) == ("server restarts (redis, zookeeper)", 2, "PASS"), \
+        format_table(report)
+    assert row.compared == report.reference_keys == 13 and row.missing == row.doubled == row.different == 0
+    assert [line.split(" on port ")[0] for line in said if "restarted on port" in line] == [
+        "  server faults: redis restarted", "  server faults: zookeeper restarted"]
+    assert format_table(report).splitlines()[3].split()[-8:-6] == ["0", "2"]
+
+
+@pytest.mark.integration
+def test_server_faults_are_skipped_on_servers_verify_did_not_start(zk_url: str, redis_url: str) -> None:
+    report = verify(str(CASES / "dict_counter.py"), options(zk_url, redis_url, crash_points=(), server_faults=True))
+    [row] = report.runs
+    assert (row.fault, row.verdict, row.restarts) == ("server restarts", "SKIP", 0)
+    assert row.note == ("not run: --state and --coordination name servers verify did not start, and it restarts "
+                        "only its own")
+
+
+@pytest.mark.integration
+def test_kafka_spouts_read_the_range_recorded_at_the_start_whatever_is_produced_meanwhile(
+        zk_url: str, redis_url: str, kafka_broker, kafka_topic: str, monkeypatch) -> None:
+    from confluent_kafka import Producer
+
+    kafka_broker.create_topic(kafka_topic, 2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+
+    def produce(words: list[str]) -> None:
+        for i, w in enumerate(words):
+            producer.produce(kafka_topic, w.encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+
+    produce(["cat", "dog", "cow", "cat", "moon", "cat", "dog", "sun", "cat", "dog"] * 2)
+    monkeypatch.setenv("TRIDENT_VERIFY_KAFKA", kafka_broker.bootstrap)
+    monkeypatch.setenv("TRIDENT_VERIFY_TOPIC", kafka_topic)
+    produced: list[str] = []
+
+    def say(line: str) -> None:        # more records: after the offsets are recorded, and after the reference run
+        if "reference run" in line or line.startswith("run 1/"):
+            produce(["late", "cat"] * 3)
+            produced.append(line)
+
+    opts = options(zk_url, redis_url, crash_points=("commit.before_record",), task_failures=True)
+    report = verify(str(CASES / "kafka_words.py"), opts, say)
+    assert len(produced) == 2
+    assert report.fixed_ranges == {kafka_topic: {"0": 10, "1": 10}}
+    assert [r.verdict for r in report.runs] == ["PASS", "PASS"], format_table(report)
+    assert report.reference_keys == 5 and all(r.compared == 5 for r in report.runs)
+    assert report.reference_txids == 3 and report.runs[0].kills == 1
+    assert f"fixed range: Kafka topic {kafka_topic!r} read up to the end offsets recorded at the start 0:10, 1:10" \
+        in format_table(report).splitlines()
 
 
 @pytest.mark.integration

@@ -12,10 +12,15 @@ and comparing every key with a run without faults (docs/verify.md).
    (``--kills N --seed S``: crash points at random txids), and task failures in the
    processing and commit tasks (``TRIDENT_FAIL_TASKS``). After each kill a new driver
    resumes the run (it was started beforehand and waits with Spark up, so a restart costs
-   no start-up) until the run completes.
+   no start-up) until the run completes. ``--server-faults`` adds a run in which the Redis
+   and ZooKeeper that verify started are stopped and started again mid-run
+   (``ServerRestarts``).
 3. **Verdict.** Each run's state against the reference, key by key: missing, doubled,
    extra, different, PASS or FAIL. A core (at-least-once) topology passes when nothing is
    missing; its duplicates are counted, not failed.
+
+Kafka spouts read a fixed range: each partition's end offset, recorded before the reference
+run (``kafka_end_offsets``), bounds every run.
 
 Honest limits: a spout must say it reads the same input in a fresh run (``replayable``),
 and what the topology writes outside its maps and ``KeyValueState`` is not compared unless
@@ -76,6 +81,7 @@ class VerifyOptions:
     master: str = "local[2]"
     executor: str | None = None
     max_batches: int | None = None
+    server_faults: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class RunOutcome:
     verdict: str = "PASS"          # PASS, FAIL, SKIP (not run: budget) or ERROR
     note: str = ""
     secs: float = 0.0
+    restarts: int = 0              # servers restarted (--server-faults)
 
     def to_json(self) -> dict[str, Any]:
         """The row as a JSON-friendly dict."""
@@ -124,6 +131,7 @@ class VerifyReport:
     kind: str
     reference_keys: int = 0
     reference_txids: int = 0
+    fixed_ranges: dict[str, dict[str, int]] = field(default_factory=dict)
     runs: list[RunOutcome] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     secs: float = 0.0
@@ -143,7 +151,8 @@ class VerifyReport:
         return {"file": self.file, "topology_id": self.topology_id, "kind": self.kind,
                 "verdict": "PASS" if self.passed else "FAIL", "secs": round(self.secs, 1), "kills": self.kills,
                 "reference_keys": self.reference_keys, "reference_txids": self.reference_txids,
-                "runs": [r.to_json() for r in self.runs], "unchecked": self.unchecked}
+                "runs": [r.to_json() for r in self.runs], "unchecked": self.unchecked,
+                "fixed_ranges": self.fixed_ranges}
 
 
 # -- the topology: what can be verified ------------------------------------------------------------
@@ -171,18 +180,20 @@ def check_spouts(topology: Any) -> list[str]:
 # -- servers ----------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def scratch_servers(options: VerifyOptions, workdir: Path) -> Iterator[tuple[str, str]]:
-    """``(state URL, coordination URL)``: the ones given, else a Redis and a ZooKeeper started
-    for this verify run (removed at the end). ZooKeeper's tick is short, so the lock of a
-    killed driver goes within about a second."""
-    started: list[Any] = []
+def scratch_servers(options: VerifyOptions, workdir: Path) -> Iterator[tuple[tuple[str, str], list[tuple[str, Any]]]]:
+    """``((state URL, coordination URL), started)``: the URLs given, else a Redis and a ZooKeeper
+    started for this verify run (removed at the end), listed in ``started`` as ``(name,
+    ManagedProcess)`` for ``--server-faults``. ZooKeeper's tick is short, so the lock of a
+    killed driver goes within about a second; Redis keeps an append-only file, so a restart
+    (``stop`` flushes it) comes back with every write."""
+    started: list[tuple[str, Any]] = []
     try:
         state = options.state
         if state is None:
             from transactional.testing.redis import ManagedRedis
 
-            r = ManagedRedis(workdir=workdir / "redis", appendonly=False)
-            started.append(r)
+            r = ManagedRedis(workdir=workdir / "redis", appendonly=True, appendfsync="everysec")
+            started.append(("redis", r))
             r.start()
             state = r.url
         coordination = options.coordination
@@ -190,12 +201,12 @@ def scratch_servers(options: VerifyOptions, workdir: Path) -> Iterator[tuple[str
             from transactional.testing.zookeeper import ManagedZooKeeper
 
             z = ManagedZooKeeper(workdir=workdir / "zookeeper", tick_time_ms=200)
-            started.append(z)
+            started.append(("zookeeper", z))
             z.start()
             coordination = z.url("trident-verify") + "?session_timeout=1.5"
-        yield state, coordination
+        yield (state, coordination), list(started)
     finally:
-        for s in reversed(started):
+        for _, s in reversed(started):
             s.destroy()
 
 
@@ -205,13 +216,16 @@ class Driver:
     """A ``transactional.ops.verify_child`` process: started (Spark up), then told to go."""
 
     def __init__(self, file: str, topology_id: str, urls: tuple[str, str], options: VerifyOptions,
-                 env: dict[str, str], log: IO[bytes], until_txid: int | None, fault: str = "none") -> None:
+                 env: dict[str, str], log: IO[bytes], until_txid: int | None, fault: str = "none",
+                 kafka_end_offsets: dict[str, dict[str, int]] | None = None) -> None:
         cmd = [sys.executable, "-m", "transactional.ops.verify_child", file, "--topology-id", topology_id,
                "--state", urls[0], "--coordination", urls[1], "--master", options.master, "--fault", fault]
         if options.executor:
             cmd += ["--executor", options.executor]
         if until_txid is not None:
             cmd += ["--until-txid", str(until_txid)]
+        if kafka_end_offsets:
+            cmd += ["--kafka-end-offsets", json.dumps(kafka_end_offsets)]
         full_env = {k: v for k, v in os.environ.items() if k not in ("TRIDENT_CRASH_AT", "TRIDENT_PAUSE_AT",
                                                                        "TRIDENT_FAIL_TASKS")}
         full_env.update(env)
@@ -277,6 +291,53 @@ class Driver:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+#: where a ``--server-faults`` run pauses its driver (``TRIDENT_PAUSE_AT``) to restart a server:
+#: Redis while a txid's updates are buffered but not written, ZooKeeper while they are written
+#: but the txid is not recorded
+SERVER_PAUSE_POINTS = ("commit.before_write", "commit.before_record")
+
+
+class ServerRestarts:
+    """The ``--server-faults`` of one run: each time a driver stops at a pause point
+    (SIGSTOP, ``TRIDENT_PAUSE_AT``), the next server of ``servers`` is stopped for real (its
+    process ends) and started again on the same port with the same data directory, then the
+    driver continues (SIGCONT) against the restarted server."""
+
+    def __init__(self, servers: list[tuple[str, Any]], say: Callable[[str], None]) -> None:
+        self.pending = list(servers)
+        self.restarts = 0
+        self.done: list[str] = []
+        self.say = say
+
+    @staticmethod
+    def pause_env(txid: int) -> dict[str, str]:
+        """The ``TRIDENT_PAUSE_AT`` of a driver: one pause per server, at txid and the next."""
+        return {"TRIDENT_PAUSE_AT": ";".join(f"{p}:txid={txid + i}" for i, p in enumerate(SERVER_PAUSE_POINTS))}
+
+    def watch(self, driver: Driver) -> None:
+        """Restart servers whenever ``driver`` pauses, until it ends (a thread)."""
+        threading.Thread(target=self._watch, args=(driver,), daemon=True, name="trident-verify-servers").start()
+
+    def _watch(self, driver: Driver) -> None:
+        stat = Path(f"/proc/{driver.proc.pid}/stat")
+        while driver.proc.poll() is None:
+            try:
+                state = stat.read_text().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                return
+            if state in ("T", "t"):
+                if self.pending:
+                    name, server = self.pending.pop(0)
+                    server.stop()               # SIGTERM: the process ends; its data stays
+                    server.start()              # same port, same data directory
+                    self.restarts += 1
+                    self.done.append(name)
+                    self.say(f"  server faults: {name} restarted on port {server.port}")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(driver.proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+
+
 class _Budget:
     def __init__(self, secs: float | None) -> None:
         self.end = None if secs is None else time.monotonic() + secs
@@ -299,17 +360,21 @@ class Verifier:
         self.budget = _Budget(options.budget_secs)
         self.say = say or (lambda text: None)
         self.until_txid: int | None = None
+        self.restarter: ServerRestarts | None = None
+        self.kafka_end_offsets: dict[str, dict[str, int]] = {}
 
     def scratch_id(self, name: str) -> str:
         """The scratch topology id of run ``name``."""
         return f"verify-{self.run_id}-{name}"
 
     def run(self, name: str, kills: list[Kill], env: dict[str, str] | None = None,
-            fault: str | None = None) -> tuple[str, RunOutcome]:
+            fault: str | None = None, servers: ServerRestarts | None = None) -> tuple[str, RunOutcome]:
         """Run the topology under scratch id ``name`` to completion, killing its driver at each
-        of ``kills`` in turn (a kill not reached is noted); the id and the row so far."""
+        of ``kills`` in turn (a kill not reached is noted) and restarting ``servers`` when a
+        driver pauses; the id and the row so far."""
         tid = self.scratch_id(name)
         row = RunOutcome(fault=fault or name, kills_planned=len(kills))
+        self.restarter = servers
         t0 = time.monotonic()
         log_path = self.workdir / f"{tid}.log"
         plan = list(kills)
@@ -318,16 +383,20 @@ class Verifier:
                 e = dict(env or {})
                 if k is not None:
                     e["TRIDENT_CRASH_AT"] = k.spec
-                return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid, row.fault)
+                return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid, row.fault,
+                              self.kafka_end_offsets)
 
             def start_next(killed: bool) -> Driver | None:
                 """The driver that resumes after a kill (started now, it waits with Spark up)."""
-                return start(plan[0] if plan else None) if plan or killed else None
+                return start(plan[0] if plan else None) if plan or killed or self.restarter else None
 
             current: Driver | None = start(plan[0] if plan else None)
             while current is not None:
                 kill = plan.pop(0) if plan else None
                 current = self._drive(current, kill, start_next, row, tid, log_path)
+        self.restarter = None
+        if servers is not None:
+            row.restarts = servers.restarts
         for k in plan:
             row.note = _join(row.note, f"not reached: {k.spec}")
         row.secs = time.monotonic() - t0
@@ -346,6 +415,8 @@ class Verifier:
             current.kill()
             raise VerifyError(self._driver_failed(tid, current, log_path, "starting"))
         current.go()
+        if self.restarter is not None:
+            self.restarter.watch(current)
         row.drivers += 1
         nxt = start_next(kill is not None)
         try:
@@ -358,6 +429,11 @@ class Verifier:
             if status == -signal.SIGKILL and kill is not None:
                 row.kills += 1
                 self.say(f"  {row.fault}: driver killed at {kill.spec}; restarting")
+                resumed, nxt = nxt, None
+                return resumed
+            if status != 0 and self.restarter is not None and self.restarter.restarts and row.drivers < 8:
+                # a driver may give up when its server goes away; the next one resumes the run
+                row.note = _join(row.note, f"a driver exited with status {status} after a server restart; resumed")
                 resumed, nxt = nxt, None
                 return resumed
             if status != 0:
@@ -422,9 +498,12 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
     setup = getattr(module, "setup", None)
     if setup is not None:
         setup()
-    with tempfile.TemporaryDirectory(prefix="trident-verify-") as tmp, scratch_servers(options, Path(tmp)) as urls:
+    with tempfile.TemporaryDirectory(prefix="trident-verify-") as tmp, scratch_servers(options, Path(tmp)) as (urls, managed):
         v = Verifier(file, options, urls, Path(tmp), say)
         v.until_txid = options.max_batches
+        v.kafka_end_offsets = report.fixed_ranges = kafka_end_offsets(topology)
+        for topic, ends in report.fixed_ranges.items():
+            say(f"  Kafka topic {topic!r}: every run reads up to the end offsets recorded now {ends}")
         say(f"trident verify {file}: reference run (topology {topology.topology_id!r} as {v.scratch_id('ref')})")
         try:
             ref_tid, ref_row = v.run("reference", [])
@@ -446,6 +525,8 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
                 continue
             say(f"run {i + 1}/{len(scenarios)}: {name}")
             report.runs.append(_fault_run(v, f"r{i + 1}", name, kills, env, reference, module, topology.core, last))
+        if options.server_faults:
+            report.runs.append(_server_fault_run(v, managed, reference, module, topology.core, last, ref_row.secs))
     report.secs = time.monotonic() - t0
     return report
 
@@ -478,6 +559,44 @@ def _fault_run(v: Verifier, run_name: str, name: str, kills: list[Kill], env: di
     return row
 
 
+def _server_fault_run(v: Verifier, managed: list[tuple[str, Any]], reference: Snapshot, module: Any, core: bool,
+                      last: int, ref_secs: float) -> RunOutcome:
+    """The ``--server-faults`` run: Redis and ZooKeeper (those verify started) restarted
+    mid-run, the driver paused meanwhile (``SERVER_PAUSE_POINTS``), then judged as the others."""
+    name = "server restarts (" + ", ".join(n for n, _ in managed) + ")" if managed else "server restarts"
+    if not managed:
+        return RunOutcome(name, verdict="SKIP", note="not run: --state and --coordination name servers verify did not "
+                                                     "start, and it restarts only its own")
+    if v.budget.left() < ref_secs * 2 * 0.6:
+        return RunOutcome(name, verdict="SKIP", note=f"not run: --budget {v.options.budget_secs:g}s left too little")
+    v.say(f"run: {name}")
+    mid = max(1, (last + 1) // 2)
+    servers = ServerRestarts(managed, v.say)
+    try:
+        tid, row = v.run("servers", [], ServerRestarts.pause_env(mid), fault=name, servers=servers)
+    except OutOfBudget:
+        return RunOutcome(name, restarts=servers.restarts, verdict="SKIP",
+                          note=f"stopped: --budget {v.options.budget_secs:g}s ran out")
+    row.replays = max(0, row.replays - last)
+    if servers.pending:
+        row.note = _join(row.note, "not restarted (the run ended first): " + ", ".join(n for n, _ in servers.pending))
+    _judge(row, compare(reference, v.snapshot(tid, module)), core)
+    v.say(f"  {row.verdict}: {row.restarts} server restart(s), {row.compared} keys compared in {row.secs:.1f} s")
+    return row
+
+
+def kafka_end_offsets(topology: Any) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: end offset}}`` now, for each spout that can say
+    (``end_offsets_now``: the Kafka spouts): the fixed range every run of verify reads."""
+    out: dict[str, dict[str, int]] = {}
+    for spec in topology.spouts:
+        spout = spec.new_instance()
+        now = getattr(spout, "end_offsets_now", None)
+        if callable(now):
+            out[str(spout.topic)] = {str(p): int(o) for p, o in now().items()}
+    return out
+
+
 def _last_txid(coordination: str, tid: str) -> int:
     from state.base import open_transactional_state
 
@@ -503,7 +622,7 @@ def _judge(row: RunOutcome, d: Difference, core: bool) -> None:
 
 # -- what it prints ---------------------------------------------------------------------------------
 
-_COLUMNS = ("fault", "kills", "replays", "keys", "missing", "doubled", "different", "verdict")
+_COLUMNS = ("fault", "kills", "restarts", "replays", "keys", "missing", "doubled", "different", "verdict")
 
 
 def format_table(report: VerifyReport) -> str:
@@ -511,7 +630,7 @@ def format_table(report: VerifyReport) -> str:
     rows = [_COLUMNS]
     for r in report.runs:
         kills = f"{r.kills}/{r.kills_planned}" if r.kills_planned else "0"
-        rows.append((r.fault, kills, str(r.replays), str(r.compared), str(r.missing), str(r.doubled),
+        rows.append((r.fault, kills, str(r.restarts), str(r.replays), str(r.compared), str(r.missing), str(r.doubled),
                      str(r.different + r.extra), r.verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}; reference "
@@ -526,6 +645,9 @@ def format_table(report: VerifyReport) -> str:
             lines.append(f"  {r.fault}: {ex}")
         if r.note:
             lines.append(f"  {r.fault}: {r.note}")
+    for topic, ends in report.fixed_ranges.items():
+        lines.append(f"fixed range: Kafka topic {topic!r} read up to the end offsets recorded at the start "
+                     f"{', '.join(f'{p}:{o}' for p, o in ends.items())}")
     for note in report.unchecked:
         lines.append(f"not checked: {note}")
     verdict = "PASS" if report.passed else "FAIL"
@@ -569,6 +691,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1, help="the seed of the random kills and task failures (default 1)")
     p.add_argument("--no-task-failures", action="store_true",
                    help="skip the run with failing tasks (FailedException in seeded-random bolt tasks)")
+    p.add_argument("--server-faults", action="store_true",
+                   help="one more run in which the Redis and the ZooKeeper that verify started are stopped and started "
+                        "again mid-run (same port, same data); not with --state/--coordination")
     p.add_argument("--budget", type=float, default=None, metavar="SECS",
                    help="stop starting runs when this much time has passed; the table says what it had time for")
     p.add_argument("--max-batches", type=int, default=None, metavar="N",
@@ -599,7 +724,7 @@ def command(args: Any) -> int:
     options = VerifyOptions(crash_points=points, kills=args.kills, seed=args.seed,
                             task_failures=not args.no_task_failures, budget_secs=args.budget, state=args.state,
                             coordination=args.coordination, master=args.master, executor=args.executor,
-                            max_batches=args.max_batches)
+                            max_batches=args.max_batches, server_faults=args.server_faults)
 
     def say(text: str) -> None:
         if not args.quiet:

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executor", default=None)
     p.add_argument("--until-txid", type=int, default=None)
     p.add_argument("--fault", default="none", help="the fault of this run, for the status record")
+    p.add_argument("--kafka-end-offsets", default=None,
+                   help="JSON {topic: {partition: offset}}: Kafka spouts read no further (a fixed range)")
     p.add_argument("--no-wait", action="store_true", help="run at once (no 'go' line)")
     args = p.parse_args(argv)
 
@@ -69,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                                # the status page and `trident status` say it is a verify run
                                "conf": {"trident.verify": {"of": built.topology_id, "fault": args.fault,
                                                            "file": args.file}}}
+    if args.kafka_end_offsets:
+        # spouts.kafka.END_OFFSETS_CONF (spouts sit above this package: the name, not an import)
+        scratch["conf"]["trident.kafka.end_offsets"] = json.loads(args.kafka_end_offsets)
     if args.executor:
         scratch["executor"] = args.executor
     config = make_config([Layer(f"CONFIG of {args.file}", dict(getattr(module, "CONFIG", None) or {})),
