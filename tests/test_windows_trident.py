@@ -179,3 +179,57 @@ def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_p
         m = TransactionalMap(open_map_backing(redis_url, f"trident-window-kill:{name}"), name)
         got = {w: v for w, v in zip(rows, m.multi_get(rows), strict=True) if v is not None}
         assert got == want and sum(want.values()) > 0
+
+
+class Ticks:
+    """The driver's clock of a test: 1 s later at each call (one call per txid's first commit)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return float(self.calls)
+
+
+def test_a_replayed_processing_time_txid_fires_the_same_windows() -> None:
+    # batches of 3 words, txid t at t seconds: [0, 2 s) holds txid 1, [2 s, 4 s) txids 2 and 3.
+    # A replay of txid 2 (its window output fails once) must keep 2 s, not take a new time.
+    words = [(f"w{i}", i) for i in range(12)]
+    key = uid("ptime")
+
+    def build(fail: bool) -> Any:
+        t = TridentTopology(uid("tptime"))
+        w = t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3)) \
+            .tumbling_window(Duration(2, "seconds"), WindowsStoreFactory("pt"), Fields("word"), Words(),
+                             Fields("words"))
+        if fail:
+            w = w.each(Fields("words"), FailOnce(key, "w0"))
+        w.group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n"))
+        return t.build()
+
+    clean_clock, failed_clock = Ticks(), Ticks()
+    clean = run_topology(build(False), config("in-process"), clock=clean_clock)
+    failed = run_topology(build(True), config("in-process"), clock=failed_clock)
+    keys = ["w0 w1 w2", "w3 w4 w5 w6 w7 w8", "w3 w4 w5", "w9 w10 w11"]
+    assert key in FAILED_ONCE and failed.attempts > clean.attempts
+    want = {"w0 w1 w2": 1, "w3 w4 w5 w6 w7 w8": 1}
+    assert windows_of(failed, "fired", keys) == windows_of(clean, "fired", keys) == want
+    assert clean_clock.calls == failed_clock.calls == 4                 # one time per txid
+
+
+def test_a_txids_time_survives_a_restart_in_its_pending_record() -> None:
+    from state.base import MemoryTransactionalState
+    from transactional.engine.store import CoordinatorStore
+
+    s = MemoryTransactionalState(uid("times"))
+    first = CoordinatorStore(s)
+    assert first.commit_time(5, lambda: 7.25) == 7250
+    first.write_pending(5, {"s": [0, 3]}, 1, [1])
+    first.write_pending(5, {"s": [0, 3]}, 2, [1])                   # the next attempt keeps the time
+    assert s.get("meta/5")["time_ms"] == 7250
+    restarted = CoordinatorStore(s)
+    restarted.recover()
+    assert restarted.commit_time(5, lambda: 99.0) == 7250 and restarted.commit_time(6, lambda: 99.0) == 99000
+    restarted.drop_pending(5)
+    assert 5 not in restarted.times

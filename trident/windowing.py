@@ -15,7 +15,8 @@ open -- a function of the txids a window covers. A replay of ``t`` fires the sam
 with the same contents (processing time is the time recorded by ``t``'s first commit),
 and a persistent state downstream skips what it already took.
 
-Times: processing time is the driver's clock (milliseconds) when the txid is committed;
+Times: processing time is the driver's clock (milliseconds) when the txid's first commit
+began, recorded with the txid and the same on every replay;
 with ``timestamp_field`` it is event time, and the watermark is the greatest timestamp
 the window has seen minus ``lag`` (each batch is complete when it is committed, so a batch
 advances it once). A tuple below the watermark is late: counted (``late`` in the store,

@@ -2,8 +2,9 @@
 
 Per txid ``t``, in order: read the task's window record as txid ``t-1`` left it
 (``multi_get_committed``), add ``t``'s rows in their fixed order (count triggers fire as
-they come), advance the watermark (event time) or take the commit's time (processing
-time; a replay of ``t`` takes the time its first commit recorded), fire the duration
+they come), advance the watermark (event time) or take the txid's time (processing
+time: the driver's clock when ``t``'s first commit began, recorded with ``t``'s pending
+metadata and reused by every replay of ``t``: ``CoordinatorStore.commit_time``), fire the duration
 windows whose end it reached, then store the record once for ``t`` (``multi_update``: a
 transactional map skips a txid it already holds). Each fired window's tuples go through
 the aggregator; what it emits flows on.
@@ -15,10 +16,9 @@ The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "max_ts",
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from transactional.engine.commit import TXID_TIME_MS
 from transactional.exceptions import ConfigError
 from trident.operation import TridentTuple
 from trident.runtime.aggregators import as_aggregator
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
 
 log = logging.getLogger("trident")
-
-#: The driver's clock of processing-time windows, in seconds (tests may pass their own).
-CLOCK: list[Callable[[], float]] = [time.time]
-
 
 def _empty() -> dict[str, Any]:
     return {"txid": 0, "now": None, "seq": 0, "count_since": 0, "next_end": None, "max_ts": None, "late": 0,
@@ -61,6 +57,7 @@ class WindowProc(Proc):
         self.agg = as_aggregator(self.spec.aggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
+        self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
         self.collector = _Collect(self.nxt.row, len(op.out_fields), op_label(op))
         self.rows_in: list[tuple[Any, ...]] = []
 
@@ -72,11 +69,7 @@ class WindowProc(Proc):
         key = f"window:{self.task}"
         rec = self.map.multi_get_committed([key])[0] or _empty()
         rec = {**rec, "events": [list(e) for e in rec["events"]]}
-        mine = self.map.multi_get([key])[0]
-        if mine is not None and mine.get("txid") == self.txid and mine.get("now") is not None:
-            now = int(mine["now"])                       # a replay: the time of the first commit
-        else:
-            now = int(CLOCK[0]() * 1000)
+        now = self.txid_ms
         self.rec, self.now = rec, now
         late = 0
         wm = None if rec["max_ts"] is None else rec["max_ts"] - spec.lag    # as the batches before left it
