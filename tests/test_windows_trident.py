@@ -233,3 +233,30 @@ def test_a_txids_time_survives_a_restart_in_its_pending_record() -> None:
     assert restarted.commit_time(5, lambda: 99.0) == 7250 and restarted.commit_time(6, lambda: 99.0) == 99000
     restarted.drop_pending(5)
     assert 5 not in restarted.times
+
+
+def test_the_event_time_watermark_waits_for_the_partition_that_lags() -> None:
+    # two partitions, one batch of 2 from each per txid: partition 0 runs ahead (ts 1000, 2000,
+    # 3000 ...), partition 1 lags (ts 0, 100, 200 ...). The watermark is the least of the two
+    # maxima: no window [0, 1 s) fires while partition 1 is below 1 s, although partition 0
+    # passed it at its first batch; the lagging partition's tuples are not late.
+    data = {0: [(f"a{i}", 1000 * (i + 1)) for i in range(8)],
+            1: [(f"b{i}", 100 * i) for i in range(8)] + [(f"b{i}", 1000 + 100 * i) for i in range(8, 16)]}
+    t = TridentTopology(uid("twm"))
+    (t.new_stream("words", MemoryTransactionalSpout(data, Fields("word", "ts"), 2)).parallelism_hint(2)
+     .tumbling_window(Duration(1, "s"), WindowsStoreFactory("wm"), Fields("word"), Words(), Fields("words"),
+                      timestamp_field="ts")
+     .group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n")))
+    seen: list[tuple[int, dict[str, int], int]] = []
+
+    def on_commit(txid: int, r: Any) -> None:
+        rec = r.map_state("wm").multi_get(["window:0"])[0]
+        seen.append((txid, dict(rec["maxima"]), rec["fired"]))
+
+    r = run_topology(t.build(), config("in-process"), on_commit=on_commit)
+    rec = r.map_state("wm").multi_get(["window:0"])[0]
+    assert rec["late"] == 0 and len(rec["maxima"]) == 2
+    # partition 0 passed 1 s at txid 1, partition 1 only at txid 5 (b8 at 1800): nothing fired before
+    assert [fired for _, _, fired in seen[:4]] == [0, 0, 0, 0] and seen[4][2] > 0
+    first = "b0 b1 b2 b3 b4 b5 b6 b7"
+    assert windows_of(r, "fired", [first, "a0", f"a0 {first}"]) == {f"{first}": 1}
