@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trident")
 
+
 def _empty() -> dict[str, Any]:
     return {"txid": 0, "now": None, "seq": 0, "count_since": 0, "next_end": None, "maxima": {}, "late": 0,
             "fired": 0, "events": []}
