@@ -179,3 +179,84 @@ def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_p
         m = TransactionalMap(open_map_backing(redis_url, f"trident-window-kill:{name}"), name)
         got = {w: v for w, v in zip(rows, m.multi_get(rows), strict=True) if v is not None}
         assert got == want and sum(want.values()) > 0
+
+
+class Ticks:
+    """The driver's clock of a test: 1 s later at each call (one call per txid's first commit)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return float(self.calls)
+
+
+def test_a_replayed_processing_time_txid_fires_the_same_windows() -> None:
+    # batches of 3 words, txid t at t seconds: [0, 2 s) holds txid 1, [2 s, 4 s) txids 2 and 3.
+    # A replay of txid 2 (its window output fails once) must keep 2 s, not take a new time.
+    words = [(f"w{i}", i) for i in range(12)]
+    key = uid("ptime")
+
+    def build(fail: bool) -> Any:
+        t = TridentTopology(uid("tptime"))
+        w = t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3)) \
+            .tumbling_window(Duration(2, "seconds"), WindowsStoreFactory("pt"), Fields("word"), Words(),
+                             Fields("words"))
+        if fail:
+            w = w.each(Fields("words"), FailOnce(key, "w0"))
+        w.group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n"))
+        return t.build()
+
+    clean_clock, failed_clock = Ticks(), Ticks()
+    clean = run_topology(build(False), config("in-process"), clock=clean_clock)
+    failed = run_topology(build(True), config("in-process"), clock=failed_clock)
+    keys = ["w0 w1 w2", "w3 w4 w5 w6 w7 w8", "w3 w4 w5", "w9 w10 w11"]
+    assert key in FAILED_ONCE and failed.attempts > clean.attempts
+    want = {"w0 w1 w2": 1, "w3 w4 w5 w6 w7 w8": 1}
+    assert windows_of(failed, "fired", keys) == windows_of(clean, "fired", keys) == want
+    assert clean_clock.calls == failed_clock.calls == 4                 # one time per txid
+
+
+def test_a_txids_time_survives_a_restart_in_its_pending_record() -> None:
+    from state.base import MemoryTransactionalState
+    from transactional.engine.store import CoordinatorStore
+
+    s = MemoryTransactionalState(uid("times"))
+    first = CoordinatorStore(s)
+    assert first.commit_time(5, lambda: 7.25) == 7250
+    first.write_pending(5, {"s": [0, 3]}, 1, [1])
+    first.write_pending(5, {"s": [0, 3]}, 2, [1])                   # the next attempt keeps the time
+    assert s.get("meta/5")["time_ms"] == 7250
+    restarted = CoordinatorStore(s)
+    restarted.recover()
+    assert restarted.commit_time(5, lambda: 99.0) == 7250 and restarted.commit_time(6, lambda: 99.0) == 99000
+    restarted.drop_pending(5)
+    assert 5 not in restarted.times
+
+
+def test_the_event_time_watermark_waits_for_the_partition_that_lags() -> None:
+    # two partitions, one batch of 2 from each per txid: partition 0 runs ahead (ts 1000, 2000,
+    # 3000 ...), partition 1 lags (ts 0, 100, 200 ...). The watermark is the least of the two
+    # maxima: no window [0, 1 s) fires while partition 1 is below 1 s, although partition 0
+    # passed it at its first batch; the lagging partition's tuples are not late.
+    data = {0: [(f"a{i}", 1000 * (i + 1)) for i in range(8)],
+            1: [(f"b{i}", 100 * i) for i in range(8)] + [(f"b{i}", 1000 + 100 * i) for i in range(8, 16)]}
+    t = TridentTopology(uid("twm"))
+    (t.new_stream("words", MemoryTransactionalSpout(data, Fields("word", "ts"), 2)).parallelism_hint(2)
+     .tumbling_window(Duration(1, "s"), WindowsStoreFactory("wm"), Fields("word"), Words(), Fields("words"),
+                      timestamp_field="ts")
+     .group_by(Fields("words")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n")))
+    seen: list[tuple[int, dict[str, int], int]] = []
+
+    def on_commit(txid: int, r: Any) -> None:
+        rec = r.map_state("wm").multi_get(["window:0"])[0]
+        seen.append((txid, dict(rec["maxima"]), rec["fired"]))
+
+    r = run_topology(t.build(), config("in-process"), on_commit=on_commit)
+    rec = r.map_state("wm").multi_get(["window:0"])[0]
+    assert rec["late"] == 0 and len(rec["maxima"]) == 2
+    # partition 0 passed 1 s at txid 1, partition 1 only at txid 5 (b8 at 1800): nothing fired before
+    assert [fired for _, _, fired in seen[:4]] == [0, 0, 0, 0] and seen[4][2] > 0
+    first = "b0 b1 b2 b3 b4 b5 b6 b7"
+    assert windows_of(r, "fired", [first, "a0", f"a0 {first}"]) == {f"{first}": 1}

@@ -15,10 +15,11 @@ open -- a function of the txids a window covers. A replay of ``t`` fires the sam
 with the same contents (processing time is the time recorded by ``t``'s first commit),
 and a persistent state downstream skips what it already took.
 
-Times: processing time is the driver's clock (milliseconds) when the txid is committed;
-with ``timestamp_field`` it is event time, and the watermark is the greatest timestamp
-the window has seen minus ``lag`` (each batch is complete when it is committed, so a batch
-advances it once). A tuple below the watermark is late: counted (``late`` in the store,
+Times: processing time is the driver's clock (milliseconds) when the txid's first commit
+began, recorded with the txid and the same on every replay;
+with ``timestamp_field`` it is event time, and the watermark is the least, over the
+upstream partitions (source tasks) that sent tuples, of the greatest timestamp each sent,
+minus ``lag`` (each batch is complete when it is committed, so a batch advances it once). A tuple below the watermark is late: counted (``late`` in the store,
 ``RunResult``'s log) and dropped with a log line.
 
 The window configs are Storm's: ``TumblingCountWindow.of(n)``, ``SlidingCountWindow.of(n,

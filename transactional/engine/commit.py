@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from transactional.engine.driver import Engine
 
 log = logging.getLogger("trident")
+#: the conf key of a commit phase's txid time (ms, ``CoordinatorStore.commit_time``)
+TXID_TIME_MS = "transactional.txid.time.ms"
 
 
 class CommitProtocol:
@@ -32,7 +34,8 @@ class CommitProtocol:
     1. txid t-1 is committed: the coordinator asks for commits strictly in txid order, one
        at a time, in the driver's main thread (later txids keep processing meanwhile).
     2. This driver still holds the topology's lock (``LeadershipLostError`` stops the run).
-    3. Note durably that this attempt's commit began (it may write user state).
+    3. Note durably that this attempt's commit began (it may write user state), with the
+       txid's time (the driver's clock at its first commit, the same for every attempt).
     4. Run the committers and the bolts downstream of them (on the driver, or as Spark
        jobs when ``commit_placement="executors"``), the maps in ``begin_commit(t)``
        buffering their updates; first, if an earlier attempt of t began its commit, opaque
@@ -68,7 +71,10 @@ class CommitProtocol:
         # Step 1. txid-1 is committed: the coordinator commits strictly in order.
         # Step 2. this driver still holds the lock (LeadershipLostError stops the run).
         self.state.check_lock()
-        # Step 3. note durably that this attempt's commit began (it may write user state).
+        # Step 3. note durably that this attempt's commit began (it may write user state),
+        # with the txid's time: the driver's clock when its first commit began, reused by
+        # every later attempt (processing-time windows fire the same windows on a replay).
+        conf = {**e.conf, TXID_TIME_MS: store.commit_time(txid, e.clock)}
         store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
         crash_point("commit.before", txid=txid)
         executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
@@ -77,11 +83,11 @@ class CommitProtocol:
             # an earlier attempt whose commit began may have written opaque state: roll it back first.
             e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else ())
             if e.plan.commits_on_executors:
-                rep = run_commit(e.plan, jobs.executor, jobs.shared, e.conf, attempt, r.kept,
+                rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept,
                                  e.states.for_executors(txid, a.attempt))
             else:
                 with paused_gc():
-                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, e.conf, attempt, [r.records],
+                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
                                      e.states)
             add_report(rep, executed, emitted, busy)
             # Step 5. the maps write what the commit changed: one fenced atomic write each store.

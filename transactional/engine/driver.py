@@ -67,14 +67,16 @@ CONTROL_CHECK_SECS = 0.25
 def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config: TopologyConfig | None = None,
                  max_batches: int | None = None, *, spark_context: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None,
-                 on_start: Callable[[], None] | None = None) -> RunResult:
+                 on_start: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> RunResult:
     """Run ``topology`` until its spout has nothing more (see ``idle_timeout_secs``) or
     ``max_batches`` batches were committed, and return a ``RunResult``.
 
     Resumes from the coordinator state: a topology id that committed txids before goes
     on at the next one, replaying stored metadata of uncommitted txids first. Raises
     ``TopologyFailedError`` naming txid, component, task and cause when a txid fails
-    ``max_attempts`` times or a task breaks the tuple contract.
+    ``max_attempts`` times or a task breaks the tuple contract. ``clock``: the driver's
+    wall clock (seconds), which gives each txid its time (processing-time windows).
     """
     if not isinstance(topology, Topology) and hasattr(topology, "build"):
         topology = topology.build()      # a TransactionalTopologyBuilder or a trident.TridentTopology
@@ -87,13 +89,16 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         msg = f"max_batches must be an int >= 0 or None; got {max_batches!r}"
         raise ConfigError(msg)
-    return Engine(topology, config, spark_context, on_commit, on_start).run(max_batches)
+    return Engine(topology, config, spark_context, on_commit, on_start, clock).run(max_batches)
 
 
 class Engine:
     def __init__(self, topology: Topology, config: TopologyConfig, sc: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None,
-                 on_start: Callable[[], None] | None = None) -> None:
+                 on_start: Callable[[], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+        #: the driver's wall clock (seconds): each txid's time, taken when its first commit
+        #: begins (``CoordinatorStore.commit_time``; processing-time windows). Tests pass their own.
+        self.clock = clock
         #: called once the run holds the lock and hears the operator (``LocalCluster``)
         self.on_start: Callable[[], None] = on_start if on_start is not None else _nothing
         # commit components are pickled for executors only when the run places them there

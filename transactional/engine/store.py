@@ -1,9 +1,11 @@
 """The coordinator's records in ``TransactionalState`` (layout in ``state/base.py``)::
 
     committed      {"txid": t, "meta": <meta of t>, "partitions": {p: latest meta}}
-    meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...]}
+    meta/<txid>    {"meta": ..., "attempts": n, "commit_started": [a, ...], "time_ms": ms}
                    uncommitted txids: written before they run; ``commit_started`` lists the
-                   attempts whose commit phase began (written before it writes user state)
+                   attempts whose commit phase began (written before it writes user state);
+                   ``time_ms``: the driver's clock when the first commit began, which every
+                   later attempt reuses (``commit_time``; processing-time windows)
     epoch          n: the epoch of the newest lock holder; each driver takes n + 1 when it
                    gets the lock and fences its user-state writes with it (state/map/)
     maps           {"<name>": "transactional" | "opaque"}: every map the topology used, so
@@ -20,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,6 +50,8 @@ class CoordinatorStore:
         #: raised when the run is about to keep user state it would lose (``check_user_state``)
         self.refuse_state: StateLossError | None = None
         self._kept_checked = False
+        #: txid -> the driver's time (ms) its first commit began with (``commit_time``)
+        self.times: dict[int, int] = {}
 
     def check_user_state(self, state_url: str, coordination_url: str, *, keeps_state: bool,
                          accept_loss: bool) -> None:
@@ -102,6 +106,8 @@ class CoordinatorStore:
             else:
                 # written by write_pending; only the lock holder (this driver) deletes it
                 rec.pending[txid] = cast("dict[str, Any]", self.state.get(f"meta/{txid}"))
+                if isinstance(rec.pending[txid], dict) and rec.pending[txid].get("time_ms") is not None:
+                    self.times[txid] = int(rec.pending[txid]["time_ms"])
         rec.maps = self.recover_maps()
         return rec
 
@@ -126,10 +132,23 @@ class CoordinatorStore:
         self.state.set("maps", maps)
 
     def write_pending(self, txid: int, meta: Any, attempts: int, commit_started: Iterable[int] = ()) -> None:
-        self.state.set(f"meta/{txid}", {"meta": meta, "attempts": attempts, "commit_started": list(commit_started)})
+        rec = {"meta": meta, "attempts": attempts, "commit_started": list(commit_started)}
+        if txid in self.times:
+            rec["time_ms"] = self.times[txid]
+        self.state.set(f"meta/{txid}", rec)
+
+    def commit_time(self, txid: int, clock: Callable[[], float]) -> int:
+        """The driver's time (ms) of ``txid``'s commit: ``clock()`` the first time its
+        commit begins, then the same for every later attempt of it, also after a restart
+        (``write_pending`` stores it in the txid's record, ``recover`` reads it back).
+        Processing-time windows take it, so a replay fires the same windows."""
+        if txid not in self.times:
+            self.times[txid] = int(clock() * 1000)
+        return self.times[txid]
 
     def drop_pending(self, txid: int) -> None:
         self.state.delete(f"meta/{txid}")
+        self.times.pop(txid, None)
 
     def keep_meta(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, keep: int) -> None:
         """Keep committed ``txid``'s metadata under ``kept/<txid>`` while it is among the last

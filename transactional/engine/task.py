@@ -378,13 +378,14 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
     router = Router(topology, component, task, attempt, only)
     bolt.prepare(conf, context, router, attempt)
     execute = bolt.execute
-    # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects
+    # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects;
+    # it is told the source task (a window stage's watermark is per upstream partition)
     take = getattr(bolt, "execute_values", None)
     fields_of: dict[tuple[str, str], Fields] = {}
     n = 0
     for source, stream, source_task, values_list in payloads:
         if take is not None:
-            took = take(values_list, source, stream)
+            took = take(values_list, source, stream, source_task)
             n += len(values_list) if took is None else took
             continue
         fields = fields_of.get((source, stream))

@@ -79,6 +79,7 @@ class TridentBolt(BaseBatchBolt):
         """Build the processor chain for this task and batch."""
         self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
         self.task, self.num_tasks = context.task_index, context.num_tasks
+        self.partition = ""          # the source task of the payload flowing (execute_values)
         self.op_context = OperationContext(context, id)
         chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
         procs = [chain]
@@ -92,16 +93,18 @@ class TridentBolt(BaseBatchBolt):
 
     def execute(self, tuple: Any) -> None:
         """One input tuple: a row (its values after the attempt), or an Arrow buffer."""
-        self.execute_values([tuple.values], tuple.source_component, tuple.source_stream)
+        self.execute_values([tuple.values], tuple.source_component, tuple.source_stream, tuple.source_task)
 
-    def execute_values(self, values_list: list[Any], source: str, stream: str) -> int:
+    def execute_values(self, values_list: list[Any], source: str, stream: str, source_task: int = 0) -> int:
         """A whole payload of one source's task at once (``run_task`` calls this instead of
         ``execute`` for each tuple): rows go down the chain without ``Tuple`` objects, and
         a spout's ``ColumnBatch`` (``transactional.columns``) as the batch it is. Returns
-        how many rows it took."""
+        how many rows it took. ``partition`` names the payload's source task while it flows
+        (a window stage keeps its watermark per upstream partition)."""
+        self.partition = f"{source}/{stream}/{source_task}"
         src = (source, stream)
         if ColumnBatch in set(map(type, values_list)):
-            return self._take_column_batches(values_list, source, stream)
+            return self._take_column_batches(values_list, source, stream, source_task)
         if src in self.arrow_in:
             return self._take_buffers(values_list, src)
         elif self.join is not None:
@@ -112,7 +115,7 @@ class TridentBolt(BaseBatchBolt):
             self.head.rows([v[1:] for v in values_list])
         return len(values_list)
 
-    def _take_column_batches(self, values_list: list[Any], source: str, stream: str) -> int:
+    def _take_column_batches(self, values_list: list[Any], source: str, stream: str, source_task: int) -> int:
         """A payload holding a spout's ``ColumnBatch``-es: each as the batch it is, the
         other values as rows. Returns how many rows it took."""
         n = 0
@@ -122,7 +125,7 @@ class TridentBolt(BaseBatchBolt):
                 self._take_batch((source, stream), v.batch)
             else:
                 n += 1
-                self.execute_values([v], source, stream)
+                self.execute_values([v], source, stream, source_task)
         return n
 
     def _take_buffers(self, values_list: list[Any], src: tuple[str, str]) -> int:

@@ -2,23 +2,25 @@
 
 Per txid ``t``, in order: read the task's window record as txid ``t-1`` left it
 (``multi_get_committed``), add ``t``'s rows in their fixed order (count triggers fire as
-they come), advance the watermark (event time) or take the commit's time (processing
-time; a replay of ``t`` takes the time its first commit recorded), fire the duration
+they come), advance the watermark (event time: the least, over the upstream partitions --
+source, stream and task of each payload -- that sent tuples, of the greatest event time
+each sent, minus the lag) or take the txid's time (processing
+time: the driver's clock when ``t``'s first commit began, recorded with ``t``'s pending
+metadata and reused by every replay of ``t``: ``CoordinatorStore.commit_time``), fire the duration
 windows whose end it reached, then store the record once for ``t`` (``multi_update``: a
 transactional map skips a txid it already holds). Each fired window's tuples go through
 the aggregator; what it emits flows on.
 
-The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "max_ts", "late",
-"fired", "events": [[seq, ts, [values...]], ...]}``.
+The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "maxima": {"<source>/<stream>/<task>":
+greatest ts}, "late", "fired", "events": [[seq, ts, [values...]], ...]}``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from transactional.engine.commit import TXID_TIME_MS
 from transactional.exceptions import ConfigError
 from trident.operation import TridentTuple
 from trident.runtime.aggregators import as_aggregator
@@ -30,13 +32,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trident")
 
-#: The driver's clock of processing-time windows, in seconds (tests may pass their own).
-CLOCK: list[Callable[[], float]] = [time.time]
-
 
 def _empty() -> dict[str, Any]:
-    return {"txid": 0, "now": None, "seq": 0, "count_since": 0, "next_end": None, "max_ts": None, "late": 0,
+    return {"txid": 0, "now": None, "seq": 0, "count_since": 0, "next_end": None, "maxima": {}, "late": 0,
             "fired": 0, "events": []}
+
+
+def watermark(maxima: dict[str, int], lag: int) -> int | None:
+    """The least, over the partitions seen, of the greatest event time each sent, minus
+    ``lag``; None before any tuple."""
+    return min(maxima.values()) - lag if maxima else None
 
 
 class WindowProc(Proc):
@@ -61,32 +66,32 @@ class WindowProc(Proc):
         self.agg = as_aggregator(self.spec.aggregator)
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
+        self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
         self.collector = _Collect(self.nxt.row, len(op.out_fields), op_label(op))
-        self.rows_in: list[tuple[Any, ...]] = []
+        self.bolt = bolt
+        self.rows_in: list[tuple[str, tuple[Any, ...]]] = []
 
     def row(self, r: tuple[Any, ...]) -> None:
-        self.rows_in.append(r)
+        self.rows_in.append((self.bolt.partition, r))
 
     def finish(self) -> None:
         cfg, spec = self.spec.config, self.spec
         key = f"window:{self.task}"
         rec = self.map.multi_get_committed([key])[0] or _empty()
-        rec = {**rec, "events": [list(e) for e in rec["events"]]}
-        mine = self.map.multi_get([key])[0]
-        if mine is not None and mine.get("txid") == self.txid and mine.get("now") is not None:
-            now = int(mine["now"])                       # a replay: the time of the first commit
-        else:
-            now = int(CLOCK[0]() * 1000)
+        rec = {**rec, "events": [list(e) for e in rec["events"]], "maxima": dict(rec["maxima"])}
+        now = self.txid_ms
         self.rec, self.now = rec, now
         late = 0
-        wm = None if rec["max_ts"] is None else rec["max_ts"] - spec.lag    # as the batches before left it
-        for r in self.rows_in:
+        maxima: dict[str, int] = rec["maxima"]
+        wm = watermark(maxima, spec.lag)             # as the batches before left it
+        for part, r in self.rows_in:
             if spec.timestamp_idx is not None:
                 ts = int(r[spec.timestamp_idx])
                 if wm is not None and ts < wm:
                     late += 1
                     continue
-                rec["max_ts"] = ts if rec["max_ts"] is None else max(rec["max_ts"], ts)
+                if ts > maxima.get(part, ts - 1):
+                    maxima[part] = ts
             else:
                 ts = now
             rec["seq"] += 1
@@ -103,8 +108,7 @@ class WindowProc(Proc):
             log.warning("window stage %r txid %d: %d late tuple(s) dropped (below the watermark %s); %d so far",
                         self.stage, self.txid, late, wm, rec["late"])
         if not cfg.count:
-            ref = rec["max_ts"] - spec.lag if spec.timestamp_idx is not None and rec["max_ts"] is not None else (
-                None if spec.timestamp_idx is not None else now)
+            ref = watermark(maxima, spec.lag) if spec.timestamp_idx is not None else now
             if ref is not None:
                 self._fire_time(ref)
         rec["txid"], rec["now"] = self.txid, now
