@@ -1,0 +1,163 @@
+"""The rest of Storm's Trident API (issue 25): TridentTuple's ITuple methods,
+``each`` without input fields, ``peek``, ``GroupedStream.name`` and ``state_query``, the
+repartitionings ``local_or_shuffle``, ``batch_global`` and ``identity_partition``,
+``min_by``/``max_by``/``min``/``max``, and ``SnapshotGet``. In-process; some on Spark too."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from spouts import MemoryTransactionalSpout
+from state.keys import decode_key, hashable_key
+from transactional import Fields, TopologyConfig, run_topology
+from transactional.exceptions import ConfigError
+from trident import BaseFunction, BaseStateUpdater, Count, MapGet, TridentTopology, state
+from trident.builtin import SnapshotGet
+from trident.operation import TridentTuple
+
+
+def uid(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def config(executor: str = "in-process") -> TopologyConfig:
+    return TopologyConfig(executor=executor, progress=False, message_timeout_secs=60,
+                          retry_backoff_secs=0.02, max_spout_pending=3)
+
+
+class Record(BaseStateUpdater):
+    """Counts each tuple it is given in a non-transactional map: the multiset of a stream."""
+
+    def update_state(self, st: Any, tuples: Any, collector: Any) -> None:
+        st.multi_combine([tuple(t) for t in tuples], [1] * len(tuples), "sum")
+
+
+def record(stream: Any, name: str) -> None:
+    stream.partition_persist(state.non_transactional(name), stream.fields, Record())
+
+
+def multiset(result: Any, name: str) -> dict[Any, int]:
+    m = result.map_state(name)
+    return {hashable_key(decode_key(k)): m._committed_value(k, v) for k, v in m.backing.data.items()
+            if not k.startswith("~") or k[1:2] in ("s", "b", "j")}
+
+
+def test_trident_tuple_of_and_the_ituple_methods() -> None:
+    t = TridentTuple.make(Fields("word", "count"), ["cow", 2])
+    assert t.get_fields() == Fields("word", "count")
+    assert t.get_values() == ["cow", 2]
+    assert t.get_value(1) == 2 and t.get_value_by_field("word") == "cow" and t["count"] == 2
+    assert t.contains("word") and not t.contains("nope")
+    assert t.field_index("count") == 1
+    assert t.select(Fields("count", "word")) == [2, "cow"]
+    assert t.size() == 2
+    assert TridentTuple.of(["a"])((1,)).get_values() == [1]
+    with pytest.raises(KeyError, match=r"no field 'nope' in this tuple; fields: \['word', 'count'\]"):
+        t.field_index("nope")
+    with pytest.raises(ValueError, match=r"1 values \('x',\) for 2 fields \['word', 'count'\]"):
+        TridentTuple.make(Fields("word", "count"), ["x"])
+
+
+class Width(BaseFunction):
+    """Emits how many fields it sees and their names."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:
+        collector.emit((len(tuple), ",".join(tuple.get_fields())))
+
+
+def test_each_without_input_fields_reads_the_whole_tuple() -> None:
+    t = TridentTopology(uid("each-all"))
+    s = t.new_stream("src", MemoryTransactionalSpout([("a", 1), ("b", 2)], Fields("w", "n"), 5))
+    record(s.each(Width(), Fields("width", "names")).project(Fields("w", "width", "names")), "out")
+    r = run_topology(t.build(), config())
+    assert multiset(r, "out") == {("a", 2, "w,n"): 1, ("b", 2, "w,n"): 1}
+
+
+def test_peek_sees_every_tuple_and_passes_it_on() -> None:
+    seen: list[tuple[Any, ...]] = []
+    t = TridentTopology(uid("peek"))
+    s = t.new_stream("src", MemoryTransactionalSpout(["a", "b", "a"], Fields("w"), 2))
+    record(s.project(Fields("w")).peek(lambda tt: seen.append((tt["w"], tt.get_fields()))), "out")
+    r = run_topology(t.build(), config())
+    assert sorted(seen) == [("a", Fields("w")), ("a", Fields("w")), ("b", Fields("w"))]
+    assert multiset(r, "out") == {("a",): 2, ("b",): 1}
+    with pytest.raises(ConfigError, match="peek\\(\\) takes a callable"):
+        s.peek(3)  # type: ignore[arg-type]
+
+
+def test_grouped_stream_name_and_state_query(executor: str) -> None:
+    t = TridentTopology(uid("grouped"))
+    words = t.new_stream("words", MemoryTransactionalSpout(["a", "b", "a"], Fields("w"), 5))
+    counts = words.group_by(Fields("w")).persistent_aggregate(state.transactional("c"), Count(), Fields("n"))
+    asks = t.new_stream("asks", MemoryTransactionalSpout({0: ["a", "b"], 1: ["b", "a"]}, Fields("q"), 1)).parallelism_hint(2)
+    got = asks.project(Fields("q")).group_by(Fields("q")).name("by-q").state_query(counts, Fields("q"), MapGet(), Fields("n"))
+    record(got.project(Fields("q", "n")), "got")
+    topo = t.build()
+    named = [c for c in topo.components if c.id == "by-q"]
+    assert len(named) == 1
+    query = next(c for c in topo.components if any(s.grouping == "fields" and s.fields == ("q",)
+                                                   for s in c.inputs))
+    assert query.inputs[0].source == "by-q"
+    r = run_topology(topo, config(executor))
+    # txid 1 sees nothing committed; txid 2 the counts txid 1 committed (a: 2, b: 1)
+    assert multiset(r, "got") == {("a", None): 1, ("b", None): 1, ("b", 1): 1, ("a", 2): 1}
+
+
+def _groupings(topo: Any) -> set[str]:
+    return {s.grouping for c in topo.components for s in c.inputs}
+
+
+def test_local_or_shuffle_batch_global_and_identity_partition() -> None:
+    t = TridentTopology(uid("parts"))
+    s = t.new_stream("src", MemoryTransactionalSpout({0: ["a", "b"], 1: ["c"]}, Fields("w"), 5)).parallelism_hint(2)
+    a = s.project(Fields("w")).shuffle().each(Fields("w"), Width(), Fields("k", "f")).parallelism_hint(2)
+    record(a.local_or_shuffle().project(Fields("w")).name("los"), "los")
+    record(a.identity_partition().project(Fields("w")).name("ident").parallelism_hint(2), "ident")
+    record(a.batch_global().project(Fields("w")).name("bg").parallelism_hint(2), "bg")
+    topo = t.build()
+    by_id = {c.id: c for c in topo.components}
+    assert by_id["los"].inputs[0].grouping == "local_or_shuffle" and by_id["los"].parallelism == 2
+    assert by_id["ident"].inputs[0].grouping == "local_or_shuffle"
+    assert by_id["bg"].inputs[0].grouping == "global"
+    r = run_topology(topo, config())
+    for name in ("los", "ident", "bg"):
+        assert multiset(r, name) == {("a",): 1, ("b",): 1, ("c",): 1}
+    bad = TridentTopology(uid("bad"))
+    b = bad.new_stream("src", MemoryTransactionalSpout(["a"], Fields("w"), 5)).parallelism_hint(2)
+    record(b.identity_partition().project(Fields("w")).parallelism_hint(3), "x")
+    with pytest.raises(ConfigError, match=r"identity_partition\(\) after a stage of 2 task\(s\) feeds one of 3"):
+        bad.build()
+
+
+def test_min_by_max_by_min_max_per_partition(executor: str) -> None:
+    rows = [("a", 3), ("b", 1), ("c", 1), ("d", 5), ("e", 5), ("f", 2)]
+    t = TridentTopology(uid("minmax"))
+    s = t.new_stream("src", MemoryTransactionalSpout(rows, Fields("w", "n"), 3)).project(Fields("w", "n"))
+    record(s.min_by("n"), "min_by")
+    record(s.max_by("n"), "max_by")
+    by_word = lambda x, y: (x["w"] > y["w"]) - (x["w"] < y["w"])  # noqa: E731
+    record(s.min(by_word), "min")
+    record(s.max(by_word), "max")
+    r = run_topology(t.build(), config(executor))
+    # two batches of three: (a 3, b 1, c 1) and (d 5, e 5, f 2); of equals the first stays
+    assert multiset(r, "min_by") == {("b", 1): 1, ("f", 2): 1}
+    assert multiset(r, "max_by") == {("a", 3): 1, ("d", 5): 1}
+    assert multiset(r, "min") == {("a", 3): 1, ("d", 5): 1}
+    assert multiset(r, "max") == {("c", 1): 1, ("f", 2): 1}
+    with pytest.raises(ConfigError, match=r"min_by reads field\(s\) \['x'\]"):
+        s.min_by("x")
+
+
+def test_snapshot_get_reads_a_global_persistent_aggregate() -> None:
+    t = TridentTopology(uid("snap"))
+    s = t.new_stream("src", MemoryTransactionalSpout(["a", "b", "c", "d", "e"], Fields("w"), 2))
+    total = s.persistent_aggregate(state.transactional("total"), Count(), Fields("count"))
+    asks = t.new_stream("asks", MemoryTransactionalSpout(["q1", "q2", "q3"], Fields("q"), 1))
+    record(asks.state_query(total, Fields(), SnapshotGet(), Fields("total")).project(Fields("q", "total")), "got")
+    r = run_topology(t.build(), config())
+    assert r.map_state("total").multi_get(["$GLOBAL"]) == [5]
+    # txid 1, 2, 3 see the counts committed by the txids before them: none, 2, 4
+    assert multiset(r, "got") == {("q1", None): 1, ("q2", 2): 1, ("q3", 4): 1}
