@@ -112,13 +112,16 @@ class ManagedProcess:
         wait_until(ready, self.start_timeout, what=f"{self.name} on 127.0.0.1:{self.port}")
         return self
 
+    #: the signal of a graceful stop (a server whose fast shutdown is another overrides it)
+    stop_signal = signal.SIGTERM
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop gracefully (SIGTERM, then SIGKILL); data stays for a later ``start()``."""
+        """Stop gracefully (``stop_signal``, then SIGKILL); data stays for a later ``start()``."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, self.stop_signal)
             except ProcessLookupError:
                 pass
             try:

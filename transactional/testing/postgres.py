@@ -43,6 +43,7 @@ class ManagedPostgres(ManagedProcess):
 
     name = "postgres"
     start_timeout = 60.0
+    stop_signal = signal.SIGINT      # PostgreSQL's fast shutdown: clients disconnected, data kept
 
     def __init__(self, port: int | None = None, workdir: str | Path | None = None, *, durable: bool = False) -> None:
         super().__init__(port, workdir)
@@ -96,19 +97,6 @@ class ManagedPostgres(ManagedProcess):
             return True
         except Exception:  # noqa: BLE001 - not up yet
             return False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """A fast shutdown (SIGINT: clients disconnected, data kept)."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
 
     def dsn(self, database: str = "postgres") -> str:
         """``postgresql://postgres@127.0.0.1:<port>/<database>``."""
