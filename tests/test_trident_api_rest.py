@@ -161,3 +161,36 @@ def test_snapshot_get_reads_a_global_persistent_aggregate() -> None:
     assert r.map_state("total").multi_get(["$GLOBAL"]) == [5]
     # txid 1, 2, 3 see the counts committed by the txids before them: none, 2, 4
     assert multiset(r, "got") == {("q1", None): 1, ("q2", 2): 1, ("q3", 4): 1}
+
+
+def _join_topology(join_type: Any) -> tuple[TridentTopology, Any]:
+    t = TridentTopology(uid("join"))
+    left = t.new_stream("left", MemoryTransactionalSpout([("a", 1), ("b", 2), ("b", 3)], Fields("k", "x"), 5))
+    right = t.new_stream("right", MemoryTransactionalSpout([("b", 10), ("c", 20)], Fields("k", "y"), 5))
+    left, right = left.project(Fields("k", "x")), right.project(Fields("k", "y"))
+    return t, t.join(left, Fields("k"), right, Fields("k"), Fields("k", "x", "y"), join_type=join_type)
+
+
+@pytest.mark.parametrize(("join_type", "expected"), [
+    ("inner", {("b", 2, 10): 1, ("b", 3, 10): 1}),
+    ("outer", {("a", 1, None): 1, ("b", 2, 10): 1, ("b", 3, 10): 1, ("c", None, 20): 1}),
+    (["inner", "outer"], {("a", 1, None): 1, ("b", 2, 10): 1, ("b", 3, 10): 1}),
+    (["outer", "inner"], {("b", 2, 10): 1, ("b", 3, 10): 1, ("c", None, 20): 1}),
+])
+def test_outer_and_mixed_joins(join_type: Any, expected: dict[Any, int]) -> None:
+    t, joined = _join_topology(join_type)
+    record(joined, "out")
+    assert multiset(run_topology(t.build(), config()), "out") == expected
+
+
+def test_outer_join_on_spark(executor: str) -> None:
+    t, joined = _join_topology("outer")
+    record(joined, "out")
+    assert multiset(run_topology(t.build(), config(executor)), "out") == {
+        ("a", 1, None): 1, ("b", 2, 10): 1, ("b", 3, 10): 1, ("c", None, 20): 1}
+
+
+def test_join_type_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"join\(\): join_type is \"inner\", \"outer\" or one of those per "
+                                          r"stream \(2 streams\); got \['outer'\]"):
+        _join_topology(["outer"])

@@ -21,6 +21,7 @@ what the stages run in ``trident.runtime``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from transactional.exceptions import ConfigError
@@ -113,10 +114,13 @@ class TridentTopology:
             raise ConfigError(msg)
         return self._add(Node("merge", [s.node for s in streams], streams[0].fields, grouping="shuffle"))
 
-    def join(self, *args: Any) -> Stream:
+    def join(self, *args: Any, join_type: str | Sequence[str] = "inner") -> Stream:
         """Join streams within each batch on their join fields: ``join(s1, Fields("k"), s2,
         Fields("k2"), Fields("k", "a", "b"))``. Output: the join fields, then the other fields
-        of each stream in order, named by the last argument (an inner join)."""
+        of each stream in order, named by the last argument. ``join_type``: ``"inner"`` (a
+        key every stream has), ``"outer"`` (a key any stream has; the fields of a stream
+        without it are None), or one per stream (Storm's mixed ``JoinType`` list: a key
+        must be in every ``"inner"`` stream)."""
         if len(args) < 5 or len(args) % 2 == 0:
             msg = "join(s1, fields1, s2, fields2, [s3, fields3, ...,] out_fields)"
             raise ConfigError(msg)
@@ -140,7 +144,13 @@ class TridentTopology:
             names = list(sides[0][1]) + [s.fields[i] for s, _, _, r in sides for i in r]
             msg = f"join(): the output has {n_out} fields ({names}); out_fields names {len(out)}: {list(out)}"
             raise ConfigError(msg)
-        op = Op("join", Fields(), out, fn=[(idx, rest) for _, _, idx, rest in sides])
+        types = [join_type] * len(sides) if isinstance(join_type, str) else list(join_type)
+        if len(types) != len(sides) or any(jt not in ("inner", "outer") for jt in types):
+            msg = (f"join(): join_type is \"inner\", \"outer\" or one of those per stream ({len(sides)} "
+                   f"streams); got {join_type!r}")
+            raise ConfigError(msg)
+        op = Op("join", Fields(), out, fn=[(idx, rest, jt == "outer")
+                                           for (_, _, idx, rest), jt in zip(sides, types, strict=True)])
         return self._add(Node("join", [s.node for s, _, _, _ in sides], out, op=op, grouping="fields",
                               extra=[f for _, f, _, _ in sides]))
 

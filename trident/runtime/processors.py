@@ -231,7 +231,7 @@ class JoinProc(Proc):
         self.sides: list[dict[Any, list[Row]]] = [{} for _ in self.op.fn]
 
     def side_row(self, side: int, r: Row) -> None:
-        idx, rest = self.op.fn[side]    # type: ignore[union-attr]
+        idx, rest = self.op.fn[side][:2]    # type: ignore[union-attr]
         self.sides[side].setdefault(tuple(r[i] for i in idx), []).append(tuple(r[i] for i in rest))
 
     def row(self, r: Row) -> None:
@@ -240,14 +240,30 @@ class JoinProc(Proc):
     def finish(self) -> None:
         import itertools
 
-        assert self.nxt is not None
-        first, others = self.sides[0], self.sides[1:]
-        for k, rows in first.items():
-            matches = [o.get(k) for o in others]
-            if not all(matches):
-                continue
-            for combo in itertools.product(rows, *matches):
-                self.nxt.row(k + sum(combo, ()))
+        assert self.nxt is not None and self.op is not None
+        specs = self.op.fn
+        outer = [len(spec) > 2 and spec[2] for spec in specs]
+        if not any(outer):                  # inner: the keys of the first stream every stream has
+            first, others = self.sides[0], self.sides[1:]
+            for k, rows in first.items():
+                matches = [o.get(k) for o in others]
+                if not all(matches):
+                    continue
+                for combo in itertools.product(rows, *matches):
+                    self.nxt.row(k + sum(combo, ()))
+        else:                               # Storm's JoinerMultiReducer: every key of any stream
+            keys = dict.fromkeys(k for side in self.sides for k in side)
+            nulls = [[(None,) * len(spec[1])] for spec in specs]
+            for k in keys:
+                groups: list[list[Row]] = []
+                for side, is_outer, null in zip(self.sides, outer, nulls, strict=True):
+                    got = side.get(k)
+                    if got is None and not is_outer:
+                        break
+                    groups.append(got or null)
+                else:
+                    for parts in itertools.product(*groups):
+                        self.nxt.row(k + sum(parts, ()))
         Proc.finish(self)
 
 
