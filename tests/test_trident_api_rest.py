@@ -16,7 +16,7 @@ from transactional import Fields, TopologyConfig, run_topology
 from transactional.exceptions import ConfigError
 from trident import BaseFunction, BaseStateUpdater, Count, MapGet, TridentTopology, state
 from trident.builtin import SnapshotGet
-from trident.operation import TridentTuple
+from trident.operation import GroupedMultiReducer, MultiReducer, TridentTuple
 
 
 def uid(name: str) -> str:
@@ -194,3 +194,45 @@ def test_join_type_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"join\(\): join_type is \"inner\", \"outer\" or one of those per "
                                           r"stream \(2 streams\); got \['outer'\]"):
         _join_topology(["outer"])
+
+
+class SumBoth(MultiReducer):
+    """The sum of stream 0's x minus the sum of stream 1's y, and the tuples seen."""
+
+    def init(self, collector: Any) -> list[int]:
+        return [0, 0]
+
+    def execute(self, state: list[int], stream_index: int, tuple: Any, collector: Any) -> None:
+        state[0] += tuple[0] if stream_index == 0 else -tuple[0]
+        state[1] += 1
+
+    def complete(self, state: list[int], collector: Any) -> None:
+        collector.emit((state[0], state[1]))
+
+
+class PerKey(GroupedMultiReducer):
+    """Per key: the values of each stream, as sorted lists."""
+
+    def init(self, collector: Any, group: Any) -> list[list[int]]:
+        return [[], []]
+
+    def execute(self, state: list[list[int]], stream_index: int, group: Any, tuple: Any, collector: Any) -> None:
+        state[stream_index].append(tuple[0])
+
+    def complete(self, state: list[list[int]], group: Any, collector: Any) -> None:
+        collector.emit((tuple(sorted(state[0])), tuple(sorted(state[1]))))
+
+
+def test_multi_reduce_over_streams_and_grouped_streams(executor: str) -> None:
+    t = TridentTopology(uid("multi"))
+    left = t.new_stream("left", MemoryTransactionalSpout([("a", 1), ("b", 2), ("b", 3)], Fields("k", "x"), 5))
+    right = t.new_stream("right", MemoryTransactionalSpout([("b", 10), ("c", 20)], Fields("k", "y"), 5))
+    left, right = left.project(Fields("k", "x")), right.project(Fields("k", "y"))
+    record(t.multi_reduce([Fields("x"), Fields("y")], [left, right], SumBoth(), Fields("diff", "n")), "plain")
+    record(t.multi_reduce([Fields("x"), Fields("y")], [left.group_by(Fields("k")), right.group_by(Fields("k"))],
+                          PerKey(), Fields("xs", "ys")), "grouped")
+    r = run_topology(t.build(), config(executor))
+    assert multiset(r, "plain") == {(6 - 30, 5): 1}
+    assert multiset(r, "grouped") == {("a", (1,), ()): 1, ("b", (2, 3), (10,)): 1, ("c", (), (20,)): 1}
+    with pytest.raises(ConfigError, match=r"multi_reduce\(\) over streams takes a trident.MultiReducer; got"):
+        t.multi_reduce([Fields("x"), Fields("y")], [left, right], PerKey(), Fields("z"))

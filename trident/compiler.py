@@ -140,7 +140,7 @@ class _Compiler:
             seg = self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
         elif k == "join":
             segs = [self.seg_of[id(p)] for p in n.parents]
-            seg = self._new([_Input(s, "fields", jf, side=i) for i, (s, jf) in enumerate(
+            seg = self._new([_Input(s, "fields" if len(jf) else "global", jf, side=i) for i, (s, jf) in enumerate(
                 zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
         else:   # pragma: no cover - every kind is above
             raise AssertionError(k)

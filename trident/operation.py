@@ -249,3 +249,41 @@ class BatchFunction(Operation):
     def execute_batch(self, batch: Any) -> Any:
         """The output columns for ``batch``."""
         raise NotImplementedError
+
+
+class MultiReducer(Operation):
+    """Storm's ``MultiReducer`` (``TridentTopology.multi_reduce`` over streams): per task
+    and batch, ``init(collector)`` makes a state, ``execute(state, stream_index, tuple,
+    collector)`` sees each tuple of every stream (``stream_index``: its position in the
+    streams given), and ``complete(state, collector)`` emits the results."""
+
+    def init(self, collector: TridentCollector) -> Any:
+        """A new state for a batch."""
+        raise NotImplementedError
+
+    def execute(self, state: Any, stream_index: int, tuple: TridentTuple, collector: TridentCollector) -> None:
+        """Fold one tuple of stream ``stream_index`` into ``state`` (or emit)."""
+        raise NotImplementedError
+
+    def complete(self, state: Any, collector: TridentCollector) -> None:
+        """Emit the results of ``state``."""
+        raise NotImplementedError
+
+
+class GroupedMultiReducer(Operation):
+    """Storm's ``GroupedMultiReducer`` (``multi_reduce`` over grouped streams): as
+    ``MultiReducer``, per group; each method also gets the group's key fields as a tuple,
+    and the output is the group fields followed by what ``complete`` emits."""
+
+    def init(self, collector: TridentCollector, group: TridentTuple) -> Any:
+        """A new state for a group of a batch."""
+        raise NotImplementedError
+
+    def execute(self, state: Any, stream_index: int, group: TridentTuple, tuple: TridentTuple,
+                collector: TridentCollector) -> None:
+        """Fold one tuple of stream ``stream_index`` into the group's ``state``."""
+        raise NotImplementedError
+
+    def complete(self, state: Any, group: TridentTuple, collector: TridentCollector) -> None:
+        """Emit the group's results."""
+        raise NotImplementedError

@@ -154,6 +154,40 @@ class TridentTopology:
         return self._add(Node("join", [s.node for s, _, _, _ in sides], out, op=op, grouping="fields",
                               extra=[f for _, f, _, _ in sides]))
 
+    def multi_reduce(self, in_fields: Sequence[Any], streams: Sequence[Any], reducer: Any, out_fields: Any) -> Stream:
+        """Storm's ``multiReduce``: the tuples of every stream of ``streams`` (their
+        ``in_fields[i]``) to one reducer per batch, in one place. Streams: a
+        ``MultiReducer``, output ``out_fields``. Grouped streams (``group_by``, as many
+        group fields each): a ``GroupedMultiReducer`` per group, output the first stream's
+        group fields then ``out_fields``."""
+        from trident.operation import GroupedMultiReducer, MultiReducer
+        from trident.runtime.processors import MultiReduce
+        from trident.stream import GroupedStream
+
+        if len(in_fields) != len(streams) or not streams:
+            msg = f"multi_reduce(): one input Fields per stream; got {len(in_fields)} for {len(streams)} streams"
+            raise ConfigError(msg)
+        grouped = all(isinstance(s, GroupedStream) for s in streams)
+        if not grouped and not all(isinstance(s, Stream) for s in streams):
+            msg = "multi_reduce(): the streams are all Streams or all GroupedStreams (group_by)"
+            raise ConfigError(msg)
+        want = GroupedMultiReducer if grouped else MultiReducer
+        if not isinstance(reducer, want):
+            msg = f"multi_reduce() over {'grouped ' if grouped else ''}streams takes a trident.{want.__name__}; got {reducer!r}"
+            raise ConfigError(msg)
+        plain = [s.stream if grouped else s for s in streams]
+        groups = [s.group_fields if grouped else Fields() for s in streams]
+        if len({len(g) for g in groups}) != 1:
+            msg = f"multi_reduce(): every stream is grouped by as many fields; got {[list(g) for g in groups]}"
+            raise ConfigError(msg)
+        specs = []
+        for s, g, f in zip(plain, groups, in_fields, strict=True):
+            fs, idx = s._in(f, "multi_reduce")
+            specs.append((tuple(s.fields.index(x) for x in g), idx, fs))
+        out = Fields(*groups[0], *_fields(out_fields, "multi_reduce: output fields"))
+        op = Op("multi_reduce", Fields(), out, fn=MultiReduce(reducer, specs, groups[0]))
+        return self._add(Node("join", [s.node for s in plain], out, op=op, grouping="fields", extra=groups))
+
     # -- compile ------------------------------------------------------------------------------
     def build(self) -> Topology:
         """Compile the streams into a ``Topology`` (validated; nothing runs)."""

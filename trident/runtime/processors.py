@@ -340,3 +340,64 @@ class EmitProc(Proc):
             rows = min(part.num_rows, uncounted)
             uncounted -= rows
             direct(t, (att, buf), out.stream, rows=rows)
+
+
+class MultiReduce:
+    """A ``multi_reduce`` operation: the user's reducer, per stream ``(group_idx, in_idx,
+    in_fields)``, and the group fields (none: ungrouped)."""
+
+    def __init__(self, reducer: Any, specs: list[tuple[tuple[int, ...], tuple[int, ...], Fields]],
+                 group_fields: Fields) -> None:
+        self.reducer, self.specs, self.group_fields = reducer, specs, group_fields
+        self.__name__ = type(reducer).__name__
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        """The reducer's ``prepare``."""
+        if hasattr(self.reducer, "prepare"):
+            self.reducer.prepare(conf, context)
+
+    def cleanup(self) -> None:
+        """The reducer's ``cleanup``."""
+        if hasattr(self.reducer, "cleanup"):
+            self.reducer.cleanup()
+
+
+class MultiReduceProc(JoinProc):
+    """``multi_reduce``: every stream's rows to one ``MultiReducer`` (per group, for grouped
+    streams: a ``GroupedMultiReducer``), in the order they arrive; ``op.fn`` is a
+    ``MultiReduce``."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        Proc.open(self, bolt)
+        assert self.op is not None and self.nxt is not None
+        self.reducer, specs, group_fields = self.op.fn.reducer, self.op.fn.specs, self.op.fn.group_fields
+        self.grouped = bool(group_fields)
+        self.tts = [TridentTuple.of(f) for _, _, f in specs]
+        self.gtt = TridentTuple.of(group_fields)
+        self.collector = _Collect(self.nxt.row, len(self.op.out_fields) - len(group_fields), op_label(self.op))
+        self.states: dict[Any, Any] = {}
+        if not self.grouped:
+            self.states[()] = self.reducer.init(self.collector)
+
+    def side_row(self, side: int, r: Row) -> None:
+        gidx, idx, _ = self.op.fn.specs[side]    # type: ignore[union-attr]
+        t = self.tts[side](tuple(r[i] for i in idx))
+        if not self.grouped:
+            self.reducer.execute(self.states[()], side, t, self.collector)
+            return
+        key = self.gtt(tuple(r[i] for i in gidx))
+        st = self.states.get(key, _MISSING)
+        self.collector.current = key
+        if st is _MISSING:
+            st = self.states[key] = self.reducer.init(self.collector, key)
+        self.reducer.execute(st, side, key, t, self.collector)
+
+    def finish(self) -> None:
+        for key, st in self.states.items():
+            self.collector.current = key
+            if self.grouped:
+                self.reducer.complete(st, key, self.collector)
+            else:
+                self.reducer.complete(st, self.collector)
+        self.states = {}
+        Proc.finish(self)
