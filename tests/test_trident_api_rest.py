@@ -236,3 +236,24 @@ def test_multi_reduce_over_streams_and_grouped_streams(executor: str) -> None:
     assert multiset(r, "grouped") == {("a", (1,), ()): 1, ("b", (2, 3), (10,)): 1, ("c", (), (20,)): 1}
     with pytest.raises(ConfigError, match=r"multi_reduce\(\) over streams takes a trident.MultiReducer; got"):
         t.multi_reduce([Fields("x"), Fields("y")], [left, right], PerKey(), Fields("z"))
+
+
+def test_the_columnar_path_feeds_peek_min_by_joins_and_multi_reduce() -> None:
+    import pyarrow as pa
+
+    seen: list[Any] = []
+    t = TridentTopology(uid("columnar"))
+    left = t.new_stream("left", MemoryTransactionalSpout(
+        {0: pa.table({"k": ["a", "b", "b"], "x": [1, 2, 3]})}, Fields("k", "x"), 5)).map_batches(lambda b: b,
+                                                                                                 Fields("k", "x"))
+    right = t.new_stream("right", MemoryTransactionalSpout(
+        {0: pa.table({"k": ["b", "c"], "y": [10, 20]})}, Fields("k", "y"), 5)).map_batches(lambda b: b,
+                                                                                          Fields("k", "y"))
+    record(left.peek(lambda tt: seen.append(tt.get_values())).min_by("x"), "min_by")
+    record(t.join(left, Fields("k"), right, Fields("k"), Fields("k", "x", "y"), join_type="outer"), "outer")
+    record(t.multi_reduce([Fields("x"), Fields("y")], [left, right], SumBoth(), Fields("diff", "n")), "plain")
+    r = run_topology(t.build(), config())
+    assert sorted(seen) == [["a", 1], ["b", 2], ["b", 3]]
+    assert multiset(r, "min_by") == {("a", 1): 1}
+    assert multiset(r, "outer") == {("a", 1, None): 1, ("b", 2, 10): 1, ("b", 3, 10): 1, ("c", None, 20): 1}
+    assert multiset(r, "plain") == {(6 - 30, 5): 1}
