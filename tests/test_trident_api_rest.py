@@ -257,3 +257,36 @@ def test_the_columnar_path_feeds_peek_min_by_joins_and_multi_reduce() -> None:
     assert multiset(r, "min_by") == {("a", 1): 1}
     assert multiset(r, "outer") == {("a", 1, None): 1, ("b", 2, 10): 1, ("b", 3, 10): 1, ("c", None, 20): 1}
     assert multiset(r, "plain") == {(6 - 30, 5): 1}
+
+
+def test_tuple_collection_get_lists_every_key_of_a_map() -> None:
+    _tuple_collection_get(config())
+
+
+def test_tuple_collection_get_on_redis(redis_url: str) -> None:
+    cfg = config()
+    _tuple_collection_get(TopologyConfig(executor=cfg.executor, progress=False, message_timeout_secs=60,
+                                         retry_backoff_secs=0.02, max_spout_pending=3, state=redis_url))
+
+
+def _tuple_collection_get(cfg: TopologyConfig) -> None:
+    from trident.builtin import TupleCollectionGet
+
+    t = TridentTopology(uid("collection"))
+    words = t.new_stream("words", MemoryTransactionalSpout(["a", "b", "a", "c"], Fields("w"), 4))
+    counts = words.group_by(Fields("w")).persistent_aggregate(state.transactional("c"), Count(), Fields("n"))
+    asks = t.new_stream("asks", MemoryTransactionalSpout(["q1", "q2"], Fields("q"), 1))
+    got = asks.broadcast().state_query(counts, Fields(), TupleCollectionGet(), Fields("key", "value"))
+    record(got.project(Fields("q", "key", "value")), "got")
+    r = run_topology(t.build(), cfg)
+    # txid 1 sees an empty map; txid 2 what txid 1 committed
+    assert _entries(r, "got", cfg.state.startswith("memory:")) == {("q2", "a", 2): 1, ("q2", "b", 1): 1, ("q2", "c", 1): 1}
+
+
+def _entries(result: Any, name: str, memory: bool) -> dict[Any, int]:
+    """The multiset recorded in map ``name`` (Redis: read back by the keys SCAN lists)."""
+    if memory:
+        return multiset(result, name)
+    m = result.map_state(name)
+    keys = list(m.backing.scan())
+    return dict(zip(keys, m.multi_get(keys), strict=True))

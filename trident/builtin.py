@@ -265,3 +265,21 @@ class SnapshotGet(QueryFunction):
     def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
         """Emit the value."""
         collector.emit((result,))
+
+
+class TupleCollectionGet(QueryFunction):
+    """Storm's ``TupleCollectionGet``: every ``(key, value)`` of a map state (as committed
+    before this batch) for each tuple; emits one tuple per entry, with the output fields
+    ``key, value`` (a grouped map's key is one value, or a tuple of several). Meant for a
+    broadcast query (``stream.broadcast().state_query(...)``); the map's backing must list
+    its keys (memory, Redis)."""
+
+    def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
+        """One listing of the map for the batch."""
+        entries = sorted(state.items(), key=lambda kv: repr(kv[0])) if tuples else []
+        return [entries] * len(tuples)
+
+    def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        """Emit every entry."""
+        for key, value in result:
+            collector.emit((key, value))
