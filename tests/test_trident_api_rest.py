@@ -290,3 +290,15 @@ def _entries(result: Any, name: str, memory: bool) -> dict[Any, int]:
     m = result.map_state(name)
     keys = list(m.backing.scan())
     return dict(zip(keys, m.multi_get(keys), strict=True))
+
+
+def test_debug_prints_each_tuple_and_keeps_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from trident.builtin import Debug
+
+    t = TridentTopology(uid("debug"))
+    s = t.new_stream("src", MemoryTransactionalSpout(["a", "b"], Fields("w"), 5)).project(Fields("w"))
+    record(s.each(Debug("seen")), "out")
+    r = run_topology(t.build(), config())
+    assert multiset(r, "out") == {("a",): 1, ("b",): 1}
+    lines = sorted(line for line in capsys.readouterr().out.splitlines() if line.startswith("seen: "))
+    assert lines == ["seen: TridentTuple(w='a')", "seen: TridentTuple(w='b')"]

@@ -130,7 +130,7 @@ class Stream:
         op = Op(kind, self.fields, out_fields, fn=fn, in_idx=idx, in_fields=f, **kw)
         return self.topology._add(Node("op", [self.node], out_fields, op=op))
 
-    def each(self, in_fields: Any, function: Function | Filter, out_fields: Any = None) -> Stream:
+    def each(self, in_fields: Any, function: Function | Filter | Any = None, out_fields: Any = None) -> Stream:
         """Run ``function`` on each tuple's ``in_fields``; what it emits (``out_fields``) is
         appended to the tuple. ``each(in_fields, filter)`` keeps the tuples a ``Filter`` keeps.
         Without input fields (``each(function, out_fields)``, ``each(filter)``) the operation
