@@ -161,7 +161,6 @@ class TridentTopology:
         group fields each): a ``GroupedMultiReducer`` per group, output the first stream's
         group fields then ``out_fields``."""
         from trident.operation import GroupedMultiReducer, MultiReducer
-        from trident.runtime.processors import MultiReduce
         from trident.stream import GroupedStream
 
         if len(in_fields) != len(streams) or not streams:
@@ -185,7 +184,7 @@ class TridentTopology:
             fs, idx = s._in(f, "multi_reduce")
             specs.append((tuple(s.fields.index(x) for x in g), idx, fs))
         out = Fields(*groups[0], *_fields(out_fields, "multi_reduce: output fields"))
-        op = Op("multi_reduce", Fields(), out, fn=MultiReduce(reducer, specs, groups[0]))
+        op = Op("multi_reduce", Fields(), out, fn=reducer, spec=(specs, groups[0]))
         return self._add(Node("join", [s.node for s in plain], out, op=op, grouping="fields", extra=groups))
 
     # -- compile ------------------------------------------------------------------------------

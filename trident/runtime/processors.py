@@ -342,35 +342,16 @@ class EmitProc(Proc):
             direct(t, (att, buf), out.stream, rows=rows)
 
 
-class MultiReduce:
-    """A ``multi_reduce`` operation: the user's reducer, per stream ``(group_idx, in_idx,
-    in_fields)``, and the group fields (none: ungrouped)."""
-
-    def __init__(self, reducer: Any, specs: list[tuple[tuple[int, ...], tuple[int, ...], Fields]],
-                 group_fields: Fields) -> None:
-        self.reducer, self.specs, self.group_fields = reducer, specs, group_fields
-        self.__name__ = type(reducer).__name__
-
-    def prepare(self, conf: dict[str, Any], context: Any) -> None:
-        """The reducer's ``prepare``."""
-        if hasattr(self.reducer, "prepare"):
-            self.reducer.prepare(conf, context)
-
-    def cleanup(self) -> None:
-        """The reducer's ``cleanup``."""
-        if hasattr(self.reducer, "cleanup"):
-            self.reducer.cleanup()
-
-
 class MultiReduceProc(JoinProc):
     """``multi_reduce``: every stream's rows to one ``MultiReducer`` (per group, for grouped
-    streams: a ``GroupedMultiReducer``), in the order they arrive; ``op.fn`` is a
-    ``MultiReduce``."""
+    streams: a ``GroupedMultiReducer``), in the order they arrive; ``op.fn`` is the reducer,
+    ``op.spec`` per stream ``(group_idx, in_idx, in_fields)`` and the group fields."""
 
     def open(self, bolt: TridentBolt) -> None:
         Proc.open(self, bolt)
         assert self.op is not None and self.nxt is not None
-        self.reducer, specs, group_fields = self.op.fn.reducer, self.op.fn.specs, self.op.fn.group_fields
+        self.reducer = self.op.fn
+        specs, group_fields = self.op.spec
         self.grouped = bool(group_fields)
         self.tts = [TridentTuple.of(f) for _, _, f in specs]
         self.gtt = TridentTuple.of(group_fields)
@@ -380,7 +361,7 @@ class MultiReduceProc(JoinProc):
             self.states[()] = self.reducer.init(self.collector)
 
     def side_row(self, side: int, r: Row) -> None:
-        gidx, idx, _ = self.op.fn.specs[side]    # type: ignore[union-attr]
+        gidx, idx, _ = self.op.spec[0][side]    # type: ignore[union-attr]
         t = self.tts[side](tuple(r[i] for i in idx))
         if not self.grouped:
             self.reducer.execute(self.states[()], side, t, self.collector)
