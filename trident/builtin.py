@@ -209,3 +209,77 @@ class Negate(Filter):
         """The wrapped filter's answer, negated."""
         return not self.filter.is_keep(tuple)
 
+
+
+class MinBy(Aggregator):
+    """The least tuple of a partition: by the value of ``field``, or by ``comparator(t1, t2)``
+    (negative when t1 is less); of equals the first is kept. Emits the whole input tuple
+    (nothing for an empty partition). ``Stream.min_by`` and ``Stream.min`` run it."""
+
+    greatest = False
+
+    def __init__(self, field: str | None = None, comparator: Any = None) -> None:
+        self.field, self.comparator = field, comparator
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[Any]:
+        """No tuple yet."""
+        return []
+
+    def _before(self, a: TridentTuple, b: TridentTuple) -> bool:
+        """Whether ``a`` replaces the kept ``b``."""
+        c = self.comparator(a, b) if self.field is None else (
+            -1 if a[self.field] < b[self.field] else 1 if b[self.field] < a[self.field] else 0)
+        return bool(c > 0 if self.greatest else c < 0)
+
+    def aggregate(self, state: list[Any], tuple: TridentTuple, collector: TridentCollector) -> None:
+        """Keep ``tuple`` if it beats the kept one."""
+        if not state:
+            state.append(tuple)
+        elif self._before(tuple, state[0]):
+            state[0] = tuple
+
+    def complete(self, state: list[Any], collector: TridentCollector) -> None:
+        """Emit the kept tuple."""
+        for t in state:
+            collector.emit(t)
+
+
+class MaxBy(MinBy):
+    """The greatest tuple of a partition (see ``MinBy``); ``Stream.max_by``, ``Stream.max``."""
+
+    greatest = True
+
+
+class SnapshotGet(QueryFunction):
+    """Storm's ``SnapshotGet``: the value of a global ``persistent_aggregate`` (the one
+    stored under ``"$GLOBAL"``), as committed before this batch, for each tuple; emits it as
+    one field (None before the first commit)."""
+
+    def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
+        """One read of the global value."""
+        from trident.runtime.op import GLOBAL_KEY
+
+        value = state.multi_get([GLOBAL_KEY])[0] if tuples else None
+        return [value] * len(tuples)
+
+    def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        """Emit the value."""
+        collector.emit((result,))
+
+
+class TupleCollectionGet(QueryFunction):
+    """Storm's ``TupleCollectionGet``: every ``(key, value)`` of a map state (as committed
+    before this batch) for each tuple; emits one tuple per entry, with the output fields
+    ``key, value`` (a grouped map's key is one value, or a tuple of several). Meant for a
+    broadcast query (``stream.broadcast().state_query(...)``); the map's backing must list
+    its keys (memory, Redis)."""
+
+    def batch_retrieve(self, state: Any, tuples: list[TridentTuple]) -> list[Any]:
+        """One listing of the map for the batch."""
+        entries = sorted(state.items(), key=lambda kv: repr(kv[0])) if tuples else []
+        return [entries] * len(tuples)
+
+    def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        """Emit every entry."""
+        for key, value in result:
+            collector.emit((key, value))

@@ -140,7 +140,7 @@ class _Compiler:
             seg = self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
         elif k == "join":
             segs = [self.seg_of[id(p)] for p in n.parents]
-            seg = self._new([_Input(s, "fields", jf, side=i) for i, (s, jf) in enumerate(
+            seg = self._new([_Input(s, "fields" if len(jf) else "global", jf, side=i) for i, (s, jf) in enumerate(
                 zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
         else:   # pragma: no cover - every kind is above
             raise AssertionError(k)
@@ -168,6 +168,7 @@ class _Compiler:
     def _emit(self) -> Topology:
         segs = self.segments
         self._set_parallelism()
+        self._check_identity()
         # a DRPC stream's last stages feed its return bolt (trident.drpc)
         from trident.drpc import add_returns, plan_returns
 
@@ -195,6 +196,18 @@ class _Compiler:
                 s.parallelism = s.inputs[0].segment.parallelism
             else:
                 s.parallelism = 1
+
+    def _check_identity(self) -> None:
+        """``identity_partition()`` sends task i to task i: both stages need as many tasks."""
+        for s in self.segments:
+            n = s.nodes[0] if s.nodes else None
+            if n is not None and n.kind == "repartition" and n.extra == "identity":
+                src = s.inputs[0].segment
+                if src.parallelism != s.parallelism:
+                    msg = (f"identity_partition() after a stage of {src.parallelism} task(s) feeds one of "
+                           f"{s.parallelism}: task i goes to task i, so give both the same parallelism_hint "
+                           "(or use local_or_shuffle())")
+                    raise ConfigError(msg)
 
     def _builder(self, spouts: list[_Segment]) -> TransactionalTopologyBuilder:
         """The builder, with every spout (the first names the topology's transactions)."""

@@ -22,10 +22,26 @@ class TridentTuple(tuple[Any, ...]):
     _pos: dict[str, int] = {}
 
     @classmethod
-    def of(cls, fields: Fields) -> type[TridentTuple]:
-        """The tuple class for ``fields``."""
+    def of(cls, fields: Fields | Sequence[str]) -> type[TridentTuple]:
+        """The tuple class for ``fields``; call it with the values to make a tuple:
+
+        >>> t = TridentTuple.of(Fields("word", "count"))(("cow", 2))
+        >>> t["count"], t.get_value_by_field("word"), t.select(Fields("count", "word"))
+        (2, 'cow', [2, 'cow'])
+        """
+        if not isinstance(fields, Fields):
+            fields = Fields(*fields)
         return type("TridentTuple", (cls,), {"__slots__": (), "fields": fields,
                                              "_pos": {f: i for i, f in enumerate(fields)}})
+
+    @classmethod
+    def make(cls, fields: Fields | Sequence[str], values: Sequence[Any]) -> TridentTuple:
+        """A tuple of ``values`` named ``fields`` (one value per field)."""
+        tt = cls.of(fields)
+        if len(values) != len(tt.fields):
+            msg = f"{len(values)} values {tuple(values)!r} for {len(tt.fields)} fields {list(tt.fields)}"
+            raise ValueError(msg)
+        return tt(tuple(values))
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is str:
@@ -47,6 +63,31 @@ class TridentTuple(tuple[Any, ...]):
     def get_fields(self) -> Fields:
         """The field names."""
         return self.fields
+
+    def get_values(self) -> list[Any]:
+        """The values, in field order (Storm's ``getValues``)."""
+        return list(self)
+
+    def size(self) -> int:
+        """The number of values (Storm's ``size``)."""
+        return len(self)
+
+    def contains(self, name: str) -> bool:
+        """Whether the tuple has field ``name`` (Storm's ``contains``)."""
+        return name in self._pos
+
+    def field_index(self, name: str) -> int:
+        """The position of field ``name`` (Storm's ``fieldIndex``); ``KeyError`` naming the
+        tuple's fields when it has no such field."""
+        try:
+            return self._pos[name]
+        except KeyError:
+            msg = f"no field {name!r} in this tuple; fields: {list(self.fields)}"
+            raise KeyError(msg) from None
+
+    def select(self, fields: Fields | Sequence[str]) -> list[Any]:
+        """The values of ``fields``, in that order (Storm's ``select``)."""
+        return [tuple.__getitem__(self, self.field_index(f)) for f in fields]
 
     def __repr__(self) -> str:
         return "TridentTuple(" + ", ".join(f"{f}={v!r}" for f, v in zip(self.fields, self, strict=False)) + ")"
@@ -207,4 +248,42 @@ class BatchFunction(Operation):
 
     def execute_batch(self, batch: Any) -> Any:
         """The output columns for ``batch``."""
+        raise NotImplementedError
+
+
+class MultiReducer(Operation):
+    """Storm's ``MultiReducer`` (``TridentTopology.multi_reduce`` over streams): per task
+    and batch, ``init(collector)`` makes a state, ``execute(state, stream_index, tuple,
+    collector)`` sees each tuple of every stream (``stream_index``: its position in the
+    streams given), and ``complete(state, collector)`` emits the results."""
+
+    def init(self, collector: TridentCollector) -> Any:
+        """A new state for a batch."""
+        raise NotImplementedError
+
+    def execute(self, state: Any, stream_index: int, tuple: TridentTuple, collector: TridentCollector) -> None:
+        """Fold one tuple of stream ``stream_index`` into ``state`` (or emit)."""
+        raise NotImplementedError
+
+    def complete(self, state: Any, collector: TridentCollector) -> None:
+        """Emit the results of ``state``."""
+        raise NotImplementedError
+
+
+class GroupedMultiReducer(Operation):
+    """Storm's ``GroupedMultiReducer`` (``multi_reduce`` over grouped streams): as
+    ``MultiReducer``, per group; each method also gets the group's key fields as a tuple,
+    and the output is the group fields followed by what ``complete`` emits."""
+
+    def init(self, collector: TridentCollector, group: TridentTuple) -> Any:
+        """A new state for a group of a batch."""
+        raise NotImplementedError
+
+    def execute(self, state: Any, stream_index: int, group: TridentTuple, tuple: TridentTuple,
+                collector: TridentCollector) -> None:
+        """Fold one tuple of stream ``stream_index`` into the group's ``state``."""
+        raise NotImplementedError
+
+    def complete(self, state: Any, group: TridentTuple, collector: TridentCollector) -> None:
+        """Emit the group's results."""
         raise NotImplementedError

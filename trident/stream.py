@@ -130,9 +130,13 @@ class Stream:
         op = Op(kind, self.fields, out_fields, fn=fn, in_idx=idx, in_fields=f, **kw)
         return self.topology._add(Node("op", [self.node], out_fields, op=op))
 
-    def each(self, in_fields: Any, function: Function | Filter, out_fields: Any = None) -> Stream:
+    def each(self, in_fields: Any, function: Function | Filter | Any = None, out_fields: Any = None) -> Stream:
         """Run ``function`` on each tuple's ``in_fields``; what it emits (``out_fields``) is
-        appended to the tuple. ``each(in_fields, filter)`` keeps the tuples a ``Filter`` keeps."""
+        appended to the tuple. ``each(in_fields, filter)`` keeps the tuples a ``Filter`` keeps.
+        Without input fields (``each(function, out_fields)``, ``each(filter)``) the operation
+        reads the whole tuple."""
+        if isinstance(in_fields, (Function, Filter)):
+            in_fields, function, out_fields = None, in_fields, function
         if out_fields is None and isinstance(function, Filter):
             return self.filter(in_fields, function)
         if not isinstance(function, Function):
@@ -151,6 +155,14 @@ class Stream:
             msg = f"filter() takes a trident.Filter or a callable; got {filter!r}"
             raise ConfigError(msg)
         return self._op("filter", filter, in_fields, self.fields)
+
+    def peek(self, fn: Callable[[Any], Any]) -> Stream:
+        """Call ``fn`` with each tuple (a ``TridentTuple`` of every field) and pass the tuple on
+        unchanged (Storm's ``peek``): for logging, metrics, debugging."""
+        if not callable(fn):
+            msg = f"peek() takes a callable (fn(tuple)); got {fn!r}"
+            raise ConfigError(msg)
+        return self._op("peek", _Peek(fn), None, self.fields)
 
     def map(self, function: MapFunction | Callable[[Any], Any], out_fields: Any = None) -> Stream:
         """Replace each tuple by ``function(tuple)`` (a tuple of ``out_fields``; the stream's
@@ -243,6 +255,51 @@ class Stream:
         """Send every tuple to every task of the next stage."""
         return self._repartition("all")
 
+    def local_or_shuffle(self) -> Stream:
+        """Task i sends to task i of the next stage when both have the same number of tasks
+        (no data moves), else a shuffle (Storm's ``localOrShuffle``)."""
+        return self._repartition("local")
+
+    def batch_global(self) -> Stream:
+        """Every tuple of a batch to one task of the next stage (Storm's ``batchGlobal``).
+        Here that task is always the first, as ``global_()``."""
+        return self._repartition("global")
+
+    def identity_partition(self) -> Stream:
+        """Task i sends to task i of the next stage (Storm's ``identityPartition``); both
+        stages must have the same number of tasks (``build()`` checks it)."""
+        node = self._repartition("local").node
+        node.extra = "identity"
+        return Stream(self.topology, node)
+
+    # -- comparisons per partition (Storm's minBy, maxBy, min, max) ---------------------------
+    def _extreme(self, field: str | None, comparator: Any, greatest: bool, what: str) -> Stream:
+        if field is not None:
+            self._in(Fields(field), what)
+        elif not callable(comparator):
+            msg = f"{what} takes a comparator fn(t1, t2) -> int (negative: t1 first); got {comparator!r}"
+            raise ConfigError(msg)
+        from trident.builtin import MaxBy, MinBy
+
+        agg = (MaxBy if greatest else MinBy)(field, comparator)
+        return self.partition_aggregate(self.fields, agg, self.fields)
+
+    def min_by(self, field: str) -> Stream:
+        """Per partition, the tuple with the least value of ``field`` (the first of equals)."""
+        return self._extreme(field, None, False, "min_by")
+
+    def max_by(self, field: str) -> Stream:
+        """Per partition, the tuple with the greatest value of ``field`` (the first of equals)."""
+        return self._extreme(field, None, True, "max_by")
+
+    def min(self, comparator: Callable[[Any, Any], int]) -> Stream:
+        """Per partition, the least tuple by ``comparator(t1, t2)`` (negative: t1 is less)."""
+        return self._extreme(None, comparator, False, "min")
+
+    def max(self, comparator: Callable[[Any, Any], int]) -> Stream:
+        """Per partition, the greatest tuple by ``comparator(t1, t2)``."""
+        return self._extreme(None, comparator, True, "max")
+
     # -- state -------------------------------------------------------------------------------
     def partition_persist(self, state_factory: Any, in_fields: Any, updater: StateUpdater,
                           out_fields: Any = None) -> TridentState:
@@ -316,6 +373,19 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream({list(self.fields)})"
+
+
+class _Peek(Filter):
+    """``Stream.peek``: calls the user's function and keeps every tuple."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def is_keep(self, tuple: Any) -> bool:
+        """Call the function; keep the tuple."""
+        self.fn(tuple)
+        return True
 
 
 def _callable(fn: Any, cls: type, what: str) -> Any:
@@ -445,6 +515,11 @@ class GroupedStream:
     def to_stream(self) -> Stream:
         """The stream, ungrouped."""
         return self.stream
+
+    def name(self, name: str) -> GroupedStream:
+        """Name the stage the grouped stream's last operations run in (``Stream.name``)."""
+        self.stream.name(name)
+        return self
 
     @property
     def fields(self) -> Fields:

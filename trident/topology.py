@@ -21,6 +21,7 @@ what the stages run in ``trident.runtime``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from transactional.exceptions import ConfigError
@@ -113,10 +114,13 @@ class TridentTopology:
             raise ConfigError(msg)
         return self._add(Node("merge", [s.node for s in streams], streams[0].fields, grouping="shuffle"))
 
-    def join(self, *args: Any) -> Stream:
+    def join(self, *args: Any, join_type: str | Sequence[str] = "inner") -> Stream:
         """Join streams within each batch on their join fields: ``join(s1, Fields("k"), s2,
         Fields("k2"), Fields("k", "a", "b"))``. Output: the join fields, then the other fields
-        of each stream in order, named by the last argument (an inner join)."""
+        of each stream in order, named by the last argument. ``join_type``: ``"inner"`` (a
+        key every stream has), ``"outer"`` (a key any stream has; the fields of a stream
+        without it are None), or one per stream (Storm's mixed ``JoinType`` list: a key
+        must be in every ``"inner"`` stream)."""
         if len(args) < 5 or len(args) % 2 == 0:
             msg = "join(s1, fields1, s2, fields2, [s3, fields3, ...,] out_fields)"
             raise ConfigError(msg)
@@ -140,9 +144,48 @@ class TridentTopology:
             names = list(sides[0][1]) + [s.fields[i] for s, _, _, r in sides for i in r]
             msg = f"join(): the output has {n_out} fields ({names}); out_fields names {len(out)}: {list(out)}"
             raise ConfigError(msg)
-        op = Op("join", Fields(), out, fn=[(idx, rest) for _, _, idx, rest in sides])
+        types = [join_type] * len(sides) if isinstance(join_type, str) else list(join_type)
+        if len(types) != len(sides) or any(jt not in ("inner", "outer") for jt in types):
+            msg = (f"join(): join_type is \"inner\", \"outer\" or one of those per stream ({len(sides)} "
+                   f"streams); got {join_type!r}")
+            raise ConfigError(msg)
+        op = Op("join", Fields(), out, fn=[(idx, rest, jt == "outer")
+                                           for (_, _, idx, rest), jt in zip(sides, types, strict=True)])
         return self._add(Node("join", [s.node for s, _, _, _ in sides], out, op=op, grouping="fields",
                               extra=[f for _, f, _, _ in sides]))
+
+    def multi_reduce(self, in_fields: Sequence[Any], streams: Sequence[Any], reducer: Any, out_fields: Any) -> Stream:
+        """Storm's ``multiReduce``: the tuples of every stream of ``streams`` (their
+        ``in_fields[i]``) to one reducer per batch, in one place. Streams: a
+        ``MultiReducer``, output ``out_fields``. Grouped streams (``group_by``, as many
+        group fields each): a ``GroupedMultiReducer`` per group, output the first stream's
+        group fields then ``out_fields``."""
+        from trident.operation import GroupedMultiReducer, MultiReducer
+        from trident.stream import GroupedStream
+
+        if len(in_fields) != len(streams) or not streams:
+            msg = f"multi_reduce(): one input Fields per stream; got {len(in_fields)} for {len(streams)} streams"
+            raise ConfigError(msg)
+        grouped = all(isinstance(s, GroupedStream) for s in streams)
+        if not grouped and not all(isinstance(s, Stream) for s in streams):
+            msg = "multi_reduce(): the streams are all Streams or all GroupedStreams (group_by)"
+            raise ConfigError(msg)
+        want = GroupedMultiReducer if grouped else MultiReducer
+        if not isinstance(reducer, want):
+            msg = f"multi_reduce() over {'grouped ' if grouped else ''}streams takes a trident.{want.__name__}; got {reducer!r}"
+            raise ConfigError(msg)
+        plain = [s.stream if grouped else s for s in streams]
+        groups = [s.group_fields if grouped else Fields() for s in streams]
+        if len({len(g) for g in groups}) != 1:
+            msg = f"multi_reduce(): every stream is grouped by as many fields; got {[list(g) for g in groups]}"
+            raise ConfigError(msg)
+        specs = []
+        for s, g, f in zip(plain, groups, in_fields, strict=True):
+            fs, idx = s._in(f, "multi_reduce")
+            specs.append((tuple(s.fields.index(x) for x in g), idx, fs))
+        out = Fields(*groups[0], *_fields(out_fields, "multi_reduce: output fields"))
+        op = Op("multi_reduce", Fields(), out, fn=reducer, spec=(specs, groups[0]))
+        return self._add(Node("join", [s.node for s in plain], out, op=op, grouping="fields", extra=groups))
 
     # -- compile ------------------------------------------------------------------------------
     def build(self) -> Topology:

@@ -19,6 +19,7 @@ from trident.runtime.processors import (
     FilterProc,
     JoinProc,
     MapProc,
+    MultiReduceProc,
     Proc,
     ProjectProc,
 )
@@ -51,7 +52,7 @@ PROCS: dict[str, type[Proc]] = {
     "project": ProjectProc, "each_batch": BatchProc, "map_batches": BatchProc,
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
     "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
-    "join": JoinProc, "window": WindowProc,
+    "join": JoinProc, "window": WindowProc, "peek": FilterProc, "multi_reduce": MultiReduceProc,
 }
 
 

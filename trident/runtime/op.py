@@ -43,6 +43,7 @@ class Op:
     emit_values: bool = True          # persist: its new values have a consumer
     columnar: bool = False            # its output is a record batch when its input is
     single: bool = False              # a global aggregation: one result per batch, from task 0
+    spec: Any = None                  # multi_reduce: (per stream (group_idx, in_idx, in_fields), group fields)
 
 
 _VERB = {"persist": "persistent_aggregate", "query": "state_query", "partial": "aggregate", "final": "aggregate"}

@@ -219,6 +219,25 @@ class _ReadView:
     def get(self, key: Any) -> Any:
         return self.multi_get([key])[0]
 
+    def items(self) -> list[tuple[Any, Any]]:
+        """Every ``(key, value)`` committed before this batch (``TupleCollectionGet``): the
+        backing lists its keys (memory: its dict; Redis: SCAN); another backing cannot."""
+        from state.keys import decode_key, hashable_key
+        from transactional.exceptions import ConfigError
+
+        backing: Any = getattr(self._m, "backing", None)
+        if hasattr(backing, "scan"):
+            keys = list(backing.scan())
+        elif isinstance(getattr(backing, "data", None), dict):
+            keys = [hashable_key(decode_key(k)) for k in list(backing.data)
+                    if isinstance(k, str) and (not k.startswith("~") or k[1:2] in ("s", "b", "j"))]
+        else:
+            msg = (f"TupleCollectionGet lists every key of map {getattr(self._m, 'name', '?')!r}, but its backing "
+                   f"{type(backing).__name__} cannot list keys; keep that map in memory:// or redis://")
+            raise ConfigError(msg)
+        values = self.multi_get(keys)
+        return [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+
 
 class QueryProc(Proc):
     """``state_query``: the task's tuples, one ``batch_retrieve`` against the state as it was

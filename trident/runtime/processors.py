@@ -231,7 +231,7 @@ class JoinProc(Proc):
         self.sides: list[dict[Any, list[Row]]] = [{} for _ in self.op.fn]
 
     def side_row(self, side: int, r: Row) -> None:
-        idx, rest = self.op.fn[side]    # type: ignore[union-attr]
+        idx, rest = self.op.fn[side][:2]    # type: ignore[union-attr]
         self.sides[side].setdefault(tuple(r[i] for i in idx), []).append(tuple(r[i] for i in rest))
 
     def row(self, r: Row) -> None:
@@ -240,14 +240,30 @@ class JoinProc(Proc):
     def finish(self) -> None:
         import itertools
 
-        assert self.nxt is not None
-        first, others = self.sides[0], self.sides[1:]
-        for k, rows in first.items():
-            matches = [o.get(k) for o in others]
-            if not all(matches):
-                continue
-            for combo in itertools.product(rows, *matches):
-                self.nxt.row(k + sum(combo, ()))
+        assert self.nxt is not None and self.op is not None
+        specs = self.op.fn
+        outer = [len(spec) > 2 and spec[2] for spec in specs]
+        if not any(outer):                  # inner: the keys of the first stream every stream has
+            first, others = self.sides[0], self.sides[1:]
+            for k, rows in first.items():
+                matches = [o.get(k) for o in others]
+                if not all(matches):
+                    continue
+                for combo in itertools.product(rows, *matches):
+                    self.nxt.row(k + sum(combo, ()))
+        else:                               # Storm's JoinerMultiReducer: every key of any stream
+            keys = dict.fromkeys(k for side in self.sides for k in side)
+            nulls = [[(None,) * len(spec[1])] for spec in specs]
+            for k in keys:
+                groups: list[list[Row]] = []
+                for side, is_outer, null in zip(self.sides, outer, nulls, strict=True):
+                    got = side.get(k)
+                    if got is None and not is_outer:
+                        break
+                    groups.append(got or null)
+                else:
+                    for parts in itertools.product(*groups):
+                        self.nxt.row(k + sum(parts, ()))
         Proc.finish(self)
 
 
@@ -324,3 +340,45 @@ class EmitProc(Proc):
             rows = min(part.num_rows, uncounted)
             uncounted -= rows
             direct(t, (att, buf), out.stream, rows=rows)
+
+
+class MultiReduceProc(JoinProc):
+    """``multi_reduce``: every stream's rows to one ``MultiReducer`` (per group, for grouped
+    streams: a ``GroupedMultiReducer``), in the order they arrive; ``op.fn`` is the reducer,
+    ``op.spec`` per stream ``(group_idx, in_idx, in_fields)`` and the group fields."""
+
+    def open(self, bolt: TridentBolt) -> None:
+        Proc.open(self, bolt)
+        assert self.op is not None and self.nxt is not None
+        self.reducer = self.op.fn
+        specs, group_fields = self.op.spec
+        self.grouped = bool(group_fields)
+        self.tts = [TridentTuple.of(f) for _, _, f in specs]
+        self.gtt = TridentTuple.of(group_fields)
+        self.collector = _Collect(self.nxt.row, len(self.op.out_fields) - len(group_fields), op_label(self.op))
+        self.states: dict[Any, Any] = {}
+        if not self.grouped:
+            self.states[()] = self.reducer.init(self.collector)
+
+    def side_row(self, side: int, r: Row) -> None:
+        gidx, idx, _ = self.op.spec[0][side]    # type: ignore[union-attr]
+        t = self.tts[side](tuple(r[i] for i in idx))
+        if not self.grouped:
+            self.reducer.execute(self.states[()], side, t, self.collector)
+            return
+        key = self.gtt(tuple(r[i] for i in gidx))
+        st = self.states.get(key, _MISSING)
+        self.collector.current = key
+        if st is _MISSING:
+            st = self.states[key] = self.reducer.init(self.collector, key)
+        self.reducer.execute(st, side, key, t, self.collector)
+
+    def finish(self) -> None:
+        for key, st in self.states.items():
+            self.collector.current = key
+            if self.grouped:
+                self.reducer.complete(st, key, self.collector)
+            else:
+                self.reducer.complete(st, self.collector)
+        self.states = {}
+        Proc.finish(self)
