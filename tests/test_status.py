@@ -202,13 +202,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_hung_driver_is_stale_a_killed_one_dead_and_the_next_run_keeps_its_history(
-        zk_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        zk_factory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A driver (another process) writes its status record every second even while idle;
     SIGSTOP it and `trident status`/`trident list` say stale once 5 intervals passed
     (its session, and lock, still alive); SIGKILL it and they say dead once its session
     expired. The next run lists the killed one as died in the topology's runs."""
     from transactional.ops.status import STALE_INTERVALS
 
+    # a server of its own whose tick (1 s) lets a session last the 15 s asked for: the shared
+    # one's 250 ms tick caps sessions at 5 s, as long as a record takes to be stale, so the
+    # hung driver could be "dead" before it was seen "stale"
+    zk = zk_factory(tick_time_ms=1000)
+    zk.start()
+    zk_url = zk.url("t-hung")
     coordination = zk_url + "?session_timeout=15"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with open(tmp_path / "driver.err", "wb") as err:
