@@ -50,7 +50,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from transactional.exceptions import TridentError
 from transactional.ops.snapshot import Difference, Snapshot, compare, read_snapshot
-from transactional.ops.verify_child import PREFIX
+from transactional.ops.verify_child import PREFIX, last_committed_txid
 
 __all__ = ["VerifyError", "VerifyOptions", "RunOutcome", "VerifyReport", "verify", "format_table",
            "junit_xml", "CRASH_POINTS"]
@@ -512,7 +512,7 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
             raise VerifyError(msg) from None
         reference = v.snapshot(ref_tid, module)
         report.reference_keys = sum(len(s) for s in reference.values())
-        last = report.reference_txids = _last_txid(urls[1], ref_tid)
+        last = report.reference_txids = last_committed_txid(urls[1], ref_tid)
         v.until_txid = last if options.max_batches is not None else None
         if not report.reference_keys:
             report.unchecked.append("the reference run left no key in any map: there is nothing to compare")
@@ -595,17 +595,6 @@ def kafka_end_offsets(topology: Any) -> dict[str, dict[str, int]]:
         if callable(now):
             out[str(spout.topic)] = {str(p): int(o) for p, o in now().items()}
     return out
-
-
-def _last_txid(coordination: str, tid: str) -> int:
-    from state.base import open_transactional_state
-
-    s = open_transactional_state(coordination, tid)
-    try:
-        c = s.get("committed")
-        return int(c["txid"]) if c else 0
-    finally:
-        s.close()
 
 
 def _judge(row: RunOutcome, d: Difference, core: bool) -> None:

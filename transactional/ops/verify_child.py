@@ -31,7 +31,8 @@ def _say(what: str, payload: Any = None) -> None:
     sys.stdout.flush()
 
 
-def _committed(coordination: str, topology_id: str) -> int:
+def last_committed_txid(coordination: str, topology_id: str) -> int:
+    """The last txid the topology committed (0: none yet)."""
     from state.base import open_transactional_state
 
     s = open_transactional_state(coordination, topology_id)
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     max_batches = None
     if args.until_txid is not None:
-        max_batches = max(0, args.until_txid - _committed(args.coordination, args.topology_id))
+        max_batches = max(0, args.until_txid - last_committed_txid(args.coordination, args.topology_id))
 
     def on_commit(txid: int, result: Any) -> None:
         s = result.summary()
