@@ -180,7 +180,17 @@ class _KafkaSpout:
                                "client.id": f"trident-{role}", "logger": _CLIENT_LOG,
                                # ranges are planned below the high watermark: there is data
                                # to return, so a long poll only adds latency per batch
-                               "fetch.wait.max.ms": 20}
+                               "fetch.wait.max.ms": 20,
+                               # an emitter reads one planned range per assign and drops what
+                               # it fetched beyond it at unassign: prefetch about one range, and
+                               # do not back off a second when the queue was full (a read after
+                               # another of the same partition otherwise stalled ~1 s)
+                               "queued.min.messages": max(1, self.max_records_per_partition),
+                               "fetch.queue.backoff.ms": 10,
+                               # a fetch answers at most 1 MiB: brokers that size the answer by
+                               # the request's total (Tansu does) otherwise send up to 50 MB of a
+                               # partition per read, which the client decodes and then drops
+                               "fetch.max.bytes": 1 << 20}
         cfg.update(self.client_config)
         cfg.update(_LOCKED)
         return cfg
