@@ -3,6 +3,7 @@ combiner's two steps around a shuffle (``PartialProc`` before, ``FinalProc`` aft
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from transactional.columns import rows_of
@@ -75,6 +76,20 @@ class PartialProc(Proc):
                 k = r[i]
                 acc[k] = get(k, 0) + 1
             self.row = count  # type: ignore[method-assign]
+
+    def values_sink(self, offset: int) -> Callable[[Row], None] | None:
+        """Count by one field that the previous function emits: count its values as they
+        come, without the joined row (the per-word path of a word count)."""
+        op = self.op
+        assert op is not None
+        if not self.count or len(op.group_idx) != 1 or op.group_idx[0] < offset:
+            return None
+        acc, get, i = self.acc, self.acc.get, op.group_idx[0] - offset
+
+        def count(values: Row) -> None:
+            k = values[i]
+            acc[k] = get(k, 0) + 1
+        return count
 
     def row(self, r: Row) -> None:
         op = self.op

@@ -41,6 +41,13 @@ class Proc:
         """One row."""
         raise NotImplementedError
 
+    def values_sink(self, offset: int) -> Callable[[Row], None] | None:
+        """A function taking only the values an operation emits after a row of ``offset``
+        fields, when this processor reads none of the row's first ``offset`` values (the
+        function's collector then need not build the joined row); None otherwise. Called
+        after ``open``."""
+        return None
+
     def rows(self, rs: list[Row]) -> None:
         """Many rows (a columnar processor collects them at once)."""
         row = self.row
@@ -94,13 +101,29 @@ class _Collect(TridentCollector):
         self.push(self.current + values)
 
 
+class _ValuesCollect(_Collect):
+    """A ``_Collect`` whose next processor takes the emitted values alone
+    (``Proc.values_sink``): no joined row is built per emit."""
+
+    __slots__ = ()
+
+    def emit(self, values: Sequence[Any]) -> None:
+        if type(values) is not tuple:
+            values = tuple(values)
+        if len(values) != self.width:
+            super().emit(values)      # raises the error
+        self.push(values)
+
+
 class EachProc(Proc):
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
         op = self.op
         assert op is not None and self.nxt is not None
         self.tt = TridentTuple.of(op.in_fields)
-        self.collector = _Collect(self.nxt.row, len(op.out_fields) - len(op.fields), op_label(op))
+        width, sink = len(op.out_fields) - len(op.fields), self.nxt.values_sink(len(op.fields))
+        self.collector = (_ValuesCollect(sink, width, op_label(op)) if sink is not None
+                          else _Collect(self.nxt.row, width, op_label(op)))
         self.execute = op.fn.execute
         self.pick = _picker(op.in_idx)
         c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
