@@ -3,7 +3,7 @@ combiner's two steps around a shuffle (``PartialProc`` before, ``FinalProc`` aft
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from transactional.columns import rows_of
@@ -12,7 +12,7 @@ from trident.runtime import Row
 from trident.runtime.aggregators import as_aggregator
 from trident.runtime.arrow import SumOverflow, _acc_batch, _concat, arrow_group_agg
 from trident.runtime.op import op_label
-from trident.runtime.processors import _MISSING, Proc, _Collect
+from trident.runtime.processors import _MISSING, Proc, _Collect, width_error
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
@@ -77,7 +77,7 @@ class PartialProc(Proc):
                 acc[k] = get(k, 0) + 1
             self.row = count  # type: ignore[method-assign]
 
-    def values_sink(self, offset: int) -> Callable[[Row], None] | None:
+    def values_sink(self, offset: int, width: int, what: str) -> Callable[[Sequence[Any]], None] | None:
         """Count by one field that the previous function emits: count its values as they
         come, without the joined row (the per-word path of a word count)."""
         op = self.op
@@ -86,10 +86,14 @@ class PartialProc(Proc):
             return None
         acc, get, i = self.acc, self.acc.get, op.group_idx[0] - offset
 
-        def count(values: Row) -> None:
+        def emit(values: Sequence[Any]) -> None:
+            if type(values) is not tuple:
+                values = tuple(values)
+            if len(values) != width:
+                raise width_error(what, width, values)
             k = values[i]
             acc[k] = get(k, 0) + 1
-        return count
+        return emit
 
     def row(self, r: Row) -> None:
         op = self.op

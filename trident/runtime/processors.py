@@ -41,11 +41,12 @@ class Proc:
         """One row."""
         raise NotImplementedError
 
-    def values_sink(self, offset: int) -> Callable[[Row], None] | None:
-        """A function taking only the values an operation emits after a row of ``offset``
-        fields, when this processor reads none of the row's first ``offset`` values (the
-        function's collector then need not build the joined row); None otherwise. Called
-        after ``open``."""
+    def values_sink(self, offset: int, width: int, what: str) -> Callable[[Sequence[Any]], None] | None:
+        """An ``emit`` for the function ``what`` before this processor, which emits
+        ``width`` values after a row of ``offset`` fields, when this processor reads none of
+        the row's first ``offset`` values: it takes the emitted values alone (checking their
+        number: ``width_error``), and the joined row is never built; None otherwise.
+        Called after ``open``."""
         return None
 
     def rows(self, rs: list[Row]) -> None:
@@ -79,6 +80,14 @@ class Proc:
             self.nxt.finish()
 
 
+def width_error(what: str, width: int, values: Row) -> InvalidTupleError:
+    """The error of an operation ``what`` that emitted ``values`` but declares ``width``
+    output fields."""
+    msg = (f"{what} emitted {len(values)} values {values!r}, but it declares {width} output "
+           f"field{'' if width == 1 else 's'}: emit exactly that many, or declare the fields it emits")
+    return InvalidTupleError(msg)
+
+
 class _Collect(TridentCollector):
     """What an operation emits into: each emit is ``current`` (the row a function is on, or
     the group an aggregator is completing) plus the emitted values, pushed downstream."""
@@ -95,24 +104,19 @@ class _Collect(TridentCollector):
         if type(values) is not tuple:
             values = tuple(values)
         if len(values) != self.width:
-            msg = (f"{self.what} emitted {len(values)} values {values!r}, but it declares {self.width} output "
-                   f"field{'' if self.width == 1 else 's'}: emit exactly that many, or declare the fields it emits")
-            raise InvalidTupleError(msg)
+            raise width_error(self.what, self.width, values)
         self.push(self.current + values)
 
 
-class _ValuesCollect(_Collect):
-    """A ``_Collect`` whose next processor takes the emitted values alone
-    (``Proc.values_sink``): no joined row is built per emit."""
+class _ValuesCollect(TridentCollector):
+    """A function's collector whose ``emit`` is the next processor's own function of the
+    emitted values (``Proc.values_sink``): no joined row, no extra call per emit."""
 
-    __slots__ = ()
+    __slots__ = ("current", "emit")
 
-    def emit(self, values: Sequence[Any]) -> None:
-        if type(values) is not tuple:
-            values = tuple(values)
-        if len(values) != self.width:
-            super().emit(values)      # raises the error
-        self.push(values)
+    def __init__(self, emit: Callable[[Sequence[Any]], None]) -> None:
+        self.current: Row = ()
+        self.emit = emit  # type: ignore[method-assign,assignment]
 
 
 class EachProc(Proc):
@@ -121,9 +125,10 @@ class EachProc(Proc):
         op = self.op
         assert op is not None and self.nxt is not None
         self.tt = TridentTuple.of(op.in_fields)
-        width, sink = len(op.out_fields) - len(op.fields), self.nxt.values_sink(len(op.fields))
-        self.collector = (_ValuesCollect(sink, width, op_label(op)) if sink is not None
-                          else _Collect(self.nxt.row, width, op_label(op)))
+        width, what = len(op.out_fields) - len(op.fields), op_label(op)
+        sink = self.nxt.values_sink(len(op.fields), width, what)
+        self.collector: _Collect | _ValuesCollect = (_ValuesCollect(sink) if sink is not None
+                                                     else _Collect(self.nxt.row, width, what))
         self.execute = op.fn.execute
         self.pick = _picker(op.in_idx)
         c, tt, pick, execute = self.collector, self.tt, self.pick, self.execute
