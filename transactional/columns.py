@@ -6,8 +6,10 @@ An emitter asks its collector ``columnar(stream)``: True when every consumer of 
 takes columns (Trident's stages do) and runs in the emitter's own tasks (no shuffle in
 between). Then ``collector.emit_columns(batch, stream)`` passes the batch on as it is: no
 tuple is built, checked or pickled. Otherwise the emitter emits rows as before;
-``emit_rows`` does either for a list of rows. Nothing here imports pyarrow before it is
-used.
+``emit_rows`` does either for a list of rows, building the batch of Python rows with the
+column types the spout's ``Fields`` declare (``Fields("w", "n", types={"n": "int64"})``;
+docs/trident.md, "Declared column types") and inferring the others. Nothing here imports
+pyarrow before it is used.
 """
 
 from __future__ import annotations
