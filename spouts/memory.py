@@ -12,6 +12,7 @@ from spouts.base import (
     PartitionedTransactionalSpout,
 )
 from transactional.columns import emit_rows, is_arrow
+from transactional.exceptions import TopologyError
 from transactional.tuples import Fields, TransactionAttempt
 
 
@@ -28,10 +29,33 @@ def _partitions(data: Mapping[int, Any] | Any, fields: Fields) -> dict[int, Any]
                 msg = (f"partition {p} has columns {rows.schema.names}; the spout's fields are "
                        f"{list(fields)}: give one column per field, in order")
                 raise ValueError(msg)
-            out[p] = rows
+            out[p] = _declared(rows, fields, p)
         else:
             out[p] = [r if isinstance(r, tuple) else tuple(r) if isinstance(r, list) else (r,) for r in rows]
     return out
+
+
+def _declared(data: Any, fields: Fields, partition: int) -> Any:
+    """A partition's Arrow data with the column types ``fields`` declare (a safe cast,
+    once, here), or ``TopologyError`` naming the partition, the field and the type."""
+    if not fields.types:
+        return data
+    import pyarrow as pa
+
+    schema = data.schema
+    want = [fields.types.get(n, t) for n, t in zip(fields, schema.types, strict=True)]
+    if want == list(schema.types):
+        return data
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    for i, (n, t) in enumerate(zip(fields, want, strict=True)):
+        try:
+            table = table.set_column(i, schema.names[i], table.column(i).cast(t))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            msg = (f"partition {partition}: column {schema.names[i]!r} (field {n!r}) is {schema.types[i]}, "
+                   f"which does not cast to its declared type {t}: {e}. Give the column that type, or "
+                   f"declare the type it has")
+            raise TopologyError(msg) from None
+    return table
 
 
 class _MemoryCoordinator(PartitionedCoordinator):
@@ -69,7 +93,9 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     is not a tuple is a one-field tuple), or partition -> ``pyarrow.Table`` with one
     column per field (pickled as Arrow buffers; each batch is a zero-copy slice, handed
     to consumers that take columns as it is: ``transactional.columns``). Tuples are ``(tx, *row)`` with fields
-    ``("tx", *fields)``. A replay emits the same rows: batch metadata is the range
+    ``("tx", *fields)``. Column types ``fields`` declare (``Fields("w", "n", types={"n":
+    "int64"})``) are those of the batches built of a partition's rows, without inference
+    (``transactional.columns.rows_batch``), and those a partition's table is cast to. A replay emits the same rows: batch metadata is the range
     ``{"start": s, "end": e}`` of each partition.
 
     >>> s = MemoryTransactionalSpout({0: ["a", "b", "c"], 1: ["d"]}, Fields("word"), 2)
@@ -99,8 +125,8 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
         return _MemoryEmitter(self)
 
     def declare_output_fields(self, declarer: Any) -> None:
-        """The TransactionAttempt field, then ``fields``."""
-        declarer.declare(Fields(self.tx_field, *self.fields))
+        """The TransactionAttempt field, then ``fields`` (with their declared types)."""
+        declarer.declare(Fields(self.tx_field, *self.fields, types=self.fields.types))
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.data.values())

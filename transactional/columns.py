@@ -6,8 +6,10 @@ An emitter asks its collector ``columnar(stream)``: True when every consumer of 
 takes columns (Trident's stages do) and runs in the emitter's own tasks (no shuffle in
 between). Then ``collector.emit_columns(batch, stream)`` passes the batch on as it is: no
 tuple is built, checked or pickled. Otherwise the emitter emits rows as before;
-``emit_rows`` does either for a list of rows. Nothing here imports pyarrow before it is
-used.
+``emit_rows`` does either for a list of rows, building the batch of Python rows with the
+column types the spout's ``Fields`` declare (``Fields("w", "n", types={"n": "int64"})``;
+docs/trident.md, "Declared column types") and inferring the others. Nothing here imports
+pyarrow before it is used.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from transactional.exceptions import ColumnTypeError
 from transactional.tuples import TransactionAttempt
 
 
@@ -72,10 +75,18 @@ _PLAIN = {str: "string", int: "int64", float: "float64", bool: "bool_", bytes: "
 
 
 def rows_batch(rows: Sequence[tuple[Any, ...]], fields: Sequence[str]) -> Any:
-    """A record batch of Python ``rows`` (columns ``fields``) built once, or None when a
-    column's values would not come back from Arrow as they are: more than one type in a
-    column (ints mixed with floats, ...), tuples, lists, dicts, objects, ints beyond 64
-    bits. One ``set(map(type, ...))`` per column decides; no tuple is built per row."""
+    """A record batch of Python ``rows`` (columns ``fields``) built once, or None when an
+    undeclared column's values would not come back from Arrow as they are: more than one
+    type in a column (ints mixed with floats, ...), tuples, lists, dicts, objects, ints
+    beyond 64 bits. One ``set(map(type, ...))`` per column decides; no tuple is built per
+    row.
+
+    A column whose type ``fields`` declares (``Fields(..., types={"n": "int64"})``) is
+    built with that type and nothing inferred: ints mixed with None, ints declared
+    ``float64``, a column of None only, datetimes declared ``timestamp[ms]`` all become
+    columns. A value that does not fit its declared type raises ``ColumnTypeError``
+    naming the field, the type and the value (never a silent fall back to rows, never a
+    float or Decimal truncated to an integer, nor a datetime to a coarser timestamp)."""
     import pyarrow as pa
 
     if not rows:
@@ -83,20 +94,90 @@ def rows_batch(rows: Sequence[tuple[Any, ...]], fields: Sequence[str]) -> Any:
     cols = list(zip(*rows, strict=True))
     if len(cols) != len(fields):
         return None
-    arrays = []
-    for col in cols:
+    declared = getattr(fields, "types", None) or {}
+    arrays: list[Any] = []
+    inferred = True
+    for name, col in zip(fields, cols, strict=True):
+        t = declared.get(name)
+        if t is not None:               # declared: always built, so a bad value always raises
+            arrays.append(declared_column(col, t, name))
+            continue
+        if not inferred:
+            continue
         kinds = set(map(type, col))
         kinds.discard(type(None))
-        if len(kinds) != 1:
-            return None
-        name = _PLAIN.get(kinds.pop())
-        if name is None:
-            return None
+        plain = _PLAIN.get(kinds.pop()) if len(kinds) == 1 else None
         try:
-            arrays.append(pa.array(col, getattr(pa, name)()))
+            if plain is not None:
+                arrays.append(pa.array(col, getattr(pa, plain)()))
+                continue
         except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
-    return pa.RecordBatch.from_arrays(arrays, names=list(fields))
+            pass
+        inferred = False
+    return pa.RecordBatch.from_arrays(arrays, names=list(fields)) if inferred else None
+
+
+def declared_column(col: Sequence[Any], arrow_type: Any, field: str) -> Any:
+    """The values ``col`` of ``field`` as an Arrow array of its declared ``arrow_type``
+    (a ``pyarrow.DataType``), or ``ColumnTypeError`` naming the field, the type and the
+    first value that does not fit it."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(col, type=arrow_type)
+    except (OverflowError, TypeError, ValueError, pa.ArrowException) as e:
+        raise _misfit(col, arrow_type, field, _first_misfit(col, arrow_type, e)) from None
+    lossy = _lossy(col, arrow_type)
+    if lossy is not None:
+        raise _misfit(col, arrow_type, field, lossy)
+    return arr
+
+
+def _lossy(col: Sequence[Any], arrow_type: Any) -> tuple[int, str] | None:
+    """The first value Arrow converts to ``arrow_type`` without an error but changed (a
+    float or Decimal with a fraction to an integer, a datetime finer than a timestamp's
+    unit), as ``(row, why)``; None when there is none. Only a column holding such values
+    is scanned."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    kinds = set(map(type, col))
+    if pa.types.is_integer(arrow_type) and kinds & {float, decimal.Decimal}:
+        for i, v in enumerate(col):
+            if isinstance(v, (float, decimal.Decimal)) and v != int(v):
+                return i, "it has a fraction, which an integer type would drop"
+    if pa.types.is_timestamp(arrow_type) and arrow_type.unit in ("s", "ms") and datetime.datetime in kinds:
+        step = 1_000_000 if arrow_type.unit == "s" else 1_000
+        for i, v in enumerate(col):
+            if isinstance(v, datetime.datetime) and v.microsecond % step:
+                return i, f"it is finer than the type's unit ({arrow_type.unit}), which would drop the rest"
+    return None
+
+
+def _first_misfit(col: Sequence[Any], arrow_type: Any, error: BaseException) -> tuple[int, str]:
+    """``(row, why)`` of the first value of ``col`` Arrow cannot convert to ``arrow_type``
+    (the error path only: one conversion per value until it fails)."""
+    import pyarrow as pa
+
+    for i, v in enumerate(col):
+        try:
+            pa.array([v], type=arrow_type)
+        except (OverflowError, TypeError, ValueError, pa.ArrowException) as e:
+            return i, str(e)
+    return -1, str(error)
+
+
+def _misfit(col: Sequence[Any], arrow_type: Any, field: str, where: tuple[int, str]) -> ColumnTypeError:
+    """The ``ColumnTypeError`` of value ``where = (row, why)`` of ``col``."""
+    i, why = where
+    value = f"{col[i]!r} ({type(col[i]).__name__}, row {i} of the batch)" if i >= 0 else "a value"
+    msg = (f"spout field {field!r} is declared {arrow_type} (Fields(..., types={{{field!r}: {str(arrow_type)!r}}})) "
+           f"but holds {value}, which does not fit it: {why}. Fix the data, or declare the type its values "
+           f"have (or leave {field!r} undeclared: its type is then inferred, and a batch whose values Arrow "
+           f"would change goes row by row)")
+    return ColumnTypeError(msg)
 
 
 def emit_rows(collector: Any, tx: TransactionAttempt, rows: Any, fields: Sequence[str],
@@ -104,9 +185,12 @@ def emit_rows(collector: Any, tx: TransactionAttempt, rows: Any, fields: Sequenc
     """Emit ``rows`` (a list of value tuples, or a pyarrow table or record batch with
     columns ``fields``) on ``stream`` of ``collector``. When every consumer takes
     columns, Arrow data goes as it is and Python rows as one record batch built here,
-    once (``rows_batch``: plain values, one type per column); otherwise, and for rows
-    whose values Arrow would change (ints mixed with floats, tuples, objects), one
-    ``(tx, *row)`` tuple per row."""
+    once (``rows_batch``: the columns ``fields`` declares types of built with those
+    types, the others with plain values of one type per column); otherwise, and for rows
+    whose undeclared values Arrow would change (ints mixed with floats, tuples,
+    objects), one ``(tx, *row)`` tuple per row. A value that does not fit its declared
+    type raises ``ColumnTypeError`` (a ``SpoutError``: the run stops, naming the
+    spout and the txid)."""
     columnar = getattr(collector, "columnar", None) is not None and collector.columnar(stream)
     if is_arrow(rows) and columnar:
         for b in record_batches(rows, fields):

@@ -24,7 +24,7 @@ __all__ = ["TridentError", "ConfigError", "TopologyError", "InvalidTupleError", 
            "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError",
            "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
            "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError", "AggregateOverflowError",
-           "DRPCExecutionException"]
+           "DRPCExecutionException", "ColumnTypeError"]
 
 
 class TopologyError(TridentError, ValueError):
@@ -64,6 +64,13 @@ class SpoutError(TridentError):
     """A spout cannot deliver what the coordinator planned (e.g. an offset range deleted by
     retention), or its coordinator planned metadata JSON cannot hold. The run stops; the
     message names the spout (topic, partition, offsets) or field, and the txid."""
+
+
+class ColumnTypeError(SpoutError, ValueError):
+    """A spout's value does not fit the Arrow type its ``Fields`` declare for it
+    (``Fields(..., types={"n": "int64"})``), as the spout builds a batch of columns for
+    consumers that take them. The message names the field, the declared type and the
+    value; the run stops (a replay holds the same value)."""
 
 
 class AggregateOverflowError(TridentError, ArithmeticError):

@@ -42,7 +42,10 @@ class _Emitter(PartitionedEmitter):
 class FixedBatchSpout(PartitionedTransactionalSpout):
     """Emits ``values`` in batches of at most ``max_batch_size`` tuples, in order (with
     ``cycle=True``, forever, starting over at the end). Transactional: a replayed batch
-    holds the same tuples.
+    holds the same tuples. For consumers that take columns each batch is one Arrow
+    record batch; the column types ``fields`` declare (``Fields("w", "n", types={"n":
+    "int64"})``) are used as they are, the others inferred
+    (``transactional.columns.rows_batch``).
 
     >>> s = FixedBatchSpout(Fields("sentence"), 2, ("the cow",), ("jumped over",), ("the moon",))
     >>> c = s.get_coordinator({}, None); c.plan_partition(0, None), c.plan_partition(0, {"end": 2})
@@ -77,5 +80,5 @@ class FixedBatchSpout(PartitionedTransactionalSpout):
         return _Emitter(self.rows, self.fields)
 
     def declare_output_fields(self, declarer: Any) -> None:
-        """The TransactionAttempt field, then ``fields``."""
-        declarer.declare(Fields("tx", *self.fields))
+        """The TransactionAttempt field, then ``fields`` (with their declared types)."""
+        declarer.declare(Fields("tx", *self.fields, types=self.fields.types))

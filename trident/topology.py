@@ -88,7 +88,9 @@ class TridentTopology:
         d = _Declarer(txid_name)
         spout.declare_output_fields(d)
         fields = d.streams["default"].fields
-        return self._add(Node("spout", [], Fields(*fields[1:]), spout=spout, spout_id=txid_name))
+        types = getattr(fields, "types", {})     # the spout's declared column types, kept
+        out = Fields(*fields[1:], types={k: t for k, t in types.items() if k in fields[1:]})
+        return self._add(Node("spout", [], out, spout=spout, spout_id=txid_name))
 
     def new_drpc_stream(self, function: str, drpc: Any = None) -> Stream:
         """A stream of the DRPC calls of ``function`` (Storm's ``newDRPCStream``): one tuple
