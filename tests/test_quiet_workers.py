@@ -68,3 +68,16 @@ def test_cancelled_jobs_leave_no_traceback_in_the_terminal(tmp_path: Path) -> No
                        capture_output=True, text=True, timeout=300)
     assert p.stderr.count("its job was cancelled; replaying") == 2, p.stderr[-3000:]   # jobs were cancelled
     assert "BrokenPipeError" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+def test_workers_fork_from_a_frozen_heap(spark_context) -> None:
+    """PySpark's daemon runs ``gc.collect()`` in a reused worker after every task; the
+    daemon freezes what it imported before forking, so that collection skips the modules
+    (≈15 ms of CPU a task before, 80 % of a trivial task's CPU)."""
+    def frozen(_: object) -> int:
+        import gc
+
+        return gc.get_freeze_count()
+
+    counts = spark_context.parallelize(range(4), 4).map(frozen).collect()
+    assert min(counts) > 10_000, counts
