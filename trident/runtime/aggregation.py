@@ -85,6 +85,14 @@ class PartialProc(Proc):
         if not self.count or len(op.group_idx) != 1 or op.group_idx[0] < offset:
             return None
         acc, get, i = self.acc, self.acc.get, op.group_idx[0] - offset
+        if width == 1:
+            def emit_one(values: Sequence[Any]) -> None:
+                try:
+                    (k,) = values              # one value, checked by the unpacking itself
+                except ValueError:
+                    raise width_error(what, width, tuple(values)) from None
+                acc[k] = get(k, 0) + 1
+            return emit_one
 
         def emit(values: Sequence[Any]) -> None:
             if type(values) is not tuple:
