@@ -185,13 +185,15 @@ class _KafkaSpout:
                                # it fetched beyond it at unassign: prefetch about one range, and
                                # do not back off a second when the queue was full (a read after
                                # another of the same partition otherwise stalled ~1 s)
-                               "queued.min.messages": max(1, self.max_records_per_partition),
-                               "fetch.queue.backoff.ms": 10,
-                               # a fetch answers at most 1 MiB: brokers that size the answer by
-                               # the request's total (Tansu does) otherwise send up to 50 MB of a
-                               # partition per read, which the client decodes and then drops
-                               "fetch.max.bytes": 1 << 20}
+                               # (librdkafka takes at most 10,000,000)
+                               "queued.min.messages": min(self.max_records_per_partition, 10_000_000),
+                               "fetch.queue.backoff.ms": 10}
         cfg.update(self.client_config)
+        if "fetch.max.bytes" not in self.client_config:
+            # a fetch answers at most 1 MiB: brokers that size the answer by the request's
+            # total (Tansu does) otherwise send up to 50 MB of a partition per read, which the
+            # client decodes and then drops; never below message.max.bytes (librdkafka's rule)
+            cfg["fetch.max.bytes"] = max(1 << 20, int(cfg.get("message.max.bytes", 0)))
         cfg.update(_LOCKED)
         return cfg
 

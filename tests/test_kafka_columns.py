@@ -184,3 +184,25 @@ def test_a_read_fetches_about_its_range_not_the_rest_of_the_partition(kafka_brok
     finally:
         e.close()
     assert received < 2.5 * (1 << 20), f"a read of 100 records received {received} bytes"
+
+
+def test_a_large_range_still_makes_a_valid_consumer(kafka_broker, topic):
+    """The prefetch follows ``max_records_per_partition`` up to librdkafka's limit
+    (``queued.min.messages`` takes at most 10,000,000)."""
+    spout = KafkaTransactionalSpout(kafka_broker.bootstrap, topic, max_records_per_partition=50_000_000)
+    assert spout.consumer_config("emitter")["queued.min.messages"] == 10_000_000
+    cols = Columns()
+    assert emit(spout, cols, meta={"start": 0, "end": 5}) is None
+    assert len(cols.rows()) == 5
+
+
+def test_the_fetch_size_follows_a_larger_message_max_bytes(kafka_broker, topic):
+    """librdkafka refuses ``fetch.max.bytes`` below ``message.max.bytes``: a client_config
+    raising the latter (e.g. shared with producers) still makes a consumer."""
+    spout = KafkaTransactionalSpout(kafka_broker.bootstrap, topic, client_config={"message.max.bytes": 5_000_000})
+    assert spout.consumer_config("emitter")["fetch.max.bytes"] == 5_000_000
+    assert KafkaTransactionalSpout(kafka_broker.bootstrap, topic, client_config={"fetch.max.bytes": 2_000_000}) \
+        .consumer_config("emitter")["fetch.max.bytes"] == 2_000_000
+    cols = Columns()
+    emit(spout, cols, meta={"start": 0, "end": 5})
+    assert len(cols.rows()) == 5
