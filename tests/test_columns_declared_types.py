@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from collectors import Collector
 from pyspark import cloudpickle
 
 from spouts import MemoryTransactionalSpout
@@ -189,20 +190,6 @@ def test_a_value_that_does_not_fit_its_declared_type_raises_naming_field_type_an
 
 
 # -- the row spouts ----------------------------------------------------------------------------
-
-class Collector:
-    def __init__(self, columns: bool) -> None:
-        self.columns, self.batches, self.tuples = columns, [], []
-
-    def columnar(self, stream: str = "default") -> bool:
-        return self.columns
-
-    def emit_columns(self, batch: Any, stream: str = "default") -> None:
-        self.batches.append(batch)
-
-    def emit(self, values: tuple, stream: str = "default") -> None:
-        self.tuples.append(values)
-
 
 ROWS = [("a", None, 1), ("b", None, 2.5)]      # n: None only; x: an int and a float
 

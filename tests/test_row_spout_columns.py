@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from collectors import Collector
 
 from spouts import MemoryTransactionalSpout
 from transactional.columns import rows_batch
@@ -14,20 +15,6 @@ from transactional.tuples import Fields, TransactionAttempt
 from trident.spout import FixedBatchSpout
 
 TX = TransactionAttempt(1, 1)
-
-
-class Collector:
-    def __init__(self, columns: bool) -> None:
-        self.columns, self.batches, self.tuples = columns, [], []
-
-    def columnar(self, stream: str = "default") -> bool:
-        return self.columns
-
-    def emit_columns(self, batch: Any, stream: str = "default") -> None:
-        self.batches.append(batch)
-
-    def emit(self, values: tuple, stream: str = "default") -> None:
-        self.tuples.append(values)
 
 
 def run(spout: Any, columns: bool, meta: dict) -> Collector:
