@@ -81,3 +81,9 @@ def test_workers_fork_from_a_frozen_heap(spark_context) -> None:
 
     counts = spark_context.parallelize(range(4), 4).map(frozen).collect()
     assert min(counts) > 10_000, counts
+
+
+def test_a_context_on_this_machine_does_not_compress_its_broadcasts(spark_context) -> None:
+    """The topology (with a memory spout's data) is broadcast to workers on the same
+    machine: LZ4 over it only delays the first batch (docs/performance.md)."""
+    assert spark_context.getConf().get("spark.broadcast.compress") == "false"
