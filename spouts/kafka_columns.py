@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from spouts.kafka_records import record_values
 from transactional.exceptions import SpoutError
 
 try:  # orjson parses several times faster; json is the fallback with the same results
@@ -147,23 +148,14 @@ class Records:
                     continue
                 emit((tx, v))
             return
+        head = (tx,)
         for m in msgs:
-            row: list[Any] = [tx]
             try:
-                for f in fields:
-                    if f == "value":
-                        v = decode(m.value())
-                        row.extend(v) if expand else row.append(v)
-                    elif f == "key":
-                        row.append(key_of(m.key()))
-                    elif f == "timestamp":
-                        row.append(m.timestamp()[1])
-                    else:
-                        row.append(getattr(m, f)())
+                row = record_values(m, fields, key_of, decode, expand=expand, head=head)
             except _Bad as e:
                 self._bad(m, str(e))
                 continue
-            emit(tuple(row))
+            emit(row)
 
     def record_batch(self, msgs: Sequence[Any], names: Sequence[str]) -> Any:
         """One ``pyarrow.RecordBatch`` of ``msgs`` with columns ``names`` (the fields, with

@@ -32,12 +32,18 @@ def deserializer_for(spec: str | Deserializer, what: str) -> Deserializer:
     raise ConfigError(msg)
 
 
-def record_values(m: Any, fields: Sequence[str], key_of: Deserializer, value_of: Deserializer) -> tuple[Any, ...]:
-    """The values of record ``m`` for ``fields`` (among ``RECORD_FIELDS``)."""
-    out = []
+def record_values(m: Any, fields: Sequence[str], key_of: Deserializer, value_of: Deserializer, *,
+                  expand: bool = False, head: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """The values of record ``m`` for ``fields`` (among ``RECORD_FIELDS``), after ``head``;
+    ``expand``: the decoded value is a tuple of several fields' values, spliced in."""
+    out = [*head]
     for f in fields:
         if f == "value":
-            out.append(value_of(m.value()))
+            v = value_of(m.value())
+            if expand:
+                out.extend(v)
+            else:
+                out.append(v)
         elif f == "key":
             out.append(key_of(m.key()))
         elif f == "timestamp":

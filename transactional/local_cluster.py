@@ -85,14 +85,9 @@ class LocalCluster:
     def submit_topology(self, name: str, config: TopologyConfig | dict[str, Any] | None, topology: Any) -> None:
         """Start ``topology`` in the background under ``name`` and return at once
         (``TopologyError`` when a topology runs under that name already)."""
-        from transactional.topology import Topology
+        from transactional.topology import as_topology
 
-        if not isinstance(topology, Topology) and hasattr(topology, "build"):
-            topology = topology.build()
-        if not isinstance(topology, Topology):
-            msg = (f"submit_topology takes a Topology, a builder or a trident.TridentTopology; "
-                   f"got {type(topology).__name__}")
-            raise TypeError(msg)
+        topology = as_topology(topology, "submit_topology")
         if config is None:
             config = TopologyConfig()
         elif isinstance(config, dict):

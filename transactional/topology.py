@@ -337,6 +337,18 @@ class TransactionalTopologyBuilder:
                       getattr(self, "_confs", None))
 
 
+def as_topology(topology: Any, caller: str) -> Topology:
+    """``topology`` as a ``Topology``: a builder (a ``TransactionalTopologyBuilder``, a
+    ``trident.TridentTopology``) is built; ``TypeError`` naming ``caller`` for anything else."""
+    if not isinstance(topology, Topology) and hasattr(topology, "build"):
+        topology = topology.build()
+    if not isinstance(topology, Topology):
+        msg = (f"{caller} takes a Topology, a TransactionalTopologyBuilder or a trident.TridentTopology; "
+               f"got {type(topology).__name__}")
+        raise TypeError(msg)
+    return topology
+
+
 def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str, tuple[Any, int, bool, str]],
            inputs: dict[str, list[Subscription]], kind: str, confs: dict[str, dict[str, Any]] | None = None) -> Topology:
     """The ``Topology`` of validated parts (both builders end here): every component's

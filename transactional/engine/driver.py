@@ -57,7 +57,7 @@ from transactional.ops.webui import RunObserver, attach, spark_ui_url
 from transactional.ops.webui.graph import topology_graph
 from transactional.redaction import remember
 from transactional.result import RunResult
-from transactional.topology import Topology, TransactionalTopologyBuilder
+from transactional.topology import Topology, TransactionalTopologyBuilder, as_topology
 
 log = logging.getLogger("trident")
 #: the longest the driver waits before it looks at the operator's requests again
@@ -78,12 +78,7 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
     ``max_attempts`` times or a task breaks the tuple contract. ``clock``: the driver's
     wall clock (seconds), which gives each txid its time (processing-time windows).
     """
-    if not isinstance(topology, Topology) and hasattr(topology, "build"):
-        topology = topology.build()      # a TransactionalTopologyBuilder or a trident.TridentTopology
-    if not isinstance(topology, Topology):
-        msg = (f"run_topology takes a Topology, a TransactionalTopologyBuilder or a trident.TridentTopology; "
-               f"got {type(topology).__name__}")
-        raise TypeError(msg)
+    topology = as_topology(topology, "run_topology")
     if config is None:
         config = TopologyConfig()
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
