@@ -75,6 +75,14 @@ def served(client: DRPCClient, function: str, args: str, deadline_secs: float = 
             time.sleep(0.05)
 
 
+def wait_for_file(path: Path, deadline_secs: float = 20) -> None:
+    """Wait until ``path`` exists (the gated call has started in the topology)."""
+    deadline = time.monotonic() + deadline_secs
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {deadline_secs} s"
+        time.sleep(0.01)
+
+
 def test_remote_reach_over_http(executor: str, server: Server) -> None:
     with LocalCluster() as cluster:
         cluster.submit_topology("reach", TopologyConfig(executor=executor, progress=False,
@@ -131,11 +139,7 @@ def test_sigkill_of_the_server_mid_flight_then_restart(tmp_path: Path, server: S
         threads = [threading.Thread(target=call, args=(a,)) for a in ("slow", "b", "c")]
         for t in threads:
             t.start()
-        started = tmp_path / "d" / "started"
-        deadline = time.monotonic() + 20
-        while not started.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for_file(tmp_path / "d" / "started")
         t0 = time.monotonic()
         server.kill()                                   # "slow" is in the topology's hands
         for t in threads:
@@ -170,11 +174,7 @@ def test_sigkill_of_the_driver_mid_flight_then_restart(tmp_path: Path, server: S
         got: list[str] = []
         t = threading.Thread(target=lambda: got.append(client.execute("gated", "slow")))
         t.start()
-        started = tmp_path / "d" / "started"
-        deadline = time.monotonic() + 20
-        while not started.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for_file(tmp_path / "d" / "started")
         first.send_signal(signal.SIGKILL)               # the driver dies with "slow" in flight
         first.wait(10)
         (tmp_path / "d" / "gate").touch()

@@ -14,14 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from trident_multiset import multiset, record
 
 from spouts import MemoryTransactionalSpout
-from state.keys import decode_key, hashable_key
 from transactional import Fields, TopologyConfig, run_topology
 from transactional.exceptions import TopologyFailedError
 from trident import (
     Aggregator,
-    BaseStateUpdater,
     Count,
     FirstN,
     Max,
@@ -44,23 +43,6 @@ def config(executor: str = "in-process", **kw: Any) -> TopologyConfig:
     return TopologyConfig(executor=executor, progress=False, message_timeout_secs=60,
                           retry_backoff_secs=0.02, max_spout_pending=3, **kw)
 
-
-
-class Record(BaseStateUpdater):
-    """Counts each tuple it is given in a non-transactional map: the multiset of a stream."""
-
-    def update_state(self, st, tuples, collector):
-        st.multi_combine([tuple(t) for t in tuples], [1] * len(tuples), "sum")
-
-
-def record(stream: Any, name: str) -> None:
-    stream.partition_persist(state.non_transactional(name), stream.fields, Record())
-
-
-def multiset(result: Any, name: str) -> dict[Any, int]:
-    m = result.map_state(name)
-    return {hashable_key(decode_key(k)): m._committed_value(k, v) for k, v in m.backing.data.items()
-            if not k.startswith("~") or k[1:2] in ("s", "b", "j")}
 
 
 def source(t: TridentTopology, parts: dict[int, list[tuple]], fields: Fields, take: int, columnar: bool,

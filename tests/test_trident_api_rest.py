@@ -9,12 +9,12 @@ import uuid
 from typing import Any
 
 import pytest
+from trident_multiset import multiset, record
 
 from spouts import MemoryTransactionalSpout
-from state.keys import decode_key, hashable_key
 from transactional import Fields, TopologyConfig, run_topology
 from transactional.exceptions import ConfigError
-from trident import BaseFunction, BaseStateUpdater, Count, MapGet, TridentTopology, state
+from trident import BaseFunction, Count, MapGet, TridentTopology, state
 from trident.builtin import SnapshotGet
 from trident.operation import GroupedMultiReducer, MultiReducer, TridentTuple
 
@@ -26,23 +26,6 @@ def uid(name: str) -> str:
 def config(executor: str = "in-process") -> TopologyConfig:
     return TopologyConfig(executor=executor, progress=False, message_timeout_secs=60,
                           retry_backoff_secs=0.02, max_spout_pending=3)
-
-
-class Record(BaseStateUpdater):
-    """Counts each tuple it is given in a non-transactional map: the multiset of a stream."""
-
-    def update_state(self, st: Any, tuples: Any, collector: Any) -> None:
-        st.multi_combine([tuple(t) for t in tuples], [1] * len(tuples), "sum")
-
-
-def record(stream: Any, name: str) -> None:
-    stream.partition_persist(state.non_transactional(name), stream.fields, Record())
-
-
-def multiset(result: Any, name: str) -> dict[Any, int]:
-    m = result.map_state(name)
-    return {hashable_key(decode_key(k)): m._committed_value(k, v) for k, v in m.backing.data.items()
-            if not k.startswith("~") or k[1:2] in ("s", "b", "j")}
 
 
 def test_trident_tuple_of_and_the_ituple_methods() -> None:
