@@ -5,15 +5,11 @@ earliest offset and compared with a fault-free run, partition by partition."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from crash_plans import crash_plan
+from crash_plans import kill_at_every_crash_point, run_topology_file
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from state.errors import ConfigError, LeadershipLostError, StateUnavailableError, UnstorableValueError
@@ -24,7 +20,6 @@ from trident.kafka import HEADER_SEQ, HEADER_STATE, HEADER_TXID, TridentKafkaSta
 from trident.states import EPOCH, TOPOLOGY_ID
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parent.parent
 
 
 def make(kafka, topic: str, task: int = 0, tasks: int = 1, epoch: int = 1, **kw):
@@ -104,16 +99,8 @@ def test_an_opaque_spout_is_refused() -> None:
 
 
 def run_child(tmp_path: Path, bootstrap: str, out: str, tid: str, zk_url: str, crash_at: str | None):
-    env = {**os.environ, "TRIDENT_TEST_KAFKA": bootstrap, "TRIDENT_TEST_OUT": out, "TRIDENT_TEST_TOPOLOGY": tid,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TRIDENT_CRASH_AT", None)
-    if crash_at:
-        env["TRIDENT_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "kafka_kill_topology.py"),
-         "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", "memory://",
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+    return run_topology_file(tmp_path, "kafka_kill_topology.py", zk_url, crash_at,
+                             {"TRIDENT_TEST_KAFKA": bootstrap, "TRIDENT_TEST_OUT": out, "TRIDENT_TEST_TOPOLOGY": tid})
 
 
 def test_drivers_killed_at_every_commit_crash_point_write_what_a_fault_free_run_writes(
@@ -124,12 +111,8 @@ def test_drivers_killed_at_every_commit_crash_point_write_what_a_fault_free_run_
     p = run_child(tmp_path, kafka_broker.bootstrap, clean, f"kk-clean-{uuid.uuid4().hex[:6]}", zk_url, None)
     assert p.returncode == 0, p.stderr[-3000:]
     tid = f"kk-{uuid.uuid4().hex[:6]}"
-    for spec in crash_plan():
-        point = spec.split(":")[0]
-        p = run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, spec)
-        assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
-    p = run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, None)
-    assert p.returncode == 0, p.stderr[-3000:]
+    kill_at_every_crash_point(lambda spec: run_child(tmp_path, kafka_broker.bootstrap, crashed, tid, zk_url, spec),
+                              announced=False)
     want = {q: kafka_broker.read(clean, q) for q in range(4)}
     assert sum(len(v) for v in want.values()) == sum(len(s[0].split()) for rows in
                                                      __import__("kafka_kill_topology").DATA.values() for s in rows)

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,14 +13,12 @@ import parquet_kill_topology as pqk
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from crash_plans import crash_plan
+from crash_plans import kill_at_every_crash_point, run_topology_file
 
 from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from transactional import TopologyConfig, run_topology
 from trident.parquet import ParquetStateFactory, committed_files, read_committed
 from trident.states import EPOCH, forget_states
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def make(path: Path, part: int = 0, parts: int = 1, epoch: int = 1, **kw):
@@ -137,17 +132,9 @@ def test_a_topology_into_parquet_is_exact(tmp_path: Path, flavour: str) -> None:
 
 
 def run_child(tmp_path: Path, out: Path, tid: str, flavour: str, zk_url: str, crash_at: str | None):
-    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour, "TRIDENT_TEST_PARQUET": str(out),
-           "TRIDENT_TEST_TOPOLOGY": tid,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TRIDENT_CRASH_AT", None)
-    if crash_at:
-        env["TRIDENT_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "parquet_kill_topology.py"),
-         "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", "memory://",
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+    return run_topology_file(tmp_path, "parquet_kill_topology.py", zk_url, crash_at,
+                             {"TRIDENT_TEST_FLAVOUR": flavour, "TRIDENT_TEST_PARQUET": str(out),
+                              "TRIDENT_TEST_TOPOLOGY": tid})
 
 
 @pytest.mark.integration
@@ -156,11 +143,5 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_dataset_exact(
         tmp_path: Path, zk_url: str, flavour: str) -> None:
     out = tmp_path / "out"
     tid = f"pq-kill-{flavour}-{uuid.uuid4().hex[:6]}"
-    for spec in crash_plan():
-        point = spec.split(":")[0]
-        p = run_child(tmp_path, out, tid, flavour, zk_url, spec)
-        assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
-        assert f"crash point {point}" in p.stderr
-    p = run_child(tmp_path, out, tid, flavour, zk_url, None)
-    assert p.returncode == 0, p.stderr[-3000:]
+    kill_at_every_crash_point(lambda spec: run_child(tmp_path, out, tid, flavour, zk_url, spec))
     assert sorted(read_committed(str(out)).column("sentence").to_pylist()) == pqk.sentences()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pg_kill_topology as pgk
 import psycopg
 import pytest
-from crash_plans import crash_plan
+from crash_plans import kill_at_every_crash_point, run_topology_file
 
 from spouts import MemoryTransactionalSpout
 from state.errors import (
@@ -193,16 +193,8 @@ def test_state_query_reads_the_table(pg_dsn: str) -> None:
 
 def run_child(tmp_path: Path, dsn: str, tid: str, flavour: str, zk_url: str, crash_at: str | None,
               args: tuple[str, ...] = ()):
-    env = {**os.environ, "TRIDENT_TEST_FLAVOUR": flavour, "TRIDENT_TEST_PG": dsn, "TRIDENT_TEST_TOPOLOGY": tid,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TRIDENT_CRASH_AT", None)
-    if crash_at:
-        env["TRIDENT_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "transactional.ops.cli", "run", str(REPO / "tests" / "pg_kill_topology.py"),
-         "--set", "executor=in-process", "--coordination", zk_url + "?session_timeout=1", "--state", "memory://",
-         "--max-spout-pending", "3", "--lock-wait", "30", "-q", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+    return run_topology_file(tmp_path, "pg_kill_topology.py", zk_url, crash_at,
+                             {"TRIDENT_TEST_FLAVOUR": flavour, "TRIDENT_TEST_PG": dsn, "TRIDENT_TEST_TOPOLOGY": tid}, args)
 
 
 @pytest.mark.parametrize("flavour", ["transactional", "opaque"])
@@ -211,13 +203,7 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_tables_exact(
     """One driver per crash point (txid 2, 4, 6 ...), each SIGKILLed there; then one runs to
     the end. SELECT gives the fault-free counts and every sentence once."""
     tid = f"pg-kill-{flavour}-{uuid.uuid4().hex[:6]}"
-    for spec in crash_plan():
-        point = spec.split(":")[0]
-        p = run_child(tmp_path, pg_dsn, tid, flavour, zk_url, spec)
-        assert p.returncode == -signal.SIGKILL, (point, p.returncode, p.stderr[-2000:])
-        assert f"crash point {point}" in p.stderr
-    p = run_child(tmp_path, pg_dsn, tid, flavour, zk_url, None)
-    assert p.returncode == 0, p.stderr[-3000:]
+    kill_at_every_crash_point(lambda spec: run_child(tmp_path, pg_dsn, tid, flavour, zk_url, spec))
     assert counts(pg_dsn) == pgk.expected()
     got = sorted(r[0] for r in select(pg_dsn, "SELECT sentence FROM sentences"))
     assert got == sorted(s for rows in pgk.DATA.values() for (s,) in rows)
