@@ -82,26 +82,38 @@ class Driver:
         return self.err.read_text(errors="replace")[-4000:]
 
 
+def seeded_rng() -> random.Random:
+    """A random generator seeded by ``TRIDENT_TEST_SEED`` (else at random), the seed printed."""
+    seed = int(os.environ.get("TRIDENT_TEST_SEED", random.randrange(1 << 30)))
+    print(f"TRIDENT_TEST_SEED={seed}")
+    return random.Random(seed)
+
+
+def sigkill_drivers(tmp_path: Path, r: Any, redis_url: str, stream: str, mode: str, coordination: str, name: str,
+                    progress: str, marks: list[int]) -> None:
+    """One driver per mark, each SIGKILLed once the Redis set ``progress`` holds that many
+    members (it must still be running then)."""
+    for kill, at in enumerate(marks):
+        d = Driver(tmp_path, f"{name}{kill}", redis_url, stream, mode, coordination=coordination)
+        deadline = time.monotonic() + 60
+        while r.scard(progress) < at and d.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert d.proc.poll() is None, d.tail()
+        d.kill()
+
+
 def test_a_driver_killed_with_sigkill_and_restarted_loses_no_message(tmp_path: Path, redis_url: str,
                                                                       zk_url: str) -> None:
     """RedisStreamSpout -> split (anchored) -> record: three SIGKILLs of the driver at random
     moments, then a run to the end. Every message is processed at least once, none stays
     pending in the consumer group, and duplicates are bounded by what was in flight."""
-    seed = int(os.environ.get("TRIDENT_TEST_SEED", random.randrange(1 << 30)))
-    print(f"TRIDENT_TEST_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     r = redis.Redis.from_url(redis_url)
     stream = f"s-{uuid.uuid4().hex[:8]}"
     ids = fill(r, stream, sentences(300))
     coordination = zk_url + "?session_timeout=1"
-    for kill in range(3):
-        d = Driver(tmp_path, f"kill{kill}", redis_url, stream, "reliable", coordination=coordination)
-        at = rng.randint(10, 60) + kill * 70
-        deadline = time.monotonic() + 60
-        while r.scard(f"{stream}:seen") < at and d.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert d.proc.poll() is None, d.tail()
-        d.kill()
+    sigkill_drivers(tmp_path, r, redis_url, stream, "reliable", coordination, "kill", f"{stream}:seen",
+                    [rng.randint(10, 60) + kill * 70 for kill in range(3)])
     d = Driver(tmp_path, "last", redis_url, stream, "reliable", coordination=coordination)
     assert d.wait() == 0, d.tail()
     seen = {x.decode() for x in r.smembers(f"{stream}:seen")}
@@ -117,21 +129,13 @@ def test_a_persistent_window_killed_with_sigkill_resumes_and_every_tuple_is_in_a
     in its KeyValueState on Redis): two SIGKILLs of the driver while windows are open, then a
     run to the end. Every word's sentence is in some window that fired, and every message
     was acked."""
-    seed = int(os.environ.get("TRIDENT_TEST_SEED", random.randrange(1 << 30)))
-    print(f"TRIDENT_TEST_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     r = redis.Redis.from_url(redis_url)
     stream = f"s-{uuid.uuid4().hex[:8]}"
     ids = fill(r, stream, sentences(150))
     coordination = zk_url + "?session_timeout=1"
-    for kill in range(2):
-        d = Driver(tmp_path, f"wkill{kill}", redis_url, stream, "windowed", coordination=coordination)
-        at = rng.randint(5, 40) + kill * 50
-        deadline = time.monotonic() + 60
-        while r.scard(f"{stream}:windowed") < at and d.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert d.proc.poll() is None, d.tail()
-        d.kill()
+    sigkill_drivers(tmp_path, r, redis_url, stream, "windowed", coordination, "wkill", f"{stream}:windowed",
+                    [rng.randint(5, 40) + kill * 50 for kill in range(2)])
     d = Driver(tmp_path, "wlast", redis_url, stream, "windowed", coordination=coordination)
     assert d.wait() == 0, d.tail()
     assert {x.decode() for x in r.smembers(f"{stream}:windowed")} == set(ids)     # none lost
