@@ -490,7 +490,7 @@ class Coordinator:
         if n >= s.max_attempts:
             return self._stop(Stop("error", TopologyFailedError(
                 f"txid {txid} failed {n} times (max_attempts={s.max_attempts}); last failure: "
-                f"{failure.describe()}\n{failure.traceback}",
+                f"{failure.describe()}" + (f"\n{failure.traceback}" if failure.traceback else ""),
                 txid=txid, component=failure.component, task=failure.task, cause=failure.message)), now)
         return None
 

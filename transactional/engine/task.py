@@ -31,6 +31,7 @@ from transactional.exceptions import (
     SpoutError,
     StateAheadError,
     StateCorruptError,
+    StateUnavailableError,
     TopologyFailedError,
     UnstorableValueError,
 )
@@ -70,8 +71,10 @@ class TaskFailure:
                         "`trident run` ships the topology's local modules to a non-local master; add "
                         "more with --py-files / TopologyConfig(py_files=...), or a packed environment "
                         "with --archives)")
-        return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__,
-                   message, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        # an outage names its server and what to do: a traceback of the client's connect adds nothing
+        trace = "" if isinstance(exc, StateUnavailableError) else "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__, message, trace)
 
     def describe(self) -> str:
         return (f"txid {self.txid} (attempt {self.attempt_id}), component {self.component!r}, "

@@ -378,9 +378,11 @@ def _parser() -> argparse.ArgumentParser:
         _coordination_args(p)
     verify_command.add_parser(sub)
     replay_command.add_parser(sub)
-    from transactional.ops import kafka_broker
+    from transactional.ops import dev_servers, doctor, kafka_broker
 
     kafka_broker.add_parser(sub)
+    dev_servers.add_parser(sub)
+    doctor.add_parser(sub)
     return parser
 
 
@@ -513,12 +515,22 @@ def _kafka_broker(args: argparse.Namespace) -> int:
     return kafka_broker.run(args)
 
 
+def _ops_command(module: str, args: argparse.Namespace) -> int:
+    """A subcommand whose module under ``transactional.ops`` has ``run(args)``."""
+    import importlib
+
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(f"transactional.ops.{module}").run
+    return run(args)
+
+
 #: what each subcommand runs (``status`` otherwise), inside ``_guard``
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run_command, "describe": _describe, "package": _package,
     "list": _manage, "deactivate": _manage, "activate": _manage, "kill": _manage, "ui": _ui,
     "verify": lambda args: verify_command.command(args), "replay": lambda args: replay_command.command(args),
     "drpc": _drpc, "kafka-broker": _kafka_broker,
+    "dev-servers": lambda args: _ops_command("dev_servers", args),
+    "doctor": lambda args: _ops_command("doctor", args),
 }
 
 if __name__ == "__main__":
