@@ -367,3 +367,33 @@ def test_trident_stages_show_their_operations_and_the_states_they_write(browser)
     finally:
         page.close()
         o.stop()
+
+
+def test_the_page_shows_the_users_own_metrics(browser):
+    """Issue 39 item 4: metrics registered with ``context.register_*`` in a table of their own."""
+    from test_user_metrics import TOTAL, counted_topology
+
+    topo = counted_topology(f"status-metrics-{uuid.uuid4().hex[:6]}")
+    config = TopologyConfig(executor="in-process", progress=False, retry_backoff_secs=0.01, metrics_port=0)
+    engine = Engine(topo, config)
+    observer = attach(engine.listeners, topo, config)
+    assert observer is not None
+    page = browser.new_page()
+    try:
+        engine.run(None)
+        page.goto(observer.url)
+        page.wait_for_function("""() => !document.getElementById("user-metrics-section").hidden""", timeout=30_000)
+        rows = page.eval_on_selector_all(
+            "#user-metrics tbody tr", "trs => trs.map(tr => [...tr.cells].map(td => td.textContent))")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "status_page-user-metrics.png"), full_page=True)
+    finally:
+        page.close()
+        observer.stop()
+    by_name = {r[1]: r for r in rows}
+    assert sorted(by_name) == ["batch_size", "committed", "length", "rate", "seen"]
+    assert by_name["seen"][:3] == ["split", "seen", "counter"] and by_name["seen"][3] == f"{TOTAL}"
+    assert by_name["committed"][:3] == ["sum", "committed", "counter"]
+    assert by_name["rate"][3].startswith(f"{TOTAL} (") and by_name["rate"][3].endswith("/s)")
+    assert by_name["length"][3].startswith(f"n {TOTAL}, mean 2")
+    assert by_name["batch_size"][3].startswith("task 0: ")

@@ -35,6 +35,7 @@ from transactional.exceptions import (
     TopologyFailedError,
     UnstorableValueError,
 )
+from transactional.metrics import MetricsContext
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
@@ -273,8 +274,9 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
     return emit
 
 
-class TaskContext:
-    """The ``context`` given to ``prepare`` (see ``transactional.bolt.TopologyContext``)."""
+class TaskContext(MetricsContext):
+    """The ``context`` given to ``prepare`` (see ``transactional.bolt.TopologyContext``); its
+    ``register_counter/gauge/histogram/meter`` are the user's metrics (``transactional.metrics``)."""
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int, phase: str,
                  states: Any = None) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from transactional.exceptions import ConfigError
+from transactional.metrics import MetricsContext
 from transactional.tuples import TransactionAttempt
 
 #: conf keys ``make_state`` finds besides the topology's conf
@@ -102,7 +103,7 @@ class TaskUserStates:
             if st is None:
                 conf = {**self.conf, EPOCH: self.epoch, TOPOLOGY_ID: self.topology_id,
                         COMPONENT_ID: self.component_id}
-                st = _cache[key] = factory.make_state(conf, None, self.task, self.num_tasks)
+                st = _cache[key] = factory.make_state(conf, MetricsContext(), self.task, self.num_tasks)
         if not any(s is st for s in self.opened):
             begin_attempt = getattr(st, "begin_attempt", None)
             if begin_attempt is not None:

@@ -467,6 +467,21 @@ function renderExtras(s) {
   }));
 }
 
+function renderUserMetrics(s) {
+  const rows = s.user_metrics || [];
+  $("user-metrics-section").hidden = rows.length === 0;
+  $("user-metrics").tBodies[0].replaceChildren(...rows.map((m) => {
+    let value;
+    if (m.kind === "counter") value = fmt(m.count);
+    else if (m.kind === "meter") value = `${fmt(m.count)} (${fmt(m.rate)}/s)`;
+    else if (m.kind === "gauge") value = Object.entries(m.tasks).map(([t, v]) => `task ${t}: ${fmt(v)}`).join(", ");
+    else value = `n ${fmt(m.count)}, mean ${fmt(m.mean)}, p50 ${fmt(m.p50)}, p99 ${fmt(m.p99)}, max ${fmt(m.max)}`;
+    const tr = el("tr", { "data-metric": `${m.component}/${m.name}` });
+    tr.append(el("td", {}, m.component), el("td", {}, m.name), el("td", {}, m.kind), el("td", { class: "num" }, value));
+    return tr;
+  }));
+}
+
 function renderConfig(s) {
   const key = JSON.stringify(s.config);
   if (key === configKey) return;
@@ -543,6 +558,7 @@ function render(s) {
   renderLag(s);
   renderErrors(s);
   renderExtras(s);
+  renderUserMetrics(s);
   renderConfig(s);
   $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.body.dataset.ready = "1";
