@@ -23,6 +23,7 @@ from transactional.ops import dev_servers
 from transactional.testing import free_port
 from transactional.testing._process import port_open
 from trident import TridentTopology
+from trident.operation import BaseFunction
 from trident.postgres import PostgresStateFactory, PostgresUpdater
 
 REPO = Path(__file__).resolve().parent.parent
@@ -201,3 +202,47 @@ def test_a_server_that_is_down_is_retried_then_stops_with_its_message_and_no_tra
     assert "StateUnavailableError: PostgreSQL for table 'words' cannot be reached" in text
     assert "Start the server or fix the connection string" in text
     assert "Traceback" not in text and len(text.splitlines()) == 1
+
+
+# -- polish a new user noticed ---------------------------------------------------------------------
+
+def test_a_mistyped_flag_or_command_gets_did_you_mean() -> None:
+    r = trident("run", "examples/global_count.py", "--max-spout-pendng", "3")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == ("trident run: error: unrecognized arguments: --max-spout-pendng "
+                                                 "(did you mean --max-spout-pending?) 3")
+    r = trident("stauts", "x")
+    assert r.returncode == 2
+    assert "trident: error: argument command: invalid choice: 'stauts' (did you mean status?)" in r.stderr
+
+
+@pytest.mark.integration
+def test_trident_list_calls_a_trident_topology_trident(zk_url: str) -> None:
+    from trident import Count, FixedBatchSpout, state
+
+    t = TridentTopology(f"kinds-{time.monotonic_ns()}")
+    t.new_stream("s", FixedBatchSpout(Fields("w"), 2, ("a",), ("b",))).group_by(Fields("w")) \
+        .persistent_aggregate(state.transactional("c"), Count(), Fields("n"))
+    run_topology(t, TopologyConfig(executor="in-process", progress=False, coordination=zk_url,
+                                   accept_state_loss=True))
+    r = trident("list", "--coordination", zk_url)
+    assert r.returncode == 0, r.stderr
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith(t.topology_id))
+    assert row.split()[1] == "trident"
+
+
+def test_an_idle_run_says_once_that_it_waits_and_for_what(caplog: pytest.LogCaptureFixture) -> None:
+    t = TridentTopology(f"idle-{time.monotonic_ns()}")
+    t.new_stream("words", MemoryTransactionalSpout({0: [("a",)]}, Fields("word"), 5)).each(
+        Fields("word"), _Keep(), Fields("same"))
+    with caplog.at_level("INFO", logger="trident"):
+        run_topology(t, TopologyConfig(executor="in-process", progress=False, idle_timeout_secs=0.3,
+                                       poll_interval_secs=0.05))
+    lines = [r.getMessage() for r in caplog.records if "waiting for input" in r.getMessage()]
+    assert lines == [f"{t.topology_id}: waiting for input: spout 'words' (MemoryTransactionalSpout) has nothing "
+                     "new; asking again every 0.05 s for up to 0.3 s (idle_timeout_secs), then the run ends"]
+
+
+class _Keep(BaseFunction):
+    def execute(self, tuple, collector):
+        collector.emit((tuple[0],))

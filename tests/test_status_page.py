@@ -234,7 +234,9 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         page.wait_for_function("""() => document.getElementById("phase").textContent === "stopped" """,
                                timeout=10_000)
         assert page.inner_text("#committed-txid") == str(result.last_txid) == "60"
-        assert page.inner_text("#attempts") == f"{result.attempts} · {len(result.failures)}"
+        cancelled = api(url)["cancelled_attempts"]      # issue 39: the attempts figure counts the cancelled too
+        assert page.inner_text("#attempts") == (f"{result.attempts} · {len(result.failures)}"
+                                                + (f" · {cancelled}" if cancelled else ""))
         assert page.inner_text("#stopped-because") == "spout has nothing more"
         assert page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")[-1] == "committed"
         # the details opened stay open across refreshes
@@ -387,6 +389,19 @@ def test_the_page_shows_the_users_own_metrics(browser):
             "#user-metrics tbody tr", "trs => trs.map(tr => [...tr.cells].map(td => td.textContent))")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "status_page-user-metrics.png"), full_page=True)
+        # the attempts figure counts the cancelled ones; one clock format on the page
+        s = api(observer.url)
+        assert s["attempts"] == s["batches_committed"] + s["failed_attempts"] + s["cancelled_attempts"]
+        cancelled = f" · {s['cancelled_attempts']}" if s["cancelled_attempts"] else ""
+        assert page.inner_text("#attempts") == f"{s['attempts']} · {s['failed_attempts']}{cancelled}"
+        assert page.inner_text("#attempts-label").lower() == "attempts · failed · cancelled"
+        import re
+
+        assert re.fullmatch(r"updated \d\d:\d\d:\d\d", page.inner_text("#updated")), page.inner_text("#updated")
+        err = page.inner_text('#components tr[data-id="split"] td.err')
+        assert re.match(r"\d\d:\d\d:\d\d · FailedException: injected failure", err), err
+        assert page.evaluate("""() => { const d = document.getElementById("components").parentElement;
+                                      return d.scrollWidth <= d.clientWidth; }"""), "the components table scrolls"
     finally:
         page.close()
         observer.stop()

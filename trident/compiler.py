@@ -5,6 +5,7 @@ when it updates or queries state), wired with the grouping of its boundary."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -185,7 +186,7 @@ class _Compiler:
                 continue
             self._bolt(b, s)
         add_returns(b, drpc_returns)
-        return b.build()
+        return dataclasses.replace(b.build(), api="trident")
 
     def _set_parallelism(self) -> None:
         """Each segment's parallelism: the hint, else the local parent's, else 1."""

@@ -279,6 +279,7 @@ class Coordinator:
                 self.idle_since = None
             elif not self.inflight and self.idle_since is None:
                 self.idle_since = now
+                self._publish("idle", txid, 0, now)     # the run waits for input (logged once per wait)
             return self._stop_if_done(now)
         self.idle_since = None
         return self._launch(txid, meta, partitions, now) + self._fill(now)

@@ -100,6 +100,7 @@ class RunObserver:
         self.batches_committed = 0
         self.attempts = 0
         self.failed_attempts = 0
+        self.cancelled_attempts = 0               # attempts cancelled for an earlier txid's failure, or at the stop
         self.inflight: dict[int, dict[str, Any]] = {}     # txid -> {"txid", "attempt", "status", "since"}
         self.ended: deque[dict[str, Any]] = deque(maxlen=recent)
         self.executed: dict[str, int] = {}
@@ -190,6 +191,7 @@ class RunObserver:
                 self.retrying = None
                 for b in self.inflight.values():
                     self.ended.append({**b, "status": "cancelled", "since": t.at})
+                    self.cancelled_attempts += 1
                 self.inflight.clear()
 
     def _move(self, t: Transition) -> None:
@@ -264,6 +266,7 @@ class RunObserver:
         for txid in sorted(x for x in self.inflight if x >= t.txid):
             b = self.inflight.pop(txid)
             status = "failed" if txid == t.txid else "cancelled"
+            self.cancelled_attempts += status == "cancelled"
             self.ended.append({**b, "status": status, "since": t.at,
                                **({"component": component} if status == "failed" else {})})
 
@@ -403,7 +406,7 @@ class RunObserver:
                 "uptime_secs": round(now - self.started, 3), "config": self.config,
                 "committed_txid": self.committed_txid, "batches_committed": self.batches_committed,
                 "attempts": self.attempts, "failed_attempts": self.failed_attempts,
-                "in_flight": len(self.inflight),
+                "cancelled_attempts": self.cancelled_attempts, "in_flight": len(self.inflight),
                 "pipeline": [{**b, "since": round(b["since"] - self.started, 3), "secs": round(now - b["since"], 3)}
                              for b in
                              [*self.ended, *(self.inflight[t] for t in sorted(self.inflight))]],

@@ -104,7 +104,10 @@ function renderHeader(s) {
   $("committed-txid").textContent = s.committed_txid === null ? "–" : s.committed_txid;
   $("in-flight").textContent = s.in_flight;
   $("batches").textContent = fmt(s.batches_committed);
-  $("attempts").textContent = `${fmt(s.attempts)} · ${fmt(s.failed_attempts)}`;
+  $("attempts").textContent = `${fmt(s.attempts)} · ${fmt(s.failed_attempts)}` +
+    (s.cancelled_attempts ? ` · ${fmt(s.cancelled_attempts)}` : "");
+  $("attempts").title = `${fmt(s.attempts)} attempts launched: ${fmt(s.failed_attempts)} failed` +
+    (s.cancelled_attempts != null ? `, ${fmt(s.cancelled_attempts)} cancelled (replayed after an earlier txid failed, or at the stop)` : "");
   $("tps").textContent = fmt(s.recent_tuples_per_sec);
   $("latency-pct").textContent = `${fmtMs(s.commit_latency_ms.p50)} · ${fmtMs(s.commit_latency_ms.p99)}`;
   $("uptime").textContent = fmtSecs(s.uptime_secs);
@@ -392,7 +395,9 @@ function renderComponents(s) {
       const v = c[key];
       if (key === "error") {
         const e = (s.errors || {})[c.id];
-        const td = el("td", e ? { class: "err" } : {}, e ? `${fmtWhen(e.at_unix)} · ${e.error_type}: ${e.message}` : "–");
+        const text = e ? `${fmtWhen(e.at_unix)} · ${e.error_type}: ${e.message}` : "–";
+        // wrapped in its cell, at most ~4 lines: the whole error is in the title and below
+        const td = el("td", e ? { class: "err" } : {}, text.length > 240 ? `${text.slice(0, 239)}…` : text);
         if (e) td.title = `txid ${e.txid}, attempt ${e.attempt}: ${e.error_type}: ${e.message}`;
         tr.appendChild(td);
       } else if (key === "process_latency_ms") {
@@ -560,7 +565,7 @@ function render(s) {
   renderExtras(s);
   renderUserMetrics(s);
   renderConfig(s);
-  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  $("updated").textContent = `updated ${fmtWhen(Date.now() / 1000)}`;   // one clock format on the page
   document.body.dataset.ready = "1";
 }
 
