@@ -18,7 +18,15 @@ import pytest
 
 from spouts import MemoryTransactionalSpout
 from state.errors import ConfigError, StateRefusedError
-from transactional import Fields, TopologyConfig, TopologyFailedError, run_topology
+from transactional import (
+    BaseTransactionalBolt,
+    Committer,
+    Fields,
+    TopologyConfig,
+    TopologyFailedError,
+    TransactionalTopologyBuilder,
+    run_topology,
+)
 from transactional.ops import dev_servers
 from transactional.testing import free_port
 from transactional.testing._process import port_open
@@ -180,13 +188,14 @@ def _pg_topology(dsn: str) -> TridentTopology:
     (lambda pg: pg.dsn("no_such_database"), 'database "no_such_database" does not exist'),
     (lambda pg: f"postgresql://no_such_role@127.0.0.1:{pg.port}/postgres", 'role "no_such_role" does not exist'),
 ])
-def test_a_permanent_postgres_refusal_stops_at_the_first_attempt(pg_server, dsn_of, reason) -> None:  # noqa: ANN001
+def test_a_permanent_postgres_refusal_stops_before_the_first_attempt(pg_server, dsn_of, reason) -> None:  # noqa: ANN001
     config = TopologyConfig(executor="in-process", progress=False, max_attempts=5, retry_backoff_secs=0.01)
-    with pytest.raises(TopologyFailedError) as info:
-        run_topology(_pg_topology(dsn_of(pg_server)), config)
+    launched: list[int] = []
+    with pytest.raises(StateRefusedError) as info:
+        run_topology(_pg_topology(dsn_of(pg_server)), config, on_start=lambda: launched.append(1))
     text = str(info.value)
-    assert text.startswith("stopped: txid 1 (attempt 1)"), text
-    assert "StateRefusedError: PostgreSQL at postgresql://" in text and reason in text
+    assert text.startswith("PostgreSQL at postgresql://") and reason in text, text
+    assert launched == []                                # found when the driver started, before any batch
     assert "retrying cannot help" in text and "Traceback" not in text
     assert issubclass(StateRefusedError, ConfigError)    # what the engine stops on at once
 
@@ -246,3 +255,54 @@ def test_an_idle_run_says_once_that_it_waits_and_for_what(caplog: pytest.LogCapt
 class _Keep(BaseFunction):
     def execute(self, tuple, collector):
         collector.emit((tuple[0],))
+
+
+@pytest.mark.integration
+def test_a_missing_table_stops_the_run_before_any_batch(pg_dsn: str) -> None:
+    t = TridentTopology(f"no-table-{time.monotonic_ns()}")
+    spout = MemoryTransactionalSpout({0: [("a",)]}, Fields("word"), 1)
+    seen: list[int] = []
+
+    class Note(BaseFunction):
+        def execute(self, tuple, collector):
+            seen.append(1)
+            collector.emit((tuple[0],))
+
+    factory = PostgresStateFactory(pg_dsn, "no_such_table", {"word": "text"}, mode="append")
+    t.new_stream("words", spout).each(Fields("word"), Note(), Fields("w")) \
+        .partition_persist(factory, Fields("w"), PostgresUpdater())
+    result_attempts: list[int] = []
+    with pytest.raises(ConfigError, match=r"table 'no_such_table' does not exist; create it:\n  CREATE TABLE"):
+        run_topology(t, TopologyConfig(executor="in-process", progress=False),
+                     on_commit=lambda txid, r: result_attempts.append(txid))
+    assert seen == [] and result_attempts == []       # no batch was processed
+
+
+class _RowsIntoPostgres(BaseTransactionalBolt, Committer):
+    """A transactional committer reaching the table through ``context.state``."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def prepare(self, conf, context, collector, attempt):
+        self.rows = context.state(self.factory)
+
+    def execute(self, tuple):
+        pass
+
+    def finish_batch(self):
+        pass
+
+
+@pytest.mark.integration
+def test_a_committers_refused_state_stops_at_the_first_attempt(pg_server) -> None:  # noqa: ANN001
+    factory = PostgresStateFactory(pg_server.dsn("no_such_database"), "words", {"word": "text"}, mode="append",
+                                   create_table=True, connect_timeout=1)
+    b = TransactionalTopologyBuilder(f"refused-{time.monotonic_ns()}", "spout",
+                                     MemoryTransactionalSpout({0: [("a",)]}, Fields("word"), 1))
+    b.set_bolt("rows", _RowsIntoPostgres(factory)).global_grouping("spout")
+    with pytest.raises(TopologyFailedError) as info:
+        run_topology(b.build(), TopologyConfig(executor="in-process", progress=False, max_attempts=5))
+    text = str(info.value)
+    assert text.startswith("stopped: txid 1 (attempt 1), component 'rows', task 0: StateRefusedError: "), text
+    assert 'database "no_such_database" does not exist' in text and "Traceback" not in text

@@ -180,6 +180,16 @@ class PostgresStateFactory(StateFactory):
                    "connection string")
             raise StateUnavailableError(msg) from None
 
+    def check(self, conf: dict[str, Any]) -> None:
+        """Before any batch (the driver calls it at start): the server answers and takes the
+        credentials, the table exists (or is created with ``create_table``) with every column
+        of the declared type and, for an upsert, the key's unique index."""
+        conn = self.connect()
+        try:
+            self.prepare_schema(conn)
+        finally:
+            conn.close()
+
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
         """Connect, check the schema (creating the table when asked), return the state."""
         conn = self.connect()

@@ -48,7 +48,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.user_states import forget_states
+from transactional.engine.user_states import check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl
 from transactional.ops.progress import Progress
@@ -186,6 +186,7 @@ class Engine:
             keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
+            check_factories(self.topology.user_states, self.conf, self.topology.topology_id)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()

@@ -17,11 +17,12 @@ A state may define ``begin_attempt(attempt)``: it is called with the batch's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable
 from typing import Any
 
-from transactional.exceptions import ConfigError
+from transactional.exceptions import ConfigError, StateUnavailableError
 from transactional.metrics import MetricsContext
 from transactional.tuples import TransactionAttempt
 
@@ -30,6 +31,7 @@ EPOCH = "trident.epoch"
 TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
 
+log = logging.getLogger("trident")
 _cache: dict[Hashable, Any] = {}
 _guard = threading.Lock()
 
@@ -117,6 +119,20 @@ class TaskUserStates:
         for st in self.opened:
             st.commit(self.attempt.txid)
         self.opened = []
+
+
+def check_factories(factories: Any, conf: dict[str, Any], topology_id: str) -> None:
+    """Before any batch: each factory's ``check(conf)`` when it has one (a table that does not
+    exist, a column of another type, a server that refuses the credentials stop the run here,
+    with the factory's own message, not in the first commit). A server that is down now is
+    an outage, not a mistake: logged, and the batches retry it as they would later."""
+    for factory in factories:
+        check = getattr(factory, "check", None)
+        if callable(check):
+            try:
+                check({**conf, TOPOLOGY_ID: topology_id})
+            except StateUnavailableError as e:
+                log.warning("%s: %s; the batches will retry it", topology_id, e)
 
 
 def forget_states(topology_id: str | None = None) -> None:
