@@ -27,8 +27,8 @@ from transactional import (
     TopologyConfig,
     TransactionalTopologyBuilder,
 )
-from transactional.engine.coordinator import Transition
 from transactional.engine.driver import Engine
+from transactional.engine.events import Transition
 from transactional.engine.task import TaskFailure
 from transactional.ops.webui import RunObserver, attach, config_summary, lag_source
 from transactional.ops.webui.graph import label_width, topology_graph

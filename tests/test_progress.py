@@ -3,7 +3,7 @@ fake clock (no Spark, no sleeping)."""
 
 from __future__ import annotations
 
-from transactional.engine.coordinator import Transition
+from transactional.engine.events import Transition
 from transactional.ops.progress import Progress
 
 

@@ -38,9 +38,9 @@ from transactional.engine.coordinator import (
     Coordinator,
     Recovered,
     Stop,
-    Transition,
 )
 from transactional.engine.core.runner import CoreRunner
+from transactional.engine.events import Tally, Transition
 from transactional.engine.maps import StateRegistry
 from transactional.engine.plan import (
     InProcessExecutor,
@@ -120,7 +120,7 @@ class Engine:
         self.progress_lines = Progress.for_topology(topology) if self.progress else None
         self.observer: RunObserver | None = None          # the status page and metrics, when served
         #: who hears the coordinator's transitions: the result, progress lines
-        self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
+        self.listeners: list[Callable[[Transition], None]] = [Tally(self.result)]
         self.listeners.append(_log_failure(topology.topology_id))
         self.listeners.append(_log_idle(topology, config.idle_timeout_secs, config.poll_interval_secs))
         if log.isEnabledFor(logging.DEBUG):
