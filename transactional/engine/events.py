@@ -1,11 +1,15 @@
-"""What the engine publishes: the coordinator's transitions (``Transition``), which every
-listener of a run hears -- the run's ``RunResult`` (``Tally``), and the listeners its
-caller adds (progress lines, the status record, the status page)."""
+"""What the engine publishes: the coordinator's transitions (``Transition``), which go to
+every listener of a run -- the run's ``RunResult`` (``Tally``) and the listeners its caller
+adds through its ``RunWatch`` (``transactional.engine.driver``) -- and a core topology's
+spout figures between commits (``SpoutFigures``). The engine imports nothing of
+``transactional.ops``: ``transactional.ops.run`` adds the operator's tools (progress lines,
+the status record, the status page, ``trident kill|deactivate``) from outside.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from transactional.metrics import fold_committed
 from transactional.result import RunResult
@@ -54,3 +58,10 @@ class Tally:
             fold_committed(result.metrics, info.get("metrics", {}))
         elif t.kind == "stopped":
             result.stopped_because = t.info.get("reason", "")
+
+
+class SpoutFigures(Protocol):
+    """Who hears a core topology's spout figures between commits (``TopologyRunner.show``)."""
+
+    def spout_counts(self, acked: dict[str, int], failed: dict[str, int], pending: dict[str, int]) -> None:
+        """The spouts' tuples acked, failed and pending now, per spout."""

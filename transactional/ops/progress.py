@@ -1,6 +1,6 @@
 """Progress lines of a run: a listener of the coordinator's transitions.
 
-``Progress`` hears every ``transactional.engine.coordinator.Transition`` ("launched",
+``Progress`` hears every ``transactional.engine.events.Transition`` ("launched",
 "processed", "failed", "committing", "committed", "stopped") and logs the first commit at
 once, then at most one line per ``interval_secs``::
 
