@@ -372,11 +372,3 @@ def open_key_value_state(url: str, namespace: str, *, fence_scope: str | None = 
     msg = f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db"
     raise ValueError(msg)
 
-
-def reset_memory_key_value_states(prefix: str = "") -> None:
-    """Forget in-memory states whose namespace starts with ``prefix``. For tests."""
-    with _STORES_GUARD:
-        for k in [k for k in _STORES if k.startswith(prefix)]:
-            del _STORES[k]
-        for k in [k for k in _FENCES if k.startswith(prefix)]:
-            del _FENCES[k]

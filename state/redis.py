@@ -402,14 +402,10 @@ class RedisMapBacking:
                    "or delete the keys")
             raise StateCorruptError(msg) from None
 
-    def multi_add_columns(self, keys: Any, deltas: Any, fence: Fence) -> bool:
-        """``multi_add`` from a ``pyarrow`` string array of keys (plain: none starting
-        with ``~``) and an integer array of deltas: the key names and numbers are made by
-        Arrow kernels, not one Python object at a time."""
-        return self._add(*self.encode_columns(keys, deltas), fence)
-
     def encode_columns(self, keys: Any, deltas: Any) -> tuple[bytes | str, str]:
-        """``encode_deltas`` of ``pyarrow`` arrays (see ``multi_add_columns``)."""
+        """``encode_deltas`` of ``pyarrow`` arrays of keys (plain: none starting with ``~``)
+        and integer deltas: the key names and numbers are made by Arrow kernels, not one
+        Python object at a time."""
         import pyarrow as pa
         import pyarrow.compute as pc
 

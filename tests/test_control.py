@@ -22,10 +22,10 @@ import pytest
 from spouts import MemoryTransactionalSpout
 from state.base import open_transactional_state
 from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, run_topology
-from transactional.engine.coordinator import Transition
-from transactional.engine.driver import Engine
+from transactional.engine.events import Transition
 from transactional.exceptions import TridentError
 from transactional.ops.control import RunControl, request
+from transactional.ops.run import OperatedRun as Engine
 from transactional.ops.status import topology_list, topology_status
 from transactional.testing import SINKS, ListSink
 

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
 from transactional import Fields, TopologyConfig
-from transactional.engine.driver import run_topology
+from transactional.ops.run import run_topology
 from trident import Count, TridentTopology
 from trident import state as trident_state
 

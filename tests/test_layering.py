@@ -1,7 +1,8 @@
 """The layers: state/ and spouts/ (and the engine package's exceptions) load without
 pyspark or the engine; backend clients load only when a URL of theirs is opened. Imports run
-one way, state < transactional < spouts < trident, and no two modules import each other,
-directly or in a circle."""
+one way, state < transactional < spouts < trident -- and inside transactional, the API's
+building blocks < the engine < ops < the entry points (docs/design.md) -- and no two modules
+import each other, directly or in a circle."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def loaded_after(code: str) -> set[str]:
 def test_state_and_spouts_do_not_load_pyspark_or_the_engine():
     mods = loaded_after("import state, spouts, state.map, state.keys, state.base, transactional.exceptions")
     assert not {m for m in mods if m.split(".")[0] in ("pyspark", "py4j", "kazoo", "redis", "confluent_kafka")}
-    assert not {m for m in mods if m.startswith("transactional._")}
+    assert not {m for m in mods if m.startswith(("transactional.engine", "transactional.ops"))}, mods
 
 
 def test_backend_clients_load_only_when_their_url_is_opened():
@@ -57,9 +58,9 @@ def _module_files() -> dict[str, Path]:
     return mods
 
 
-def _imports() -> dict[str, set[str]]:
+def _imports(type_only: bool = False) -> dict[str, set[str]]:
     """module -> the project modules it imports, at module level or inside a function
-    (``if TYPE_CHECKING:`` blocks left out: they never run). Importing a name of a package
+    (``if TYPE_CHECKING:`` blocks left out, they never run, unless ``type_only``). Importing a name of a package
     resolves to its submodule when there is one; a module importing its own package's
     ``__init__`` is not an edge."""
     import ast
@@ -82,7 +83,7 @@ def _imports() -> dict[str, set[str]]:
     for m, p in mods.items():
         tree = ast.parse(p.read_text())
         skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and type_checking(node)
-                for n in ast.walk(node)}
+                for n in ast.walk(node)} if not type_only else set()
         pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
         for node in ast.walk(tree):
             if id(node) in skip:
@@ -145,6 +146,36 @@ def test_no_module_imports_a_package_above_its_own():
     assert upward == [], f"imports against the order {' < '.join(PACKAGE_ORDER)}: {upward}"
 
 
+#: inside ``transactional``, lowest first: the API's building blocks (topology, config, bolts,
+#: tuples, RunResult, ...), the engine, the operator's tools, and the entry points that put a
+#: run together for a user (``transactional.run_topology`` is ``transactional.ops.run``'s).
+#: ``transactional.testing`` (servers and faults for tests and ``trident verify``) sits with ops.
+LAYERS = ("api", "engine", "ops", "entry")
+ENTRY_POINTS = ("transactional", "transactional.local_cluster", "transactional.drpc")
+
+
+def layer(module: str) -> str | None:
+    """The layer of a module of ``transactional`` (None for the other packages)."""
+    parts = module.split(".")
+    if parts[0] != "transactional":
+        return None
+    if module in ENTRY_POINTS:
+        return "entry"
+    return {"engine": "engine", "ops": "ops", "testing": "ops"}.get(parts[1], "api")
+
+
+def _against_layers(edges: dict[str, set[str]]) -> list[str]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                  if layer(a) and layer(b) and rank[layer(a)] < rank[layer(b)])  # type: ignore[index]
+
+
+def test_inside_transactional_the_api_the_engine_ops_and_entry_points_import_downward():
+    """The engine imports nothing of ops (it takes its listeners from its caller), and the
+    API's building blocks nothing of either -- type-only imports included."""
+    assert _against_layers(_imports(type_only=True)) == [], f"imports against {' < '.join(LAYERS)}"
+
+
 def test_no_two_modules_import_each_other_directly_or_in_a_circle():
     assert _cycles(_imports()) == []
 
@@ -157,3 +188,15 @@ def test_the_import_graph_check_sees_cycles_and_upward_imports():
     edges = _imports()
     assert "state.errors" in edges["transactional.exceptions"]     # a real edge, resolved to its module
     assert "transactional.engine.replay" in edges["transactional.engine.planning"]   # function-local imports count
+    assert _against_layers({"transactional.result": {"transactional.engine.events"},
+                            "transactional.engine.driver": {"transactional.ops.run", "transactional.topology"},
+                            "transactional.ops.run": {"transactional.engine.driver"},
+                            "transactional.local_cluster": {"transactional.ops.run"}}) == [
+        "transactional.engine.driver -> transactional.ops.run", "transactional.result -> transactional.engine.events"]
+    assert "transactional.engine.driver" not in edges["transactional.engine.attempts"]    # only under TYPE_CHECKING
+    assert "transactional.engine.driver" in _imports(type_only=True)["transactional.engine.attempts"]
+
+
+def test_the_guard_of_what_state_and_spouts_load_can_fail():
+    """The names it refuses are real modules: importing the engine's events loads them."""
+    assert "transactional.engine.events" in loaded_after("import transactional.engine.events")

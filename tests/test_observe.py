@@ -27,9 +27,9 @@ from transactional import (
     TopologyConfig,
     TransactionalTopologyBuilder,
 )
-from transactional.engine.coordinator import Transition
-from transactional.engine.driver import Engine
+from transactional.engine.events import Transition
 from transactional.engine.task import TaskFailure
+from transactional.ops.run import OperatedRun as Engine
 from transactional.ops.webui import RunObserver, attach, config_summary, lag_source
 from transactional.ops.webui.graph import label_width, topology_graph
 from transactional.ops.webui.server import status_page

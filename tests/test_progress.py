@@ -3,7 +3,7 @@ fake clock (no Spark, no sleeping)."""
 
 from __future__ import annotations
 
-from transactional.engine.coordinator import Transition
+from transactional.engine.events import Transition
 from transactional.ops.progress import Progress
 
 
@@ -135,7 +135,7 @@ def test_the_transitions_of_a_real_run_make_the_lines():
     from spouts import MemoryTransactionalSpout
     from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
     from transactional.bolt import BaseBatchBolt
-    from transactional.engine.driver import Engine
+    from transactional.ops.run import OperatedRun as Engine
 
     tid = f"progress-{uuid.uuid4().hex[:8]}"
     b = TransactionalTopologyBuilder(tid, "spout", MemoryTransactionalSpout(

@@ -33,7 +33,19 @@ def test_each_grouping_places_tuples_where_the_engine_always_did():
         "shuffle", 4, start=routing.shuffle_start(1, 5))
     assert [routing.stable_hash(x) for x in ["w0", 7, b"x", ("a", 1), None, True, 2.5]] == [
         24353445, 10946727, 3533047, 2663982, 2021149, 1458195, 21070585]
-    assert routing.shuffle_start(2, 9) == 2 * 40503 + 9
+
+
+def test_the_tasks_of_one_component_begin_their_shuffle_at_consumer_tasks_apart():
+    """Each task of a component starts its round robin at another consumer task (4 or 5
+    consumer tasks: all different), and the next txid moves each start one further; with
+    3 consumer tasks they all start at the same one (routing.SHUFFLE_SPREAD's comment)."""
+    def first(task: int, txid: int, n: int) -> int:
+        return routing.choose_tasks("shuffle", n, start=routing.shuffle_start(task, txid))(WORDS[0])[0]
+
+    assert [first(t, 9, 4) for t in range(4)] == [2, 1, 0, 3]
+    assert [first(t, 10, 4) for t in range(4)] == [3, 2, 1, 0]
+    assert [first(t, 9, 5) for t in range(5)] == [0, 3, 1, 4, 2]
+    assert [first(t, 9, 3) for t in range(3)] == [1, 1, 1]
 
 
 def test_core_topologies_choose_the_tasks_the_same_functions_place_tuples_on():

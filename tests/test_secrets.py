@@ -29,8 +29,8 @@ from transactional import (
     TransactionalTopologyBuilder,
     Values,
 )
-from transactional.engine.driver import Engine
 from transactional.exceptions import StateUnavailableError
+from transactional.ops.run import OperatedRun as Engine
 from transactional.ops.status import format_status, topology_status
 from transactional.ops.webui import attach
 from transactional.redaction import redact, redact_text, redact_url

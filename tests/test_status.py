@@ -168,8 +168,9 @@ def test_the_status_record_keeps_the_last_error_of_a_timed_out_job_and_a_failing
 
     from spouts import MemoryTransactionalSpout
     from transactional import Fields, TopologyConfig, TransactionalTopologyBuilder
-    from transactional.engine.coordinator import CoordinatorSettings, Transition, _Timeout
-    from transactional.engine.driver import Engine
+    from transactional.engine.coordinator import CoordinatorSettings, _Timeout
+    from transactional.engine.events import Transition
+    from transactional.ops.run import OperatedRun as Engine
     from transactional.ops.status import StatusRecorder
     from transactional.testing import ListSink
 

@@ -23,7 +23,7 @@ import pytest
 
 from spouts import MemoryTransactionalSpout
 from transactional import BaseBatchBolt, Fields, TopologyConfig, TransactionalTopologyBuilder, Values
-from transactional.engine.driver import Engine
+from transactional.ops.run import OperatedRun as Engine
 from transactional.ops.webui import attach
 from transactional.testing import FaultPlan, with_faults
 

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     )
     from transactional.config import TopologyConfig
     from transactional.core import BaseRichBolt, BaseStatefulBolt, OutputCollector, TopologyBuilder
-    from transactional.engine.driver import run_topology
     from transactional.exceptions import (
         ConfigError,
         FailedException,
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
         TridentError,
     )
     from transactional.local_cluster import LocalCluster
+    from transactional.ops.run import run_topology
     from transactional.result import RunResult
     from transactional.ticks import is_tick
     from transactional.topology import Topology, TransactionalTopologyBuilder
@@ -47,7 +47,7 @@ __all__ = [
 # Every name is imported on first use (PEP 562), so that ``import transactional.exceptions``
 # (which state/ and spouts/ do) loads neither pyspark nor the engine.
 _WHERE = {
-    "run_topology": "transactional.engine.driver",
+    "run_topology": "transactional.ops.run",
     "BaseBasicBolt": "transactional.bolt", "BaseBatchBolt": "transactional.bolt",
     "BaseTransactionalBolt": "transactional.bolt", "BasicOutputCollector": "transactional.bolt",
     "BatchOutputCollector": "transactional.bolt", "Committer": "transactional.bolt",

@@ -104,7 +104,7 @@ class LocalCluster:
             run.thread.start()
 
     def _run(self, run: _Running) -> None:
-        from transactional.engine.driver import run_topology
+        from transactional.ops.run import run_topology
 
         try:
             run.result = run_topology(run.topology, run.config, on_start=run.started.set)

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from transactional.engine.coordinator import Transition
-from transactional.metrics import fold_committed, quantile
+from transactional.metrics import quantile
 from transactional.redaction import redact, redact_text
 
 
@@ -124,31 +123,6 @@ class RunResult:
             raise KeyError(msg)
         items: dict[Any, Any] = self._states.items(component)
         return items
-
-    def on_transition(self, t: Transition) -> None:
-        """The coordinator's listener: keeps the counts and latencies of the run."""
-        if t.kind == "launched":
-            self.attempts += 1
-        elif t.kind == "failed":
-            self.failures.append(t.info["failure"].describe())
-        elif t.kind == "committed":
-            info = t.info
-            self.first_txid = self.first_txid or t.txid
-            self.last_txid = t.txid
-            self.batches_committed += 1
-            self.commit_latencies.add(t.at - info["launched_at"])
-            if "commit_secs" in info:
-                self.commit_phase_secs.add(info["commit_secs"])
-            if "processing_secs" in info:
-                self.processing_secs.add(info["processing_secs"])
-                if self.first_processing_secs is None:
-                    self.first_processing_secs = info["processing_secs"]
-            for total, counts in ((self.executed, info.get("executed", {})), (self.emitted, info.get("emitted", {}))):
-                for k, v in counts.items():
-                    total[k] = total.get(k, 0) + v
-            fold_committed(self.metrics, info.get("metrics", {}))
-        elif t.kind == "stopped":
-            self.stopped_because = t.info.get("reason", "")
 
     def metric(self, component: str, name: str) -> Any:
         """A metric of your own over the committed txids (``transactional.metrics``): a counter's

@@ -49,7 +49,7 @@ class CounterMap(MapState[V]):
     def add_columns(self, keys: Any, deltas: Any) -> None:
         """``add`` for a ``pyarrow`` array of distinct string keys (an aggregation's
         groups) and one of integer deltas: kept as arrays, and written from them when the
-        backing can (``multi_add_columns``: no Python object per key on the way).
+        backing can (``encode_columns``: no Python object per key on the way).
         Anything else (other types, nulls, keys starting with ``~``, earlier additions in
         the txid) takes the ``add`` path."""
         import pyarrow as pa

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import queue
 import re
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from transactional.engine.runner import TopologyRunner
 
 log = logging.getLogger("trident")
+#: how long a stopped run waits for its cancelled processing jobs to end before it ends without them
+STOP_WAIT_SECS = 5.0
 
 
 class AttemptFailed(Exception):
@@ -79,9 +83,9 @@ class Attempts:
         self.jobs = jobs
         self.store = store
         self.runner = runner
-        self.pool = cf.ThreadPoolExecutor(max_workers=runner.in_flight(),
-                                          thread_name_prefix="trident-batch")
+        self.pool = JobThreads(runner.in_flight(), "trident-batch")
         self.running: dict[cf.Future[Any], tuple[int, int]] = {}
+        self.group_of: dict[cf.Future[Any], str] = {}     # every job in flight, cancelled ones too
         self.groups: dict[tuple[int, int], str] = {}      # attempts whose job counts
         self.results: dict[tuple[int, int], ProcessingResult] = {}
 
@@ -102,6 +106,7 @@ class Attempts:
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
                                    coord.last_committed, group, self.runner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
+            self.group_of[fut] = group
             return []
         if isinstance(a, Record):
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -149,6 +154,7 @@ class Attempts:
         actions: list[Action] = []
         for fut in sorted(done, key=lambda f: self.running[f]):
             txid, attempt = self.running.pop(fut)
+            self.group_of.pop(fut, None)
             if (txid, attempt) not in self.groups:
                 log.debug("txid %d attempt %d: the job of a cancelled attempt ended", txid, attempt)
                 continue                          # cancelled: its result is void
@@ -162,11 +168,64 @@ class Attempts:
                 actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
         return actions
 
-    def close(self) -> None:
-        for group in self.groups.values():
-            self.jobs.cancel(group)
+    def close(self, wait_secs: float = STOP_WAIT_SECS) -> None:
+        """The run stops: cancel every processing job in flight, those of attempts cancelled
+        before, and wait at most ``wait_secs`` for them (a job's cancel is asked again while
+        it runs). The job threads are daemons: what still runs then does not hold the process."""
         self.groups.clear()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown()                      # attempts not started yet never start
+        running = {f: g for f, g in self.group_of.items() if not f.done()}
+        deadline = time.monotonic() + wait_secs
+        while running and time.monotonic() < deadline:
+            for group in running.values():
+                self.jobs.cancel(group)
+            done, _ = cf.wait(list(running), timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            for f in done:
+                del running[f]
+        if running:
+            log.warning("%d processing job(s) still running %g s after the run stopped; it ends without them: %s",
+                        len(running), wait_secs, ", ".join(sorted(running.values())))
+
+
+class JobThreads:
+    """At most ``workers`` jobs at once, each on a daemon thread: a job that does not end
+    when cancelled (a user function that never returns, in this process) cannot keep the
+    process from exiting, as a ``ThreadPoolExecutor``'s threads would."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.queue: queue.SimpleQueue[tuple[cf.Future[Any], Any, tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
+                        for i in range(max(1, workers))]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, fn: Any, *args: Any) -> cf.Future[Any]:
+        """Run ``fn(*args)`` on the next free thread; its future."""
+        fut: cf.Future[Any] = cf.Future()
+        self.queue.put((fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while (item := self.queue.get()) is not None:
+            fut, fn, args = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+                fut.set_exception(e)
+
+    def shutdown(self) -> None:
+        """Cancel the jobs not started; each thread ends after its job."""
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self.threads:
+            self.queue.put(None)
 
 
 def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from transactional.engine.events import Transition
 from transactional.engine.replay import (
     CoreReplay,
     OpaqueReplay,
@@ -57,7 +58,7 @@ from transactional.exceptions import TopologyFailedError
 
 __all__ = ["Coordinator", "CoordinatorSettings", "Status", "Plan", "Launch", "Record", "Cancel",
            "Commit", "Stop", "Action", "TransactionalReplay", "OpaqueReplay", "SpoutsReplay", "CoreReplay", "ReplayPolicy",
-           "Transition", "advance"]
+           "advance"]
 
 
 class Status(enum.Enum):
@@ -154,18 +155,6 @@ class Stop:
 
 
 Action = Plan | Launch | Record | Cancel | Commit | Stop
-
-
-@dataclass(frozen=True)
-class Transition:
-    """What listeners hear: ``kind`` is "launched", "processed", "failed", "committing",
-    "committed", "stopped", "deactivated" or "activated"; ``txid``/``attempt`` where it applies; ``at`` the time."""
-
-    kind: str
-    txid: int
-    attempt: int
-    at: float
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 # -- the state machine --------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import time
 import uuid
 from collections import deque
@@ -38,9 +37,9 @@ from transactional.engine.coordinator import (
     Coordinator,
     Recovered,
     Stop,
-    Transition,
 )
 from transactional.engine.core.runner import CoreRunner
+from transactional.engine.events import Tally, Transition
 from transactional.engine.maps import StateRegistry
 from transactional.engine.plan import (
     InProcessExecutor,
@@ -50,11 +49,6 @@ from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
-from transactional.ops.control import RunControl
-from transactional.ops.progress import Progress
-from transactional.ops.status import StatusRecorder
-from transactional.ops.webui import RunObserver, attach, spark_ui_url
-from transactional.ops.webui.graph import topology_graph
 from transactional.redaction import remember
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder, as_topology
@@ -68,9 +62,13 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
                  max_batches: int | None = None, *, spark_context: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None,
                  on_start: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> RunResult:
+                 clock: Callable[[], float] = time.time, watch: RunWatch | None = None) -> RunResult:
     """Run ``topology`` until its spout has nothing more (see ``idle_timeout_secs``) or
     ``max_batches`` batches were committed, and return a ``RunResult``.
+
+    The engine's run, with what ``watch`` adds (``RunWatch``, below):
+    ``transactional.run_topology`` is this with the operator's tools
+    (``transactional.ops.run``: progress lines, status record, status page, ``trident kill``).
 
     Resumes from the coordinator state: a topology id that committed txids before goes
     on at the next one, replaying stored metadata of uncommitted txids first. Raises
@@ -84,13 +82,14 @@ def run_topology(topology: Topology | TransactionalTopologyBuilder | Any, config
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         msg = f"max_batches must be an int >= 0 or None; got {max_batches!r}"
         raise ConfigError(msg)
-    return Engine(topology, config, spark_context, on_commit, on_start, clock).run(max_batches)
+    return Engine(topology, config, spark_context, on_commit, on_start, clock, watch).run(max_batches)
 
 
 class Engine:
     def __init__(self, topology: Topology, config: TopologyConfig, sc: Any = None,
                  on_commit: Callable[[int, RunResult], None] | None = None,
-                 on_start: Callable[[], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+                 on_start: Callable[[], None] | None = None, clock: Callable[[], float] = time.time,
+                 watch: RunWatch | None = None) -> None:
         #: the driver's wall clock (seconds): each txid's time, taken when its first commit
         #: begins (``CoordinatorStore.commit_time``; processing-time windows). Tests pass their own.
         self.clock = clock
@@ -116,11 +115,10 @@ class Engine:
         self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
-        self.progress = config.progress if config.progress is not None else sys.stderr.isatty()
-        self.progress_lines = Progress.for_topology(topology) if self.progress else None
-        self.observer: RunObserver | None = None          # the status page and metrics, when served
-        #: who hears the coordinator's transitions: the result, progress lines
-        self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
+        #: what the caller adds to the run (``transactional.ops.run``: the operator's tools)
+        self.watch = watch if watch is not None else RunWatch()
+        #: who hears the coordinator's transitions: the result, the log, on_commit, then the watch's
+        self.listeners: list[Callable[[Transition], None]] = [Tally(self.result)]
         self.listeners.append(_log_failure(topology.topology_id))
         self.listeners.append(_log_idle(topology, config.idle_timeout_secs, config.poll_interval_secs))
         if log.isEnabledFor(logging.DEBUG):
@@ -129,20 +127,15 @@ class Engine:
         # (a person pressing Ctrl-C after "committed txid N") finds txid N recorded
         if on_commit is not None:
             self.listeners.append(lambda t: on_commit(t.txid, self.result) if t.kind == "committed" else None)
-        if self.progress_lines is not None:
-            self.listeners.append(self.progress_lines)
 
     # -- the run --------------------------------------------------------------------------
     def run(self, max_batches: int | None) -> RunResult:
         t0 = self.started = time.monotonic()
-        # the status page and metrics (docs/operations.md), when metrics_port is set
-        self.observer = attach(self.listeners, self.topology, self.config)
         try:
+            self.watch.started(self)
             return self._run(t0, max_batches)
         finally:
-            if self.observer is not None:
-                self.listeners.remove(self.observer)
-                self.observer.stop()
+            self.watch.ended()
 
     def _take_lock(self, state: TransactionalState, owner: str, every: float = 5.0) -> None:
         """Take the topology's lock, waiting up to ``lock_wait_secs`` (None: forever) for
@@ -191,17 +184,12 @@ class Engine:
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
             runner = self.runner_class(self, state, store, epoch)
-            recorder = StatusRecorder(state, self.topology.shown_kind, owner, counts=runner.status_counts(),
-                                      graph=topology_graph(self.topology), spouts=self.result._spout_ids,
-                                      max_attempts=self.config.max_attempts, heartbeat=True,
-                                      verify=self.config.conf.get("trident.verify"),
-                                      spark_ui=spark_ui_url if self.config.executor == "spark" else None)
-            self.listeners.append(recorder)       # the record `trident status` shows
             error: BaseException | None = None
             try:
+                self.watch.locked(self, state, owner, runner)
                 jobs = Jobs(self, owner)
                 try:
-                    self._loop(state, store, runner, jobs, max_batches)
+                    self._loop(store, runner, jobs, max_batches)
                 finally:
                     jobs.close()
             except BaseException as e:
@@ -211,7 +199,7 @@ class Engine:
                 try:
                     runner.close(error is None)
                 finally:
-                    recorder.close(error)
+                    self.watch.unlocking(error)
         finally:
             state.close()
             forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
@@ -223,8 +211,7 @@ class Engine:
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, state: TransactionalState, store: CoordinatorStore, runner: TopologyRunner,
-              jobs: Jobs, max_batches: int | None) -> None:
+    def _loop(self, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs, max_batches: int | None) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
@@ -238,8 +225,8 @@ class Engine:
                      rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
         attempts = Attempts(self, jobs, store, runner)
         clock = time.monotonic
-        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
-        pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
+        watch = self.watch                        # what an operator asks (`trident deactivate|activate|kill`)
+        pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))
         self.on_start()
         try:
             while True:
@@ -253,12 +240,12 @@ class Engine:
                     # the operator is heard between any two actions, and right after a commit from
                     # the record read afresh: a kill that came during the commit stops the run before
                     # anything else -- the next Commit already asked for included
-                    heard = control.actions(coord, clock(), fresh=isinstance(a, Commit))
+                    heard = watch.requests(coord, clock(), fresh=isinstance(a, Commit))
                     if any(isinstance(h, Stop) for h in heard):
                         pending = deque([p for p in pending if isinstance(p, Cancel)] + heard)
                     else:
                         pending += heard
-                pending += control.actions(coord, clock())
+                pending += watch.requests(coord, clock())
                 if pending:
                     continue
                 wakes = [w for w in (coord.next_wakeup(clock()), runner.next_wakeup()) if w is not None]
@@ -266,12 +253,40 @@ class Engine:
                 pending += attempts.wait(coord, min(timeout, CONTROL_CHECK_SECS))
                 runner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
-                if self.observer is not None:
-                    runner.show(self.observer, clock())
+                watch.between(runner, clock())
         finally:
             attempts.close()
-            if self.progress_lines is not None:
-                self.progress_lines.final()
+            watch.stopped()
+
+
+class RunWatch:
+    """What the caller of a run adds to it, hook by hook in the order the run calls them;
+    each does nothing here. ``transactional.ops.run.OperatorWatch`` is the one the CLI,
+    ``transactional.run_topology`` and ``LocalCluster`` use."""
+
+    def started(self, engine: Engine) -> None:
+        """The run begins, before it takes the topology's lock: add listeners to
+        ``engine.listeners`` (they hear every transition, in that list's order)."""
+
+    def locked(self, engine: Engine, state: TransactionalState, owner: str, runner: TopologyRunner) -> None:
+        """The run holds the lock as ``owner`` on ``state``, and its ``runner`` is open."""
+
+    def requests(self, coord: Coordinator, now: float, fresh: bool = False) -> list[Action]:
+        """The coordinator's answer to what an operator asked since the last call
+        (``fresh``: look again now, a commit just ended); called between any two actions."""
+        return []
+
+    def between(self, runner: TopologyRunner, now: float) -> None:
+        """Between commits, at least every ``CONTROL_CHECK_SECS``."""
+
+    def stopped(self) -> None:
+        """The run's loop ended (its jobs are cancelled)."""
+
+    def unlocking(self, error: BaseException | None) -> None:
+        """The run is about to let go of the lock; ``error``: what ended it, if anything."""
+
+    def ended(self) -> None:
+        """The run ended (the lock was let go, or never taken)."""
 
 
 RUNNERS: dict[str, type[TopologyRunner]] = {"transactional": TransactionalRunner, "core": CoreRunner}

@@ -1,12 +1,15 @@
-"""Distributed RPC on the batch machinery (docs/drpc.md): the request queues, the spout that
-carries requests in batches, CoordinatedBolt's per-request bookkeeping, and the bolt that
-returns results.
+"""Distributed RPC on the batch machinery (docs/drpc.md): the request queues of
+``LocalDRPC`` (``RequestQueue``, ``local_queues``) and the sink a spout takes its requests
+from (``sink_for``: those queues, or the DRPC servers through
+``transactional.engine.drpc_remote``), the spout that carries requests in batches,
+CoordinatedBolt's per-request bookkeeping, and the bolt that returns results.
 
 A DRPC request is carried by a batch (a txid): the spout's coordinator takes up to
 ``drpc_batch_size`` waiting requests, and they become the batch's metadata (stored before
 the batch runs, so a replay re-runs exactly those requests). The emitter sends each
-request ``(attempt, id, args)`` to the first bolt, and ``(attempt, id, args, n, origin)``
-on the ids stream to every task of every bolt and to the return bolt.
+request ``(attempt, id, args)`` to the first bolt, and ``(attempt, id, args, attempts,
+origin)`` (the request's attempts so far; the server it came from, or "") on the ids
+stream to every task of every bolt and to the return bolt.
 
 ``RequestBolt`` is Storm's CoordinatedBolt over a batch task: it makes one instance of the
 user's bolt per request that reaches the task, and at the end of the task's partition --
@@ -26,7 +29,6 @@ import collections
 import copy
 import itertools
 import logging
-import os
 import threading
 import time
 import uuid
@@ -455,7 +457,3 @@ class ReturnResults(BaseBatchBolt, Committer):
     def declare_output_fields(self, declarer: Any) -> None:
         """Emits nothing."""
 
-
-def environ_token(conf: dict[str, Any]) -> str | None:
-    """The DRPC token of a run: ``conf['drpc.token']``, else ``TRIDENT_DRPC_TOKEN``."""
-    return conf.get("drpc.token") or os.environ.get("TRIDENT_DRPC_TOKEN") or None

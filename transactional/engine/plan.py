@@ -1,4 +1,4 @@
-"""One plan, one interpreter (docs/design.md §4, §10).
+"""One plan, one interpreter (docs/design.md §4).
 
 ``compile_plan(topology)`` turns a topology, once, into stages: one emitter stage per
 spout, then one stage per bolt, each with its **phase** (``processing``: may run for
@@ -13,7 +13,8 @@ attempt through an ``Executor``:
   for the commit phase on the driver and for fast tests without Spark.
 
 Both run the same task functions (``emit_task`` / ``bolt_task``: one spout emitter task,
-one bolt task through ``transactional.engine.task.run_task``), and records move between stages
+one bolt task through ``transactional.engine.task.run_task``, or a core topology's through
+``transactional.engine.core.task.run_core_task``), and records move between stages
 in the same form: ``(consumer_index * KEY_STRIDE + consumer_task, payload)``. Failures,
 counters and an opaque spout's actual metadata come back as a *report* (data, merged
 with ``merge_reports``), never as exceptions across the executor boundary.

@@ -18,11 +18,11 @@ from state.base import TransactionalState
 from transactional.engine.attempts import Jobs
 from transactional.engine.commit import CommitProtocol
 from transactional.engine.coordinator import Commit, CoordinatorSettings
+from transactional.engine.events import SpoutFigures
 from transactional.engine.plan import ProcessingResult
 from transactional.engine.planning import SpoutsPlanner
 from transactional.engine.replay import ReplayPolicy
 from transactional.engine.store import CoordinatorStore
-from transactional.ops.webui import RunObserver, lag_source
 from transactional.topology import Topology
 
 if TYPE_CHECKING:
@@ -94,9 +94,14 @@ class TopologyRunner(ABC):
         """The spout figures of the status record, or None."""
         return None
 
+    def spout_coordinators(self) -> dict[str, Any]:
+        """The spouts' coordinators on the driver, by spout id (their ``lag()``, when they
+        have one, is shown on the status page)."""
+        return {}
+
     @abstractmethod
-    def show(self, observer: RunObserver, now: float) -> None:
-        """Between commits: tell the status page what changed since the last commit."""
+    def show(self, figures: SpoutFigures, now: float) -> None:
+        """Between commits: tell ``figures`` (the status page) what changed since the last commit."""
 
 
 class TransactionalRunner(TopologyRunner):
@@ -111,9 +116,6 @@ class TransactionalRunner(TopologyRunner):
             engine.states.declare(engine.plan, engine.conf)
         self.planner = SpoutsPlanner(engine.topology, engine.conf, state=state)
         self.policy = self.planner.policy
-        if engine.observer is not None:
-            engine.observer.set_lag_source(lag_source({sid: p.coordinator
-                                                       for sid, p in self.planner.planners.items()}))
         self.protocol = CommitProtocol(engine, store, self.planner, state)
 
     def settings(self) -> CoordinatorSettings:
@@ -143,5 +145,8 @@ class TransactionalRunner(TopologyRunner):
     def busy(self) -> bool:
         return self.planner.busy()
 
-    def show(self, observer: RunObserver, now: float) -> None:
+    def spout_coordinators(self) -> dict[str, Any]:
+        return {sid: p.coordinator for sid, p in self.planner.planners.items()}
+
+    def show(self, figures: SpoutFigures, now: float) -> None:
         """Nothing changes between commits (the spouts' lag is read by the page itself)."""

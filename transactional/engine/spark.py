@@ -213,6 +213,8 @@ class SparkExecutor:
     def __init__(self, sc: SparkContext) -> None:
         self.sc = sc
         self._local = threading.local()
+        #: Spark 4 can cancel the jobs a group submits after the cancel
+        self._future_jobs = int(sc.version.split(".")[0]) >= 4
 
     def begin(self, group: str, description: str) -> None:
         self.sc.setJobGroup(group, description, interruptOnCancel=True)
@@ -278,7 +280,14 @@ class SparkExecutor:
         self._local.persisted = []
 
     def cancel(self, group: str) -> None:
-        self.sc.cancelJobGroup(group)
+        """Cancel the jobs of ``group``, those it submits later included: an attempt's thread
+        may not have submitted its job yet when the attempt is cancelled (Spark 4's
+        ``cancelJobGroupAndFutureJobs``; before it, the jobs running now)."""
+        jsc = self.sc._jsc.sc()
+        if self._future_jobs:
+            jsc.cancelJobGroupAndFutureJobs(group)
+        else:
+            jsc.cancelJobGroup(group)
 
     def explain(self, error: str) -> str | None:
         return worker_import_error(self.sc, error) or unpicklable_output(error)

@@ -217,7 +217,7 @@ def _run(build: Callable[[], Any], where: str, report: Callable[[Any], None] | N
 
 def _run_until_done(build: Callable[[], Any], where: str, report: Callable[[Any], None] | None,
                     args: argparse.Namespace, defaults: dict[str, Any] | None, last: list[int]) -> int:
-    from transactional.engine.driver import run_topology
+    from transactional.ops.run import run_topology
     from transactional.ops.ship import code_zip, needs_shipping, under_spark_submit
 
     config = config_from_args(args, defaults, where)

@@ -1,6 +1,6 @@
 """Progress lines of a run: a listener of the coordinator's transitions.
 
-``Progress`` hears every ``transactional.engine.coordinator.Transition`` ("launched",
+``Progress`` hears every ``transactional.engine.events.Transition`` ("launched",
 "processed", "failed", "committing", "committed", "stopped") and logs the first commit at
 once, then at most one line per ``interval_secs``::
 
@@ -19,7 +19,7 @@ The clock is a parameter: tests pass a fake one and advance it.
 >>> lines = []
 >>> now = [0.0]
 >>> p = Progress("doc", ["spout"], interval_secs=2.0, clock=lambda: now[0], log=lines.append)
->>> from transactional.engine.coordinator import Transition
+>>> from transactional.engine.events import Transition
 >>> p(Transition("launched", 1, 1, 0.0))
 >>> now[0] = 2.5
 >>> p(Transition("committed", 1, 1, 2.5, {"emitted": {"spout": 10, "count": 4}}))

@@ -139,8 +139,8 @@ def replay(file: str, topology_id: str, txids: tuple[int, int], namespace: str, 
     """Re-emit ``txids`` of ``topology_id`` (built from ``file``) into scratch state under
     ``namespace`` (module docstring); what the scratch maps hold afterwards, per map."""
     from state.base import open_transactional_state
-    from transactional.engine.driver import run_topology
     from transactional.engine.task import set_tracer
+    from transactional.ops.run import run_topology
     from transactional.ops.topology_file import built_topology, load_topology_file
 
     _check_namespace(namespace, topology_id)

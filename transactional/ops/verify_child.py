@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-wait", action="store_true", help="run at once (no 'go' line)")
     args = p.parse_args(argv)
 
-    from transactional.engine.driver import run_topology
+    from transactional.ops.run import run_topology
     from transactional.ops.settings import Layer, env_layer, make_config
     from transactional.ops.topology_file import built_topology, load_topology_file
 

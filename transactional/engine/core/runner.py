@@ -14,6 +14,7 @@ from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.core.driver import CoreDriver
 from transactional.engine.core.windows import check_windows
+from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.plan import ProcessingResult, run_commit
@@ -21,7 +22,6 @@ from transactional.engine.runner import TopologyRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
 from transactional.exceptions import ConfigError
-from transactional.ops.webui import RunObserver
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
 
@@ -138,8 +138,8 @@ class CoreRunner(TopologyRunner):
         return lambda: {"acked": dict(r.acked), "failed": dict(r.failed), "timed_out": dict(r.timed_out),
                         "pending": core.pending()}
 
-    def show(self, observer: RunObserver, now: float) -> None:
+    def show(self, figures: SpoutFigures, now: float) -> None:
         if now >= self.shown + SHOW_EVERY_SECS:
             self.shown = now               # what acks and timeouts changed between commits
             r = self.engine.result
-            observer.spout_counts(r.acked, r.failed, self.core.pending())
+            figures.spout_counts(r.acked, r.failed, self.core.pending())

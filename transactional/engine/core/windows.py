@@ -369,10 +369,6 @@ class WindowKeeper:
                 if t.config.persistent:
                     t.reload()
 
-    def holding(self) -> bool:
-        """Some window holds tuples."""
-        return any(t.events for t in self.tasks.values())
-
     def due(self) -> float | None:
         """When (driver's clock, seconds) a processing-time window next fires."""
         times = [d for d in (t.due_ms() for t in self.tasks.values()) if d is not None]

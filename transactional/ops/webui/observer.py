@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from state import _timing
-from transactional.engine.coordinator import Transition
+from transactional.engine.events import Transition
 from transactional.metrics import fold_committed, quantile
 from transactional.ops.webui.graph import topology_graph
 from transactional.ops.webui.metrics import RunMetrics
@@ -72,7 +72,7 @@ class RunObserver:
 
     >>> from spouts import MemoryTransactionalSpout
     >>> from transactional import Fields, TransactionalTopologyBuilder
-    >>> from transactional.engine.coordinator import Transition
+    >>> from transactional.engine.events import Transition
     >>> b = TransactionalTopologyBuilder("doc", "spout", MemoryTransactionalSpout({0: ["a"]}, Fields("w"), 1))
     >>> o = RunObserver(b.build(), clock=lambda: 0.0)
     >>> o(Transition("launched", 1, 1, 0.0)); o(Transition("committing", 1, 1, 0.5))
