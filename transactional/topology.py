@@ -108,6 +108,12 @@ class Topology:
     #: state_query): each one's ``check(conf)`` runs when the driver starts, before any batch
     user_states: tuple[Any, ...] = ()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a broadcast to executors) without ``user_states``: only the driver checks
+        them, and a factory's class may live where an executor cannot import it (a script, a
+        test module; the components carry their own copies by value)."""
+        return {**self.__dict__, "user_states": ()}
+
     @property
     def shown_kind(self) -> str:
         """What ``trident list`` and the status page call it: ``trident``, ``transactional`` or ``core``."""
