@@ -29,6 +29,10 @@ EPOCH = "trident.epoch"
 TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
 
+#: set in the conf of a ``trident verify`` run (docs/verify.md): every user state is then made
+#: by ``factory.scratch(<the run's topology id>)``, a copy writing into scratch copies
+VERIFY = "trident.verify"
+
 _cache: dict[Hashable, Any] = {}
 _guard = threading.Lock()
 
@@ -56,6 +60,35 @@ def _factory_key(factory: Any) -> Hashable:
         return (type(factory).__qualname__, cloudpickle.dumps(factory, protocol=4))
     except Exception:  # noqa: BLE001 - an unpicklable factory lives in this process only
         return ("id", id(factory))
+
+
+def factory_key(factory: Any) -> Hashable:
+    """A factory's identity across its copies (``_factory_key``)."""
+    return _factory_key(factory)
+
+
+def factory_name(factory: Any) -> str:
+    """How messages call a factory: its ``name``, else its class name."""
+    try:
+        return str(getattr(factory, "name", None) or type(factory).__name__)
+    except Exception:  # noqa: BLE001 - a user's name property that fails
+        return type(factory).__name__
+
+
+def scratch_factory(factory: Any, namespace: str, where: str) -> Any:
+    """``factory.scratch(namespace)``: the copy a ``trident verify`` run writes through;
+    ``ConfigError`` naming the state, ``where`` it is used and the fix when the factory
+    cannot make one (nothing is written then)."""
+    make = getattr(factory, "scratch", None)
+    copy = make(namespace) if callable(make) else None
+    if copy is None:
+        msg = (f"{where} writes the state {factory_name(factory)!r} ({type(factory).__name__}), which cannot be "
+               "redirected to a scratch copy: trident verify never writes into your real systems, so it runs "
+               f"every state against copies it owns. Implement scratch(namespace) on {type(factory).__name__}, "
+               "returning a factory that writes into a copy named by namespace (and read_scratch() / "
+               "drop_scratch() on that copy, so verify compares and removes it; docs/verify.md)")
+        raise ConfigError(msg)
+    return copy
 
 
 def mark_factory(factory: Any) -> None:
@@ -102,6 +135,8 @@ class TaskUserStates:
             if st is None:
                 conf = {**self.conf, EPOCH: self.epoch, TOPOLOGY_ID: self.topology_id,
                         COMPONENT_ID: self.component_id}
+                if self.conf.get(VERIFY) is not None:     # a verify run: its scratch copies only
+                    factory = scratch_factory(factory, self.topology_id, f"component {self.component_id!r}")
                 st = _cache[key] = factory.make_state(conf, None, self.task, self.num_tasks)
         if not any(s is st for s in self.opened):
             begin_attempt = getattr(st, "begin_attempt", None)

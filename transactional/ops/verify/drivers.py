@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from transactional.ops.snapshot import Snapshot, read_snapshot
 from transactional.ops.verify.model import PREFIX, Kill, RunOutcome, VerifyError, VerifyOptions, _join
+from transactional.ops.verify.states import StateUse, read_states
 
 __all__ = ["scratch_servers", "Driver", "SERVER_PAUSE_POINTS", "ServerRestarts", "OutOfBudget", "Verifier"]
 
@@ -210,6 +211,9 @@ class Verifier:
         self.until_txid: int | None = None
         self.restarter: ServerRestarts | None = None
         self.kafka_end_offsets: dict[str, dict[str, int]] = {}
+        self.states: list[StateUse] = []        # the user states, run against scratch copies
+        self.unread: set[str] = set()           # states whose copies cannot say what they hold
+        self.tids: list[str] = []               # every run's scratch id, to drop its copies at the end
 
     def scratch_id(self, name: str) -> str:
         """The scratch topology id of run ``name``."""
@@ -221,6 +225,7 @@ class Verifier:
         of ``kills`` in turn (a kill not reached is noted) and restarting ``servers`` when a
         driver pauses; the id and the row so far."""
         tid = self.scratch_id(name)
+        self.tids.append(tid)
         row = RunOutcome(fault=fault or name, kills_planned=len(kills))
         self.restarter = servers
         t0 = time.monotonic()
@@ -246,7 +251,7 @@ class Verifier:
         if servers is not None:
             row.restarts = servers.restarts
         for k in plan:
-            row.note = _join(row.note, f"not reached: {k.spec}")
+            row.note = _join(row.note, f"not reached: {k.spec} (no fault there: the run ended first)")
         row.secs = time.monotonic() - t0
         return tid, row
 
@@ -276,6 +281,7 @@ class Verifier:
             row.replays += int((current.done or current.last_commit).get("attempts", 0))
             if status == -signal.SIGKILL and kill is not None:
                 row.kills += 1
+                row.landed.append(kill.spec)
                 self.say(f"  {row.fault}: driver killed at {kill.spec}; restarting")
                 resumed, nxt = nxt, None
                 return resumed
@@ -287,7 +293,7 @@ class Verifier:
             if status != 0:
                 raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
             if kill is not None:
-                row.note = _join(row.note, f"not reached: {kill.spec}")
+                row.note = _join(row.note, f"not reached: {kill.spec} (the run passed that txid without stopping at this step: no fault there)")
             return None
         finally:
             if nxt is not None:
@@ -299,8 +305,10 @@ class Verifier:
                 f"(exit status {driver.proc.returncode}); its last lines:\n  " + "\n  ".join(tail))
 
     def snapshot(self, tid: str, module: Any) -> Snapshot:
-        """The scratch run's state, with the file's own outputs (``verify_outputs``) if it has them."""
+        """The scratch run's state: its maps and ``KeyValueState``, the rows of its user states'
+        scratch copies (dropped once read), and the file's own outputs (``verify_outputs``)."""
         snap = read_snapshot(self.urls[0], self.urls[1], tid)
+        self.unread.update(read_states(self.states, tid, snap))
         outputs = getattr(module, "verify_outputs", None)
         if outputs is not None:
             for name, values in dict(outputs(tid)).items():

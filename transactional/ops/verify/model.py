@@ -10,7 +10,7 @@ from typing import Any
 
 from transactional.exceptions import TridentError
 
-__all__ = ["PREFIX", "last_committed_txid", "CRASH_POINTS", "VerifyError", "VerifyOptions", "Kill", "RunOutcome", "VerifyReport", "plan_random_kills"]
+__all__ = ["PREFIX", "last_committed_txid", "map_kinds", "CRASH_POINTS", "VerifyError", "VerifyOptions", "Kill", "RunOutcome", "VerifyReport", "plan_random_kills"]
 
 
 
@@ -87,10 +87,12 @@ class RunOutcome:
     extra: int = 0
     different: int = 0
     examples: list[str] = field(default_factory=list)
-    verdict: str = "PASS"          # PASS, FAIL, SKIP (not run: budget) or ERROR
+    verdict: str = "PASS"          # PASS, FAIL, UNCHECKED (nothing compared), SKIP (not run: budget) or ERROR
     note: str = ""
     secs: float = 0.0
     restarts: int = 0              # servers restarted (--server-faults)
+    landed: list[str] = field(default_factory=list)   # the kills that happened (TRIDENT_CRASH_AT specs)
+    where: list[str] = field(default_factory=list)    # each state that differs: its component, the likely mistake
 
     def to_json(self) -> dict[str, Any]:
         """The row as a JSON-friendly dict."""
@@ -110,11 +112,21 @@ class VerifyReport:
     runs: list[RunOutcome] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     secs: float = 0.0
+    spouts: list[str] = field(default_factory=list)    # per spout: its kind, and whether it replays its input
+    states: list[str] = field(default_factory=list)    # the user states run against scratch copies
 
     @property
     def passed(self) -> bool:
         """True when every run that ran matched the reference (``SKIP`` rows do not count)."""
         return all(r.verdict in ("PASS", "SKIP") for r in self.runs) and any(r.verdict == "PASS" for r in self.runs)
+
+    @property
+    def verdict(self) -> str:
+        """PASS; UNCHECKED when no run compared anything (nothing to fail, nothing proven); else FAIL."""
+        if self.passed:
+            return "PASS"
+        ran = [r for r in self.runs if r.verdict != "SKIP"]
+        return "UNCHECKED" if ran and all(r.verdict == "UNCHECKED" for r in ran) else "FAIL"
 
     @property
     def kills(self) -> int:
@@ -124,10 +136,21 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON-friendly dict (``--json``)."""
         return {"file": self.file, "topology_id": self.topology_id, "kind": self.kind,
-                "verdict": "PASS" if self.passed else "FAIL", "secs": round(self.secs, 1), "kills": self.kills,
+                "verdict": self.verdict, "spouts": self.spouts, "states": self.states, "secs": round(self.secs, 1), "kills": self.kills,
                 "reference_keys": self.reference_keys, "reference_txids": self.reference_txids,
                 "runs": [r.to_json() for r in self.runs], "unchecked": self.unchecked,
                 "fixed_ranges": self.fixed_ranges}
+
+
+def map_kinds(coordination: str, topology_id: str) -> dict[str, str]:
+    """The maps the topology recorded: name -> kind (``transactional``, ``opaque`` ...)."""
+    from state.base import open_transactional_state
+
+    s = open_transactional_state(coordination, topology_id)
+    try:
+        return dict(s.get("maps") or {})
+    finally:
+        s.close()
 
 
 def _join(a: str, b: str) -> str:

@@ -24,6 +24,7 @@ def format_table(report: VerifyReport) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}; reference "
              f"{report.reference_txids} txids, {report.reference_keys} keys"]
+    lines += [f"  {s}" for s in report.spouts + report.states]
     for j, row in enumerate(rows):
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths,
                                                                                                     strict=True))))
@@ -32,16 +33,18 @@ def format_table(report: VerifyReport) -> str:
     for r in report.runs:
         for ex in r.examples:
             lines.append(f"  {r.fault}: {ex}")
+        for where in r.where:
+            lines.append(f"  {r.fault}: where: {where}")
         if r.note:
             lines.append(f"  {r.fault}: {r.note}")
-    for topic, ends in report.fixed_ranges.items():
-        lines.append(f"fixed range: Kafka topic {topic!r} read up to the end offsets recorded at the start "
-                     f"{', '.join(f'{p}:{o}' for p, o in ends.items())}")
     for note in report.unchecked:
         lines.append(f"not checked: {note}")
-    verdict = "PASS" if report.passed else "FAIL"
-    lines.append(f"{verdict}: {sum(r.verdict == 'PASS' for r in report.runs)} of {len(report.runs)} runs matched the "
-                 f"reference; {report.kills} driver kills in {report.secs:.1f} s")
+    if report.verdict == "UNCHECKED":
+        lines.append(f"UNCHECKED: nothing was compared in {len(report.runs)} runs, so nothing is proven (not a pass); "
+                     f"{report.kills} driver kills in {report.secs:.1f} s")
+    else:
+        lines.append(f"{report.verdict}: {sum(r.verdict == 'PASS' for r in report.runs)} of {len(report.runs)} runs "
+                     f"matched the reference; {report.kills} driver kills in {report.secs:.1f} s")
     return "\n".join(lines)
 
 
@@ -50,15 +53,15 @@ def junit_xml(report: VerifyReport) -> str:
     cases = []
     for r in report.runs:
         body = ""
-        if r.verdict in ("FAIL", "ERROR"):
-            text = "\n".join(r.examples + ([r.note] if r.note else []))
+        if r.verdict in ("FAIL", "ERROR", "UNCHECKED"):
+            text = "\n".join(r.where + r.examples + ([r.note] if r.note else []))
             body = (f"<failure message={quoteattr(f'{r.missing} missing, {r.doubled} doubled, {r.different} different, {r.extra} extra')}>"
                     f"{escape(text)}</failure>")
         elif r.verdict == "SKIP":
             body = f"<skipped message={quoteattr(r.note)}/>"
         cases.append(f'  <testcase classname={quoteattr("trident.verify." + report.topology_id)} '
                      f'name={quoteattr(r.fault)} time="{r.secs:.1f}">{body}</testcase>')
-    failures = sum(r.verdict in ("FAIL", "ERROR") for r in report.runs)
+    failures = sum(r.verdict in ("FAIL", "ERROR", "UNCHECKED") for r in report.runs)
     skipped = sum(r.verdict == "SKIP" for r in report.runs)
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name={quoteattr("trident verify " + report.file)} '
             f'tests="{len(report.runs)}" failures="{failures}" skipped="{skipped}" time="{report.secs:.1f}">\n'
