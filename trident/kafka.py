@@ -134,9 +134,9 @@ class TridentKafkaStateFactory(StateFactory):
         real = copy.copy(self)
         real.topic, real.scratch_of = self.scratch_of or self.topic, None
         n = real.num_partitions()
+        admin = self._admin()          # kept alive until the futures are done
         try:
-            for _, f in self._admin().create_topics([NewTopic(self.topic, n, 1)],
-                                                    operation_timeout=self.connect_timeout).items():
+            for _, f in admin.create_topics([NewTopic(self.topic, n, 1)], operation_timeout=self.connect_timeout).items():
                 f.result(self.connect_timeout)
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:     # another task made it first
@@ -159,8 +159,9 @@ class TridentKafkaStateFactory(StateFactory):
     def drop_scratch(self) -> None:
         """Delete the scratch topic (where the broker allows it)."""
         if self.scratch_of is not None:
+            admin = self._admin()
             try:
-                for _, f in self._admin().delete_topics([self.topic], operation_timeout=self.connect_timeout).items():
+                for _, f in admin.delete_topics([self.topic], operation_timeout=self.connect_timeout).items():
                     f.result(self.connect_timeout)
             except Exception:  # noqa: BLE001, S110 - a broker that does not delete topics keeps it
                 pass

@@ -158,10 +158,10 @@ class PostgresStateFactory(StateFactory):
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
         """Connect, check the schema (creating the table when asked), return the state."""
+        if self.scratch_of is not None:
+            self._create_scratch()
         conn = self.connect()
         try:
-            if self.scratch_of is not None:
-                self._create_scratch(conn)
             self.prepare_schema(conn)
         except BaseException:
             conn.close()
@@ -184,9 +184,13 @@ class PostgresStateFactory(StateFactory):
         c.table = self.table.rsplit(".", 1)[-1]
         return c
 
-    def _create_scratch(self, conn: Any) -> None:
+    def _create_scratch(self) -> None:
+        """The scratch schema, and in it the table like the real one (the real one resolved
+        on a connection of the real search path)."""
         real, schema = self.scratch_of or ("", "")
-        with conn.transaction():
+        plain = copy.copy(self)
+        plain.scratch_of = None
+        with plain.connect() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))   # tasks create it at once
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "

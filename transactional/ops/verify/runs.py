@@ -221,7 +221,7 @@ def _fault_run(j: _Judge, run_name: str, name: str, kills: list[Kill], env: dict
     except OutOfBudget:
         return RunOutcome(name, kills_planned=len(kills), verdict="SKIP",
                           note=f"stopped: --budget {v.options.budget_secs:g}s ran out")
-    if len(kills) > 1 and not any(k.startswith("commit.") for k in row.landed):    # the random kills
+    if "random kills" in name and not any(k.startswith("commit.") for k in row.landed):
         row.note = _join(row.note, "no kill hit a commit step: " + (
             f"the kills landed outside the commit protocol ({', '.join(row.landed)})" if row.landed
             else "none landed"))
