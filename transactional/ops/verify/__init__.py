@@ -15,16 +15,24 @@ and comparing every key with a run without faults (docs/verify.md).
    no start-up) until the run completes. ``--server-faults`` adds a run in which the Redis
    and ZooKeeper that verify started are stopped and started again mid-run
    (``ServerRestarts``).
-3. **Verdict.** Each run's state against the reference, key by key: missing, doubled,
-   extra, different, PASS or FAIL. A core (at-least-once) topology passes when nothing is
+3. **Verdict.** Each run's state against the reference, key by key and row by row:
+   missing, doubled, extra, different, PASS, FAIL or UNCHECKED. A core (at-least-once) topology passes when nothing is
    missing; its duplicates are counted, not failed.
 
 Kafka spouts read a fixed range: each partition's end offset, recorded before the reference
 run (``kafka_end_offsets``), bounds every run.
 
+User states (State API factories: PostgreSQL, Parquet, Kafka, the user's own) never write
+the real systems: every run writes scratch copies (``StateFactory.scratch``), compared row
+by row and dropped (``transactional.ops.verify.states``); a factory that cannot make one is
+refused before anything runs. A run that compared nothing is UNCHECKED, not PASS; a FAIL
+names the state, its component, the fault and the likely mistake
+(``transactional.ops.verify.diagnose``).
+
 Honest limits: a spout must say it reads the same input in a fresh run (``replayable``),
-and what the topology writes outside its maps and ``KeyValueState`` is not compared unless
-the file defines ``verify_outputs(topology_id)`` returning ``{name: {key: value}}``.
+and what a bolt writes itself, outside maps, ``KeyValueState`` and State API states, is
+neither redirected nor compared unless the file defines ``verify_outputs(topology_id)``
+returning ``{name: {key: value}}``.
 """
 
 from transactional.ops.verify.command import add_parser, command
