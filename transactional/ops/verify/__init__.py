@@ -16,8 +16,8 @@ and comparing every key with a run without faults (docs/verify.md).
    and ZooKeeper that verify started are stopped and started again mid-run
    (``ServerRestarts``).
 3. **Verdict.** Each run's state against the reference, key by key and row by row:
-   missing, doubled, extra, different, PASS, FAIL or UNCHECKED. A core (at-least-once) topology passes when nothing is
-   missing; its duplicates are counted, not failed.
+   missing, doubled, extra, different, PASS, FAIL or UNCHECKED. A core (at-least-once)
+   topology passes when nothing is missing; its duplicates are counted, not failed.
 
 Kafka spouts read a fixed range: each partition's end offset, recorded before the reference
 run (``kafka_end_offsets``), bounds every run.
