@@ -131,6 +131,11 @@ def test_verify_fails_a_counter_in_a_module_level_dict_without_the_txid_check(zk
     assert report.reference_keys == 6 and row.compared == 6 and row.missing > 0 and row.doubled == 0
     assert row.examples[0].startswith("missing counts[")
     assert not report.passed
+    # where: the map, its bolt, the kill that showed it, the likely mistake
+    assert row.where == [
+        f"map 'counts' of bolt 'count' differs after the kill at commit.before_record:txid=2 ({row.missing} missing); "
+        "likely state kept outside the map (a module-level or instance variable carried across batches): a restarted "
+        "driver loses it and a replayed batch adds to it again"]
 
 
 @pytest.mark.integration
@@ -157,6 +162,10 @@ def test_verify_fails_a_committer_appending_to_a_file_on_every_attempt(zk_url: s
     [row] = report.runs
     assert (row.kills, row.verdict, row.missing, row.different) == (1, "FAIL", 0, 0)
     assert row.doubled > 0 and row.examples[0].startswith("doubled counts file (verify_outputs)[")
+    assert row.where == [
+        f"counts file (verify_outputs) of the file's verify_outputs (written by bolt 'append') differs after the kill "
+        f"at commit.before_record:txid=2 ({row.doubled} doubled); likely state written outside a map or state, or a "
+        "state that does not store the txid with its data: a replayed batch is written again (docs/states.md)"]
     assert report.unchecked == []          # the file defines verify_outputs; its spout says it replays
 
 
@@ -166,6 +175,10 @@ def test_verify_fails_a_bolt_whose_output_depends_on_the_clock(zk_url: str, redi
     [row] = report.runs
     assert (row.verdict, row.compared, row.missing) == ("FAIL", 6, 0)
     assert row.doubled + row.different == 6 and row.examples[0].startswith(("doubled last-seen[", "different last-seen["))
+    [where] = row.where
+    assert where.startswith("map 'last-seen' of bolt ") and where.endswith(
+        "; likely a side effect in execute, or output that depends on more than the input (the clock, randomness): "
+        "a replayed batch computes other values")
 
 
 # -- and PASSes on the examples ------------------------------------------------------------------------
@@ -205,7 +218,8 @@ def test_server_faults_restart_verifys_own_redis_and_zookeeper_mid_run_and_the_r
     assert row.compared == report.reference_keys == 13 and row.missing == row.doubled == row.different == 0
     assert [line.split(" on port ")[0] for line in said if "restarted on port" in line] == [
         "  server faults: redis restarted", "  server faults: zookeeper restarted"]
-    assert format_table(report).splitlines()[3].split()[-8:-6] == ["0", "2"]
+    [line] = [x for x in format_table(report).splitlines() if x.startswith("server restarts")]   # below the spout line
+    assert line.split()[-8:-6] == ["0", "2"]
 
 
 @pytest.mark.integration
@@ -247,14 +261,19 @@ def test_kafka_spouts_read_the_range_recorded_at_the_start_whatever_is_produced_
     assert [r.verdict for r in report.runs] == ["PASS", "PASS"], format_table(report)
     assert report.reference_keys == 5 and all(r.compared == 5 for r in report.runs)
     assert report.reference_txids == 3 and report.runs[0].kills == 1
-    assert f"fixed range: Kafka topic {kafka_topic!r} read up to the end offsets recorded at the start 0:10, 1:10" \
-        in format_table(report).splitlines()
+    # one line says how the spout replays its input (no "does not say" beside it)
+    assert report.spouts == [f"spout 'words' (KafkaTransactionalSpout, transactional): replays its input: Kafka topic "
+                             f"{kafka_topic!r} up to the end offsets recorded at the start 0:10, 1:10"]
+    assert f"  {report.spouts[0]}" in format_table(report).splitlines()
+    assert not [n for n in report.unchecked if "does not say" in n]
 
 
 @pytest.mark.integration
 def test_verify_checks_a_core_topology_at_least_once_on_its_key_value_state(zk_url: str, redis_url: str) -> None:
     report = verify(str(EXAMPLES / "stateful_word_count.py"), options(zk_url, redis_url, crash_points=("commit.before",)))
     assert report.kind == "core (at least once)" and report.reference_keys > 0
+    assert all(", core spout, at least once): " in s for s in report.spouts) and report.spouts, report.spouts
+    assert not [line for line in format_table(report).splitlines() if "exactly once" in line]
     [row] = report.runs
     assert (row.kills, row.verdict, row.missing) == (1, "PASS", 0) and row.compared == report.reference_keys
 

@@ -27,6 +27,7 @@ transaction as well, so ``read_committed`` consumers never see a partial txid.
 
 from __future__ import annotations
 
+import copy
 import json
 import zlib
 from collections.abc import Callable
@@ -112,8 +113,69 @@ class TridentKafkaStateFactory(StateFactory):
             raise ConfigError(msg)
         return len(t.partitions)
 
+    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+
+    #: on a scratch copy: the real topic
+    scratch_of: str | None = None
+
+    def scratch(self, namespace: str) -> TridentKafkaStateFactory:
+        """A copy writing into the topic ``<topic>.<namespace>`` on the same broker, created with
+        the real topic's partition count; the real topic is only asked for its metadata."""
+        c = copy.copy(self)
+        c.scratch_of = self.topic
+        c.topic = f"{self.topic}.{namespace}"[:249]
+        c.state_id = None if self.state_id is None else f"{self.state_id}.{namespace}"
+        return c
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": int(self.connect_timeout * 1000),
+                            "logger": _Quiet()})  # type: ignore[dict-item]
+
+    def _create_scratch(self) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.cimpl import NewTopic
+
+        real = copy.copy(self)
+        real.topic, real.scratch_of = self.scratch_of or self.topic, None
+        n = real.num_partitions()
+        admin = self._admin()          # kept alive until the futures are done
+        try:
+            for _, f in admin.create_topics([NewTopic(self.topic, n, 1)], operation_timeout=self.connect_timeout).items():
+                f.result(self.connect_timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:     # another task made it first
+                raise
+
+    def read_scratch(self) -> dict[Any, Any] | None:
+        """Every record of the scratch topic as ``{(partition, key, value): count}``."""
+        if self.scratch_of is None:
+            return None
+        try:
+            n = self.num_partitions()
+        except ConfigError:             # never created: no task wrote
+            return {}
+        out: dict[Any, Any] = {}
+        for p in range(n):
+            for k, v in read_partition(self.bootstrap, self.topic, p, self.connect_timeout * 3):
+                out[(p, k, v)] = out.get((p, k, v), 0) + 1
+        return out
+
+    def drop_scratch(self) -> None:
+        """Delete the scratch topic (where the broker allows it)."""
+        if self.scratch_of is not None:
+            admin = self._admin()
+            try:
+                for _, f in admin.delete_topics([self.topic], operation_timeout=self.connect_timeout).items():
+                    f.result(self.connect_timeout)
+            except Exception:  # noqa: BLE001, S110 - a broker that does not delete topics keeps it
+                pass
+
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> TridentKafkaState:
         """Check the topic (it exists, it has a partition for every task), open the producer."""
+        if self.scratch_of is not None:
+            self._create_scratch()
         n = self.num_partitions()
         if n < num_partitions:
             msg = (f"Kafka topic {self.topic!r} has {n} partition(s) but the state has {num_partitions} tasks; each "

@@ -25,6 +25,7 @@ reader sees part of a txid, nor a file being written::
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -81,6 +82,39 @@ class ParquetStateFactory(StateFactory):
     def name(self) -> str:
         """``parquet:<path>``."""
         return f"parquet:{self.path}"
+
+    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+
+    #: on a scratch copy: the real directory
+    scratch_of: str | None = None
+
+    def scratch(self, namespace: str) -> ParquetStateFactory:
+        """A copy writing into the directory ``<path>.<namespace>`` beside the real one (on the
+        same file system, which every executor reaches); the real directory is not touched."""
+        c = copy.copy(self)
+        c.scratch_of = self.path
+        c.path = f"{self.path.rstrip('/')}.{namespace}"
+        return c
+
+    def read_scratch(self) -> dict[Any, Any] | None:
+        """The committed rows (``read_committed``) as ``{row: count}``."""
+        if self.scratch_of is None:
+            return None
+        out: dict[Any, Any] = {}
+        for r in read_committed(self.path, self.filesystem).to_pylist():
+            row = tuple(json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v
+                        for v in (r.get(c) for c in self.columns))
+            out[row] = out.get(row, 0) + 1
+        return out
+
+    def drop_scratch(self) -> None:
+        """Remove the scratch directory."""
+        if self.scratch_of is not None:
+            fs, root = _fs(self.path, self.filesystem)
+            try:
+                fs.delete_dir(root)
+            except (FileNotFoundError, OSError):
+                pass
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> ParquetState:
         """Check the directory can be written (a probe file), before any batch."""

@@ -38,6 +38,7 @@ and each value is one psycopg can send (``UnstorableValueError`` naming column a
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -166,8 +167,11 @@ class PostgresStateFactory(StateFactory):
         """A new connection (``psycopg.connect``), or ``StateUnavailableError`` naming the server."""
         import psycopg
 
+        # a scratch copy (``scratch``): every unqualified name resolves in its own schema
+        extra: dict[str, Any] = {} if self.scratch_of is None else {"options": f"-c search_path={self.scratch_of[1]}"}
         try:
-            return psycopg.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)), autocommit=True)
+            return psycopg.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)), autocommit=True,
+                                   **extra)
         except psycopg.OperationalError as e:
             refused = _refusal(str(e))
             if refused:
@@ -183,7 +187,10 @@ class PostgresStateFactory(StateFactory):
     def check(self, conf: dict[str, Any]) -> None:
         """Before any batch (the driver calls it at start): the server answers and takes the
         credentials, the table exists (or is created with ``create_table``) with every column
-        of the declared type and, for an upsert, the key's unique index."""
+        of the declared type and, for an upsert, the key's unique index (a verify run's scratch
+        copy: its schema made first, as ``make_state`` does)."""
+        if self.scratch_of is not None:
+            self._create_scratch()
         conn = self.connect()
         try:
             self.prepare_schema(conn)
@@ -192,6 +199,8 @@ class PostgresStateFactory(StateFactory):
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
         """Connect, check the schema (creating the table when asked), return the state."""
+        if self.scratch_of is not None:
+            self._create_scratch()
         conn = self.connect()
         try:
             self.prepare_schema(conn)
@@ -200,6 +209,66 @@ class PostgresStateFactory(StateFactory):
             raise
         sid = self.state_id or f"{conf.get(TOPOLOGY_ID, 'trident')}:{self.table}"
         return PostgresState(self, conn, sid, partition_index, conf.get(EPOCH))
+
+    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+
+    #: on a scratch copy: (the real table, the scratch schema)
+    scratch_of: tuple[str, str] | None = None
+
+    def scratch(self, namespace: str) -> PostgresStateFactory:
+        """A copy writing into the schema ``trident_<namespace>`` of the same database: the
+        table created there like the real one (``LIKE ... INCLUDING ALL``), the guard
+        tables beside it; the real table and guard tables are only read (for ``LIKE``)."""
+        schema = "trident_" + re.sub(r"[^a-z0-9_]", "_", namespace.lower())[:54]
+        c = copy.copy(self)
+        c.scratch_of = (self.table, schema)
+        c.table = self.table.rsplit(".", 1)[-1]
+        return c
+
+    def _create_scratch(self) -> None:
+        """The scratch schema, and in it the table like the real one (the real one resolved
+        on a connection of the real search path)."""
+        real, schema = self.scratch_of or ("", "")
+        plain = copy.copy(self)
+        plain.scratch_of = None
+        with plain.connect() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))   # tasks create it at once
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                               "c.relnamespace WHERE c.oid = to_regclass(%s)", (_q(real),)).fetchone()
+            if row is not None:
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.{_q(self.table)} "
+                             f"(LIKE {_q(row[0])}.{_q(row[1])} INCLUDING ALL)")
+
+    def read_scratch(self) -> dict[Any, Any] | None:
+        """The scratch table's rows: upsert ``{key: other columns}``, append ``{row: count}``."""
+        if self.scratch_of is None:
+            return None
+        conn = self.connect()
+        try:
+            if conn.execute("SELECT to_regclass(%s)", (f"{self.scratch_of[1]}.{_q(self.table)}",)).fetchone()[0] is None:
+                return {}
+            cols = ", ".join(_q(c) for c in self.columns)
+            rows = [tuple(_hashable(v) for v in r) for r in conn.execute(f"SELECT {cols} FROM {_q(self.table)}")]
+        finally:
+            conn.close()
+        if self.mode == "append":
+            out: dict[Any, Any] = {}
+            for r in rows:
+                out[r] = out.get(r, 0) + 1
+            return out
+        kidx = [self.columns.index(k) for k in self.key_columns]
+        vidx = [i for i in range(len(self.columns)) if i not in kidx]
+        return {_pick(r, kidx): _pick(r, vidx) if vidx else 1 for r in rows}
+
+    def drop_scratch(self) -> None:
+        """``DROP SCHEMA ... CASCADE`` of the scratch schema."""
+        if self.scratch_of is not None:
+            conn = self.connect()
+            try:
+                conn.execute(f"DROP SCHEMA IF EXISTS {self.scratch_of[1]} CASCADE")
+            finally:
+                conn.close()
 
     def prepare_schema(self, conn: Any) -> None:
         """The guard tables, and the table checked (or created with ``create_table``)."""
@@ -444,6 +513,16 @@ class PostgresState(State):
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
+
+
+def _pick(r: tuple[Any, ...], idx: list[int]) -> Any:
+    """The value at ``idx`` of ``r`` (one index), else the tuple of those values."""
+    return r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
+
+
+def _hashable(v: Any) -> Any:
+    """A column's value as a key (json/jsonb values as sorted JSON text)."""
+    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v
 
 
 def _json(r: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -95,6 +95,27 @@ class StateFactory:
         """The state of task ``partition_index`` of ``num_partitions``."""
         raise NotImplementedError
 
+    # -- trident verify (docs/verify.md): runs against scratch copies, never the real system --
+
+    def scratch(self, namespace: str) -> StateFactory | None:
+        """A factory like this one that writes into *scratch copies* named by ``namespace``
+        (a schema, a directory, topics of their own), never into this factory's real
+        table, directory or topic; None (the default) when it cannot, and then
+        ``trident verify`` refuses the topology. Called in every process, so it must be
+        a pure function of ``namespace`` and the factory (no I/O): create the copies
+        lazily in the copy's ``make_state``. On the copy, ``read_scratch`` and
+        ``drop_scratch`` let verify compare and remove them."""
+        return None
+
+    def read_scratch(self) -> dict[Any, Any] | None:
+        """On a scratch copy: what it holds, as ``{key: value}`` (rows as a multiset:
+        ``{row: count}``) for verify to compare run by run; None: it cannot say (the state
+        is then reported as not compared)."""
+        return None
+
+    def drop_scratch(self) -> None:
+        """On a scratch copy: remove the copies (verify calls it once it has read them)."""
+
 
 def is_state_factory(obj: Any) -> bool:
     """Whether ``obj`` is a factory of the State API (anything with ``make_state``)."""

@@ -32,6 +32,10 @@ TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
 
 log = logging.getLogger("trident")
+#: set in the conf of a ``trident verify`` run (docs/verify.md): every user state is then made
+#: by ``factory.scratch(<the run's topology id>)``, a copy writing into scratch copies
+VERIFY = "trident.verify"
+
 _cache: dict[Hashable, Any] = {}
 _guard = threading.Lock()
 
@@ -59,6 +63,35 @@ def _factory_key(factory: Any) -> Hashable:
         return (type(factory).__qualname__, cloudpickle.dumps(factory, protocol=4))
     except Exception:  # noqa: BLE001 - an unpicklable factory lives in this process only
         return ("id", id(factory))
+
+
+def factory_key(factory: Any) -> Hashable:
+    """A factory's identity across its copies (``_factory_key``)."""
+    return _factory_key(factory)
+
+
+def factory_name(factory: Any) -> str:
+    """How messages call a factory: its ``name``, else its class name."""
+    try:
+        return str(getattr(factory, "name", None) or type(factory).__name__)
+    except Exception:  # noqa: BLE001 - a user's name property that fails
+        return type(factory).__name__
+
+
+def scratch_factory(factory: Any, namespace: str, where: str) -> Any:
+    """``factory.scratch(namespace)``: the copy a ``trident verify`` run writes through;
+    ``ConfigError`` naming the state, ``where`` it is used and the fix when the factory
+    cannot make one (nothing is written then)."""
+    make = getattr(factory, "scratch", None)
+    copy = make(namespace) if callable(make) else None
+    if copy is None:
+        msg = (f"{where} writes the state {factory_name(factory)!r} ({type(factory).__name__}), which cannot be "
+               "redirected to a scratch copy: trident verify never writes into your real systems, so it runs "
+               f"every state against copies it owns. Implement scratch(namespace) on {type(factory).__name__}, "
+               "returning a factory that writes into a copy named by namespace (and read_scratch() / "
+               "drop_scratch() on that copy, so verify compares and removes it; docs/verify.md)")
+        raise ConfigError(msg)
+    return copy
 
 
 def mark_factory(factory: Any) -> None:
@@ -105,6 +138,8 @@ class TaskUserStates:
             if st is None:
                 conf = {**self.conf, EPOCH: self.epoch, TOPOLOGY_ID: self.topology_id,
                         COMPONENT_ID: self.component_id}
+                if self.conf.get(VERIFY) is not None:     # a verify run: its scratch copies only
+                    factory = scratch_factory(factory, self.topology_id, f"component {self.component_id!r}")
                 st = _cache[key] = factory.make_state(conf, MetricsContext(), self.task, self.num_tasks)
         if not any(s is st for s in self.opened):
             begin_attempt = getattr(st, "begin_attempt", None)
@@ -125,8 +160,11 @@ def check_factories(factories: Any, conf: dict[str, Any], topology_id: str) -> N
     """Before any batch: each factory's ``check(conf)`` when it has one (a table that does not
     exist, a column of another type, a server that refuses the credentials stop the run here,
     with the factory's own message, not in the first commit). A server that is down now is
-    an outage, not a mistake: logged, and the batches retry it as they would later."""
+    an outage, not a mistake: logged, and the batches retry it as they would later. In a
+    ``trident verify`` run the scratch copy is checked, never the user's own system."""
     for factory in factories:
+        if conf.get(VERIFY) is not None:
+            factory = scratch_factory(factory, topology_id, "the topology")
         check = getattr(factory, "check", None)
         if callable(check):
             try:

@@ -1,6 +1,6 @@
 """One driver process of ``trident verify`` (``transactional.ops.verify``); not for users.
 
-    python -m transactional.ops.verify_child FILE --topology-id ID --state URL --coordination URL
+    python -m transactional.ops.verify.child FILE --topology-id ID --state URL --coordination URL
         [--master local[2]] [--executor spark|in-process] [--until-txid T]
 
 It loads the topology file, builds its topology under the scratch topology id ``ID`` (so
@@ -21,8 +21,7 @@ import json
 import sys
 from typing import Any
 
-#: what every line of this protocol starts with (the topology's own prints go through)
-PREFIX = "@verify "
+from transactional.ops.verify.model import PREFIX, last_committed_txid
 
 
 def _say(what: str, payload: Any = None) -> None:
@@ -31,21 +30,9 @@ def _say(what: str, payload: Any = None) -> None:
     sys.stdout.flush()
 
 
-def last_committed_txid(coordination: str, topology_id: str) -> int:
-    """The last txid the topology committed (0: none yet)."""
-    from state.base import open_transactional_state
-
-    s = open_transactional_state(coordination, topology_id)
-    try:
-        c = s.get("committed")
-        return int(c["txid"]) if c else 0
-    finally:
-        s.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one driver of a verify run (module docstring); the exit status of the run."""
-    p = argparse.ArgumentParser(prog="python -m transactional.ops.verify_child")
+    p = argparse.ArgumentParser(prog="python -m transactional.ops.verify.child")
     p.add_argument("file")
     p.add_argument("--topology-id", required=True)
     p.add_argument("--state", required=True)

@@ -1,0 +1,169 @@
+"""The values of ``trident verify``: its options, a planned kill, a row of the verdict table
+and the whole report (``transactional.ops.verify``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from transactional.exceptions import TridentError
+
+__all__ = ["PREFIX", "last_committed_txid", "map_kinds", "CRASH_POINTS", "VerifyError", "VerifyOptions", "Kill", "RunOutcome", "VerifyReport", "plan_random_kills"]
+
+
+
+#: what every line of this protocol starts with (the topology's own prints go through)
+PREFIX = "@verify "
+
+
+def last_committed_txid(coordination: str, topology_id: str) -> int:
+    """The last txid the topology committed (0: none yet)."""
+    from state.base import open_transactional_state
+
+    s = open_transactional_state(coordination, topology_id)
+    try:
+        c = s.get("committed")
+        return int(c["txid"]) if c else 0
+    finally:
+        s.close()
+
+
+#: the driver's crash points of the commit protocol, in the order a txid reaches them
+#: (transactional.engine.faults)
+CRASH_POINTS = ("process.after_meta", "commit.before", "commit.after_task", "commit.before_write",
+                "commit.before_record", "commit.after_record")
+
+
+class VerifyError(TridentError):
+    """``trident verify`` cannot verify this topology (a spout that cannot replay, a run that
+    fails without faults, a bad option); the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What ``trident verify`` runs (its command-line flags)."""
+
+    crash_points: tuple[str, ...] = CRASH_POINTS
+    kills: int = 0
+    seed: int = 1
+    task_failures: bool = True
+    task_failure_rate: float = 0.2
+    budget_secs: float | None = None
+    state: str | None = None
+    coordination: str | None = None
+    master: str = "local[2]"
+    executor: str | None = None
+    max_batches: int | None = None
+    server_faults: bool = False
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One SIGKILL of the driver: at crash point ``point`` of ``txid``."""
+
+    point: str
+    txid: int
+
+    @property
+    def spec(self) -> str:
+        """The ``TRIDENT_CRASH_AT`` value."""
+        return f"{self.point}:txid={self.txid}"
+
+
+@dataclass
+class RunOutcome:
+    """One row of the verdict table."""
+
+    fault: str
+    kills_planned: int = 0
+    kills: int = 0
+    drivers: int = 0
+    replays: int = 0
+    compared: int = 0
+    missing: int = 0
+    doubled: int = 0
+    extra: int = 0
+    different: int = 0
+    examples: list[str] = field(default_factory=list)
+    verdict: str = "PASS"          # PASS, FAIL, UNCHECKED (nothing compared), SKIP (not run: budget) or ERROR
+    note: str = ""
+    secs: float = 0.0
+    restarts: int = 0              # servers restarted (--server-faults)
+    landed: list[str] = field(default_factory=list)   # the kills that happened (TRIDENT_CRASH_AT specs)
+    where: list[str] = field(default_factory=list)    # each state that differs: its component, the likely mistake
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as a JSON-friendly dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class VerifyReport:
+    """Everything ``trident verify`` found."""
+
+    file: str
+    topology_id: str
+    kind: str
+    reference_keys: int = 0
+    reference_txids: int = 0
+    fixed_ranges: dict[str, dict[str, int]] = field(default_factory=dict)
+    runs: list[RunOutcome] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    secs: float = 0.0
+    spouts: list[str] = field(default_factory=list)    # per spout: its kind, and whether it replays its input
+    states: list[str] = field(default_factory=list)    # the user states run against scratch copies
+
+    @property
+    def passed(self) -> bool:
+        """True when every run that ran matched the reference (``SKIP`` rows do not count)."""
+        return all(r.verdict in ("PASS", "SKIP") for r in self.runs) and any(r.verdict == "PASS" for r in self.runs)
+
+    @property
+    def verdict(self) -> str:
+        """PASS; UNCHECKED when no run compared anything (nothing to fail, nothing proven); else FAIL."""
+        if self.passed:
+            return "PASS"
+        ran = [r for r in self.runs if r.verdict != "SKIP"]
+        return "UNCHECKED" if ran and all(r.verdict == "UNCHECKED" for r in ran) else "FAIL"
+
+    @property
+    def kills(self) -> int:
+        """SIGKILLs of the driver that happened, over every run."""
+        return sum(r.kills for r in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as one JSON-friendly dict (``--json``)."""
+        return {"file": self.file, "topology_id": self.topology_id, "kind": self.kind,
+                "verdict": self.verdict, "spouts": self.spouts, "states": self.states, "secs": round(self.secs, 1), "kills": self.kills,
+                "reference_keys": self.reference_keys, "reference_txids": self.reference_txids,
+                "runs": [r.to_json() for r in self.runs], "unchecked": self.unchecked,
+                "fixed_ranges": self.fixed_ranges}
+
+
+def map_kinds(coordination: str, topology_id: str) -> dict[str, str]:
+    """The maps the topology recorded: name -> kind (``transactional``, ``opaque`` ...)."""
+    from state.base import open_transactional_state
+
+    s = open_transactional_state(coordination, topology_id)
+    try:
+        return dict(s.get("maps") or {})
+    finally:
+        s.close()
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def plan_random_kills(n: int, seed: int, last_txid: int) -> list[Kill]:
+    """``n`` kills at seeded random crash points and txids (1..``last_txid``), in the order a
+    run reaches them (by txid, then by the point's place in the protocol).
+
+    >>> [k.spec for k in plan_random_kills(2, 1, 5)]
+    ['process.after_meta:txid=3', 'commit.before:txid=5']
+    """
+    rng = random.Random(seed)
+    kills = [Kill(rng.choice(CRASH_POINTS), rng.randint(1, max(1, last_txid))) for _ in range(n)]
+    return sorted(kills, key=lambda k: (k.txid, CRASH_POINTS.index(k.point)))
