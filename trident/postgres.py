@@ -3,7 +3,7 @@
 >>> f = PostgresStateFactory("postgresql://127.0.0.1:5432/app", "word_counts",
 ...                          {"word": "text", "count": "bigint"}, key_columns=["word"])
 >>> f.create_table_sql()
-'CREATE TABLE word_counts (word text, count bigint, PRIMARY KEY (word))'
+'CREATE TABLE "word_counts" ("word" text, "count" bigint, PRIMARY KEY ("word"))'
 
 Use it with ``partition_persist(factory, Fields(...), PostgresUpdater())`` (each tuple a
 row: its fields in the order of ``columns``), from a committer with
@@ -33,7 +33,15 @@ the task's row of the guard table ``trident_txids(state, part, txid, epoch)`` to
 Checks before anything is written (``make_state``): the server is reachable, the table
 exists (or ``create_table=True``; else the error gives the ``CREATE TABLE``), every
 column exists, the key columns are the table's primary key or a unique index (upsert),
-and each value is one psycopg can send (``UnstorableValueError`` naming column and value).
+and each value is one psycopg can send (``UnstorableValueError`` naming column and value);
+an upsert key value is not NULL (a NULL never equals itself: neither ``ON CONFLICT`` nor
+the undo would find the row again, and a replay would double it).
+
+**Names.** Every table and column name is quoted, in one place (``sql_name``): a name is
+used exactly as written -- ``WordCounts`` is the table ``"WordCounts"``, ``order`` a
+column like any other. What PostgreSQL cannot hold is refused when the factory is made:
+an empty name, a NUL, more than 63 bytes (PostgreSQL would cut it short), more than
+``schema.table``.
 """
 
 from __future__ import annotations
@@ -59,18 +67,42 @@ GUARD_TABLE = "trident_txids"
 UNDO_TABLE = "trident_undo"
 TXID_COLUMN = "trident_txid"
 PARTITION_COLUMN = "trident_partition"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+MAX_NAME_BYTES = 63          # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short
 
 
-def _check_ident(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _IDENT.match(name):
-        msg = f"{what} {name!r} is not a plain SQL name (letters, digits, '_'; optionally schema.table)"
+def _check_ident(name: str, what: str, *, qualified: bool = False) -> str:
+    """``name`` if PostgreSQL can hold it as written (``qualified``: ``schema.table`` too)."""
+    parts = name.split(".") if qualified and isinstance(name, str) else [name]
+    why = ("is not a str" if not isinstance(name, str) else
+           "has more than one '.' (name a table as table or schema.table)" if len(parts) > 2 else
+           "is empty" if any(p == "" for p in parts) else
+           "holds a NUL character" if "\x00" in name else
+           f"is longer than {MAX_NAME_BYTES} bytes (PostgreSQL would cut it short)"
+           if any(len(p.encode()) > MAX_NAME_BYTES for p in parts) else None)
+    if why:
+        msg = f"{what} {name!r} {why}; give a name PostgreSQL can hold as written"
         raise ConfigError(msg)
     return name
 
 
-def _q(name: str) -> str:
-    return ".".join(f'"{p}"' for p in name.split("."))
+def sql_name(name: str, *, qualified: bool = False) -> Any:
+    """The one place names become SQL: ``name`` quoted (``psycopg.sql.Identifier``),
+    used exactly as written; ``qualified``: ``schema.table`` is two names."""
+    from psycopg import sql
+
+    return sql.Identifier(*(name.split(".") if qualified else [name]))
+
+
+def _regclass(table: str) -> str:
+    """``table`` as the text ``to_regclass`` parses back to the same table (quoted)."""
+    return str(sql_name(table, qualified=True).as_string())
+
+
+def _names(names: Iterable[str], prefix: str = "") -> Any:
+    """``a, b, c`` quoted (``prefix``: ``t.`` for a table alias)."""
+    from psycopg import sql
+
+    return sql.SQL(", ").join(sql.SQL(prefix) + sql_name(n) for n in names)
 
 
 class PostgresStateFactory(StateFactory):
@@ -95,7 +127,7 @@ class PostgresStateFactory(StateFactory):
                  create_table: bool = False,
                  state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0) -> None:
         self.dsn = dsn
-        self.table = _check_ident(table, "table")
+        self.table = _check_ident(table, "table", qualified=True)
         self.types: dict[str, str] = dict(columns) if isinstance(columns, Mapping) else {}
         self.columns = [_check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
                                                             else list(columns.keys()))]
@@ -133,12 +165,18 @@ class PostgresStateFactory(StateFactory):
 
     def create_table_sql(self) -> str:
         """The ``CREATE TABLE`` this state needs (types ``<type>`` where not given)."""
-        cols = [f"{c} {self.types.get(c, '<type>')}" for c in self.columns]
+        return str(self._create_table().as_string())
+
+    def _create_table(self) -> Any:
+        from psycopg import sql
+
+        cols = [sql_name(c) + sql.SQL(f" {self.types.get(c, '<type>')}") for c in self.columns]
         if self.mode == "append":
-            cols += [f"{TXID_COLUMN} bigint NOT NULL", f"{PARTITION_COLUMN} int NOT NULL"]
+            cols += [sql.SQL("{} bigint NOT NULL").format(sql_name(TXID_COLUMN)),
+                     sql.SQL("{} int NOT NULL").format(sql_name(PARTITION_COLUMN))]
         else:
-            cols.append(f"PRIMARY KEY ({', '.join(self.key_columns)})")
-        return f"CREATE TABLE {self.table} ({', '.join(cols)})"
+            cols.append(sql.SQL("PRIMARY KEY ({})").format(_names(self.key_columns)))
+        return sql.SQL("CREATE TABLE {} ({})").format(sql_name(self.table, qualified=True), sql.SQL(", ").join(cols))
 
     def connect(self) -> Any:
         """A new connection (``psycopg.connect``), or ``StateUnavailableError`` naming the server."""
@@ -170,25 +208,29 @@ class PostgresStateFactory(StateFactory):
                          "txid bigint NOT NULL, epoch bigint, PRIMARY KEY (state, part))")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {UNDO_TABLE} (state text NOT NULL, part int NOT NULL, "
                          "txid bigint NOT NULL, key jsonb NOT NULL, old jsonb)")
-            exists = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
+            exists = conn.execute("SELECT to_regclass(%s)", (_regclass(self.table),)).fetchone()[0]
             if exists is None:
                 if not self.create_table:
-                    msg = (f"table {self.table!r} does not exist; create it:\n  {self.create_table_sql()};\n"
+                    folded = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
+                    hint = (f" (names are used as written; a table {folded} exists: name it {str(folded)!r})"
+                            if folded is not None else "")
+                    msg = (f"table {self.table!r} does not exist{hint}; create it:\n  {self.create_table_sql()};\n"
                            "or pass create_table=True (with columns as a mapping name -> SQL type)")
                     raise ConfigError(msg)
                 if len(self.types) != len(self.columns):
                     msg = (f"create_table=True needs every column's SQL type: pass columns as a mapping, e.g. "
                            f"{ {c: 'text' for c in self.columns} }")
                     raise ConfigError(msg)
-                conn.execute(self.create_table_sql())
+                conn.execute(self._create_table())
         have = {r[0]: r[1] for r in conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (self.table,))}
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (_regclass(self.table),))}
         need = self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
         missing = [c for c in need if c not in have]
         if missing:
             msg = (f"table {self.table!r} has no column(s) {missing} (it has {sorted(have)}); this state writes "
-                   f"{need}. Add them (ALTER TABLE {self.table} ADD COLUMN ...) or name the table's columns")
+                   f"{need}. Add them (ALTER TABLE {_regclass(self.table)} ADD COLUMN ...) or name the table's "
+                   "columns")
             raise ConfigError(msg)
         for c, t in self.types.items():
             if t.split("(")[0].strip().lower() != have[c].split("(")[0].strip().lower() and not _same_type(t, have[c]):
@@ -199,10 +241,11 @@ class PostgresStateFactory(StateFactory):
             uniques = [set(r[0]) for r in conn.execute(
                 "SELECT array_agg(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisunique "
-                "GROUP BY i.indexrelid", (self.table,))]
+                "GROUP BY i.indexrelid", (_regclass(self.table),))]
             if set(self.key_columns) not in uniques:
                 msg = (f"upsert into {self.table!r} needs a primary key or unique index on {self.key_columns}; "
-                       f"add one: ALTER TABLE {self.table} ADD PRIMARY KEY ({', '.join(self.key_columns)})")
+                       f"add one: ALTER TABLE {_regclass(self.table)} ADD PRIMARY KEY "
+                       f"({_names(self.key_columns).as_string()})")
                 raise ConfigError(msg)
 
 
@@ -234,6 +277,7 @@ class PostgresState(State):
         self.rows: list[tuple[Any, ...]] = []
         self.txid: int | None = None
         self._dumpable: dict[tuple[int, type], None] = {}
+        self._key_idx = [factory.columns.index(k) for k in factory.key_columns]
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``: nothing buffered."""
@@ -249,6 +293,12 @@ class PostgresState(State):
                        f"{n} columns {self.f.columns}")
                 raise UnstorableValueError(msg)
             self._check_values(r)
+            if self.f.mode == "upsert" and any(r[i] is None for i in self._key_idx):
+                nulls = [self.f.columns[i] for i in self._key_idx if r[i] is None]
+                msg = (f"table {self.f.table!r}: key column(s) {nulls} of row {r!r} are None; an upsert key "
+                       "cannot be NULL (NULL never equals NULL: a replay could not find the row it wrote and "
+                       "would add it twice). Filter such rows out or give them a key value before the state")
+                raise UnstorableValueError(msg)
             self.rows.append(r)
 
     def _check_values(self, r: tuple[Any, ...]) -> None:
@@ -327,32 +377,40 @@ class PostgresState(State):
 
     def _undo(self, txid: int) -> None:
         """Take back what the committed earlier attempt of ``txid`` wrote."""
-        t = _q(self.f.table)
+        from psycopg import sql
+
+        t = sql_name(self.f.table, qualified=True)
         if self.f.mode == "append":
-            self.conn.execute(f"DELETE FROM {t} WHERE {TXID_COLUMN} = %s AND {PARTITION_COLUMN} = %s",
-                              (txid, self.partition))
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = %s AND {} = %s").format(
+                t, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN)), (txid, self.partition))
             return
-        keys = self.f.key_columns
-        match = " AND ".join(f"{_q(k)} = (u.key->>'{k}')::{self._type(k)}" for k in keys)
-        self.conn.execute(f"DELETE FROM {t} USING {UNDO_TABLE} u WHERE u.state = %s AND u.part = %s "
-                          f"AND u.txid = %s AND {match}", (self.state_id, self.partition, txid))
-        self.conn.execute(f"INSERT INTO {t} SELECT (jsonb_populate_record(NULL::{t}, u.old)).* FROM {UNDO_TABLE} u "
-                          "WHERE u.state = %s AND u.part = %s AND u.txid = %s AND u.old IS NOT NULL",
+        match = sql.SQL(" AND ").join(
+            sql.SQL("{} = (u.key->>{})::{}").format(sql_name(k), sql.Literal(k), sql.SQL(self._type(k)))
+            for k in self.f.key_columns)
+        self.conn.execute(sql.SQL("DELETE FROM {} USING {} u WHERE u.state = %s AND u.part = %s "
+                                  "AND u.txid = %s AND {}").format(t, sql_name(UNDO_TABLE), match),
                           (self.state_id, self.partition, txid))
+        self.conn.execute(sql.SQL("INSERT INTO {} SELECT (jsonb_populate_record(NULL::{}, u.old)).* FROM {} u "
+                                  "WHERE u.state = %s AND u.part = %s AND u.txid = %s AND u.old IS NOT NULL").format(
+                              t, t, sql_name(UNDO_TABLE)), (self.state_id, self.partition, txid))
 
     def _type(self, col: str) -> str:
         cache = self.__dict__.setdefault("_types", {})
         if col not in cache:
             cache[col] = self.conn.execute(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attname = %s", (self.f.table, col)).fetchone()[0]
+                "AND attname = %s", (_regclass(self.f.table), col)).fetchone()[0]
         return str(cache[col])
 
     def _write(self, rows: list[tuple[Any, ...]], txid: int) -> None:
-        f, conn, t = self.f, self.conn, _q(self.f.table)
-        cols = ", ".join(_q(c) for c in f.columns)
+        from psycopg import sql
+
+        f, conn, t = self.f, self.conn, sql_name(self.f.table, qualified=True)
+        cols = _names(f.columns)
         if f.mode == "append":
-            with conn.cursor().copy(f"COPY {t} ({cols}, {TXID_COLUMN}, {PARTITION_COLUMN}) FROM STDIN") as cp:
+            copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN").format(
+                t, cols, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN))
+            with conn.cursor().copy(copy) as cp:
                 for r in rows:
                     cp.write_row((*_json(r), txid, self.partition))
             return
@@ -367,40 +425,42 @@ class PostgresState(State):
             if old is not None and aidx:
                 r = tuple((v + old[i]) if i in aidx else v for i, v in enumerate(r))
             last[k] = r
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS trident_stage (LIKE {t} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-        with conn.cursor().copy(f"COPY trident_stage ({cols}) FROM STDIN") as cp:
+        conn.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS trident_stage (LIKE {} INCLUDING DEFAULTS) "
+                             "ON COMMIT DELETE ROWS").format(t))
+        with conn.cursor().copy(sql.SQL("COPY trident_stage ({}) FROM STDIN").format(cols)) as cp:
             for r in last.values():
                 cp.write_row(_json(r))
-        join = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in f.key_columns)
-        keyobj = ", ".join(f"'{k}', s.{_q(k)}" for k in f.key_columns)
+        join = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql_name(k), sql_name(k)) for k in f.key_columns)
+        keyobj = sql.SQL(", ").join(sql.SQL("{}, s.{}").format(sql.Literal(k), sql_name(k)) for k in f.key_columns)
         # Step 3a. the rows about to be overwritten (NULL: the key is new), for an undo of this txid
         conn.execute(f"DELETE FROM {UNDO_TABLE} WHERE state = %s AND part = %s", (self.state_id, self.partition))
-        conn.execute(f"INSERT INTO {UNDO_TABLE} (state, part, txid, key, old) SELECT %s, %s, %s, "
-                     f"jsonb_build_object({keyobj}), to_jsonb(t.*) FROM trident_stage s LEFT JOIN {t} t ON {join}",
-                     (self.state_id, self.partition, txid))
+        conn.execute(sql.SQL("INSERT INTO {} (state, part, txid, key, old) SELECT %s, %s, %s, "
+                             "jsonb_build_object({}), to_jsonb(t.*) FROM trident_stage s LEFT JOIN {} t ON {}").format(
+                         sql_name(UNDO_TABLE), keyobj, t, join), (self.state_id, self.partition, txid))
         # Step 3b. the upsert
-        updates = [c for c in f.columns if c not in f.key_columns]
-        sets = [f"{_q(c)} = {t}.{_q(c)} + EXCLUDED.{_q(c)}" if c in f.add_columns else f"{_q(c)} = EXCLUDED.{_q(c)}"
-                for c in updates]
-        action = ("DO UPDATE SET " + ", ".join(sets)) if updates else "DO NOTHING"
-        conn.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM trident_stage "
-                     f"ON CONFLICT ({', '.join(_q(k) for k in f.key_columns)}) {action}")
+        sets = [sql.SQL("{c} = {t}.{c} + EXCLUDED.{c}" if c in f.add_columns else "{c} = EXCLUDED.{c}").format(
+                    c=sql_name(c), t=t) for c in f.columns if c not in f.key_columns]
+        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(sets)) if sets else sql.SQL("DO NOTHING")
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM trident_stage ON CONFLICT ({}) {}").format(
+            t, cols, cols, _names(f.key_columns), action))
 
     def lookup(self, keys: Sequence[Any]) -> list[tuple[Any, ...] | None]:
         """The committed rows (all columns) of ``keys`` (one value each, or a tuple of the
         key columns' values), None where absent: one query."""
+        from psycopg import sql
+
         if not keys:
             return []
         f = self.f
         kcols = f.key_columns or f.columns[:1]
         ks = [k if isinstance(k, (tuple, list)) else (k,) for k in keys]
-        cols = ", ".join(_q(c) for c in f.columns)
-        where = " OR ".join("(" + " AND ".join(f"{_q(c)} = %s" for c in kcols) + ")" for _ in ks)
+        one = sql.SQL("({})").format(sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql_name(c)) for c in kcols))
+        where = sql.SQL(" OR ").join([one] * len(ks))
         params = [v for k in ks for v in k]
         kidx = [f.columns.index(c) for c in kcols]
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_names(f.columns), sql_name(f.table, qualified=True), where)
         with self.conn.transaction():
-            found = {tuple(r[i] for i in kidx): tuple(r)
-                     for r in self.conn.execute(f"SELECT {cols} FROM {_q(f.table)} WHERE {where}", params)}
+            found = {tuple(r[i] for i in kidx): tuple(r) for r in self.conn.execute(query, params)}
         return [found.get(tuple(k)) for k in ks]
 
     def close(self) -> None:
