@@ -47,7 +47,6 @@ an empty name, a NUL, more than 63 bytes (PostgreSQL would cut it short), more t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +57,7 @@ from state.errors import (
     StateUnavailableError,
     UnstorableValueError,
 )
+from state.redaction import redact_dsn, remember, remember_environment, secrets_in
 from trident.operation import BaseQueryFunction, BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
@@ -127,6 +127,7 @@ class PostgresStateFactory(StateFactory):
                  create_table: bool = False,
                  state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0) -> None:
         self.dsn = dsn
+        _remember_dsn(dsn)
         self.table = _check_ident(table, "table", qualified=True)
         self.types: dict[str, str] = dict(columns) if isinstance(columns, Mapping) else {}
         self.columns = [_check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
@@ -182,10 +183,16 @@ class PostgresStateFactory(StateFactory):
         """A new connection (``psycopg.connect``), or ``StateUnavailableError`` naming the server."""
         import psycopg
 
+        _remember_dsn(self.dsn)
         try:
             return psycopg.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)), autocommit=True)
+        except psycopg.ProgrammingError:       # libpq's message would quote a piece of the string
+            msg = (f"the connection string for table {self.table!r} is not one libpq can read; quote a value "
+                   "holding spaces or quotes ('A B', with \\' and \\\\ escaped inside) or use a "
+                   "postgresql:// URL with the password percent-encoded")
+            raise ConfigError(msg) from None
         except psycopg.OperationalError as e:
-            msg = (f"PostgreSQL for table {self.table!r} cannot be reached at {_safe_dsn(self.dsn)}: "
+            msg = (f"PostgreSQL for table {self.table!r} cannot be reached at {redact_dsn(self.dsn)}: "
                    f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Start the server or fix the "
                    "connection string")
             raise StateUnavailableError(msg) from None
@@ -259,8 +266,11 @@ def _same_type(declared: str, actual: str) -> bool:
     return _ALIASES.get(d, d) == actual.split("(")[0].strip().lower()
 
 
-def _safe_dsn(dsn: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+def _remember_dsn(dsn: str) -> None:
+    """The DSN's password (every form libpq reads) and ``PGPASSWORD`` masked wherever
+    they show up later (``state.redaction``), in this process."""
+    remember(secrets_in(dsn))
+    remember_environment()
 
 
 class PostgresState(State):
@@ -343,7 +353,7 @@ class PostgresState(State):
                    "match the columns' types")
             raise UnstorableValueError(msg) from None
         except psycopg.OperationalError as e:
-            msg = f"PostgreSQL at {_safe_dsn(self.f.dsn)} failed during txid {txid}: {e}"
+            msg = f"PostgreSQL at {redact_dsn(self.f.dsn)} failed during txid {txid}: {e}"
             self._reconnect()
             raise StateUnavailableError(msg) from None
 
