@@ -61,6 +61,8 @@ _KEYWORD = r"(?P<name>[A-Za-z_][\w.-]*)(?P<eq>[ \t]*=[ \t]*)(?P<value>'(?:\\.|[^
 #: a URL or a ``name=value`` in free text, whichever starts first
 _TEXT = re.compile(f"(?P<url>{_URL.pattern})|{_KEYWORD}", re.DOTALL)
 _QUOTED_MASK = f"'{MASK}'"
+#: what help texts write where a secret goes (``coordination_auth='user:password'``): kept
+_PLACEHOLDERS = frozenset({"user:password", "password", "<password>", "...", MASK})
 #: environment variables holding a password (libpq's)
 ENV_SECRETS = ("PGPASSWORD",)
 #: secrets shorter than this are masked by their form only (masking every "ab" in a text
@@ -107,7 +109,8 @@ def redact_url(url: str) -> str:
 def _redact_span(m: re.Match[str]) -> str:
     if m["url"]:
         return redact_url(m["url"])
-    if is_secret_key(m["name"]) and m["value"]:     # quoted stays quoted: what follows is kept
+    if is_secret_key(m["name"]) and m["value"] and _libpq_value(m["value"]) not in _PLACEHOLDERS:
+        # quoted stays quoted: what follows is kept
         return f"{m['name']}{m['eq']}{_QUOTED_MASK if m['value'].startswith(chr(39)) else MASK}"
     value = m["value"]                       # not a secret's name: its value may hold one
     return f"{m['name']}{m['eq']}{_TEXT.sub(_redact_span, value) if value else value}"
