@@ -81,7 +81,8 @@ class CommitProtocol:
         try:
             # Step 4. committers and the bolts downstream of them, maps buffering their updates;
             # an earlier attempt whose commit began may have written opaque state: roll it back first.
-            e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else ())
+            e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else (),
+                           time_ms=conf[TXID_TIME_MS])
             if e.plan.commits_on_executors:
                 rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept,
                                  e.states.for_executors(txid, a.attempt))
