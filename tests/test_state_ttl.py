@@ -208,3 +208,41 @@ def test_a_txid_replayed_after_its_keys_expired_by_the_wall_clock_decides_by_its
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(client.get(f"{tid}:counts:a")) == first
     assert json.loads(client.get(f"{tid}:counts:b"))["txid"] == 5     # and the run went on to its end
+
+
+# -- PostgreSQL: trident_expires_at, honoured by the upsert, the lookup and a sweep ----------------
+
+@pytest.mark.integration
+def test_postgres_rows_expire_by_the_txids_time_replays_included_and_a_sweep_deletes_them(pg_dsn: str) -> None:
+    import psycopg
+
+    from trident.postgres import PostgresStateFactory
+    from trident.states import EPOCH, TOPOLOGY_ID
+
+    f = PostgresStateFactory(pg_dsn, "wc", {"word": "text", "count": "bigint"}, key_columns=["word"],
+                             add_columns=["count"], create_table=True, ttl_secs=10, ttl_grace_secs=5)
+    st = f.make_state({EPOCH: 1, TOPOLOGY_ID: "t"}, None, 0, 1)
+    base = 1_700_000_000_000
+
+    def apply(txid: int, at: int, rows: list[tuple[str, int]]) -> None:
+        st.begin_time(at)
+        st.begin_commit(txid)
+        st.add_rows(rows)
+        st.commit(txid)
+
+    def table() -> list[tuple[str, int, int]]:
+        with psycopg.connect(pg_dsn) as c:
+            return [(w, n, int(e.timestamp() * 1000)) for w, n, e in
+                    c.execute("SELECT word, count, trident_expires_at FROM wc ORDER BY word").fetchall()]
+
+    apply(1, base, [("a", 1), ("b", 1)])
+    apply(2, base + 5 * S, [("a", 1)])                    # a = 2, expires at 15 s
+    apply(3, base + 16 * S, [("a", 1), ("c", 1)])         # a expired: 1; b (expired at 10 s) swept
+    assert table() == [("a", 1, base + 26 * S), ("c", 1, base + 26 * S)]
+    apply(3, base + 16 * S, [("a", 1)])                   # a replay (another batch): a decided the same
+    assert table() == [("a", 1, base + 26 * S)]
+    st.begin_time(base + 25 * S)
+    assert st.lookup(["a", "b"]) == [("a", 1), None]
+    st.begin_time(base + 26 * S)
+    assert st.lookup(["a"]) == [None]                     # expired: the lookup skips it
+    st.close()

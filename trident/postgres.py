@@ -46,7 +46,9 @@ an empty name, a NUL, more than 63 bytes (PostgreSQL would cut it short), more t
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -67,6 +69,9 @@ GUARD_TABLE = "trident_txids"
 UNDO_TABLE = "trident_undo"
 TXID_COLUMN = "trident_txid"
 PARTITION_COLUMN = "trident_partition"
+EXPIRES_COLUMN = "trident_expires_at"
+#: rows deleted per commit by the sweep of a state with a TTL
+SWEEP_ROWS = 10_000
 MAX_NAME_BYTES = 63          # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short
 
 
@@ -117,7 +122,11 @@ class PostgresStateFactory(StateFactory):
     (upsert): numbers a row *adds* to its key's stored row (``count = count + new``: a
     running total, exactly once) instead of replacing them. ``state_id``:
     the name of this state's guard rows (default ``<topology id>:<table>``).
-    ``batch_size``: rows per ``COPY`` chunk.
+    ``batch_size``: rows per ``COPY`` chunk. ``ttl_secs``: a row not written for that long,
+    by the txids' recorded times, is gone -- the table has a ``trident_expires_at
+    timestamptz`` column that each write sets (txid time + TTL), an upsert counts an
+    expired row as absent, ``PostgresLookup`` skips it, and each commit of task 0 deletes
+    up to ``SWEEP_ROWS`` rows expired more than ``ttl_grace_secs`` ago (docs/states.md).
     """
 
     opaque_safe = True
@@ -125,7 +134,8 @@ class PostgresStateFactory(StateFactory):
     def __init__(self, dsn: str, table: str, columns: Sequence[str] | Mapping[str, str], *,
                  key_columns: Sequence[str] = (), mode: str = "upsert", add_columns: Sequence[str] = (),
                  create_table: bool = False,
-                 state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0) -> None:
+                 state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0,
+                 ttl_secs: float | None = None, ttl_grace_secs: float = 600.0) -> None:
         self.dsn = dsn
         _remember_dsn(dsn)
         self.table = _check_ident(table, "table", qualified=True)
@@ -155,6 +165,11 @@ class PostgresStateFactory(StateFactory):
                    f"(the numbers a row adds to its key's row)")
             raise ConfigError(msg)
         self.create_table = create_table
+        from state.map.ttl import Ttl
+
+        ttl = Ttl.of(ttl_secs, "write", ttl_grace_secs)
+        self.ttl_ms = None if ttl is None else ttl.ms
+        self.ttl_grace_ms = 0 if ttl is None else ttl.grace_ms
         self.state_id = state_id
         self.batch_size = batch_size
         self.connect_timeout = connect_timeout
@@ -172,6 +187,8 @@ class PostgresStateFactory(StateFactory):
         from psycopg import sql
 
         cols = [sql_name(c) + sql.SQL(f" {self.types.get(c, '<type>')}") for c in self.columns]
+        if self.ttl_ms is not None:
+            cols.append(sql.SQL("{} timestamptz").format(sql_name(EXPIRES_COLUMN)))
         if self.mode == "append":
             cols += [sql.SQL("{} bigint NOT NULL").format(sql_name(TXID_COLUMN)),
                      sql.SQL("{} int NOT NULL").format(sql_name(PARTITION_COLUMN))]
@@ -210,6 +227,8 @@ class PostgresStateFactory(StateFactory):
 
     def prepare_schema(self, conn: Any) -> None:
         """The guard tables, and the table checked (or created with ``create_table``)."""
+        from psycopg import sql
+
         with conn.transaction():
             conn.execute(f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (state text NOT NULL, part int NOT NULL, "
                          "txid bigint NOT NULL, epoch bigint, PRIMARY KEY (state, part))")
@@ -229,10 +248,14 @@ class PostgresStateFactory(StateFactory):
                            f"{ {c: 'text' for c in self.columns} }")
                     raise ConfigError(msg)
                 conn.execute(self._create_table())
+                if self.ttl_ms is not None:      # the sweep's and the readers' index
+                    conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(sql_name(self.table, qualified=True),
+                                                                          sql_name(EXPIRES_COLUMN)))
         have = {r[0]: r[1] for r in conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (_regclass(self.table),))}
-        need = self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
+        need = (self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
+                + ([EXPIRES_COLUMN] if self.ttl_ms is not None else []))
         missing = [c for c in need if c not in have]
         if missing:
             msg = (f"table {self.table!r} has no column(s) {missing} (it has {sorted(have)}); this state writes "
@@ -286,8 +309,16 @@ class PostgresState(State):
         self.epoch = epoch
         self.rows: list[tuple[Any, ...]] = []
         self.txid: int | None = None
+        #: the txid's recorded time (ms; ``begin_time``): what a TTL is decided by
+        self.time_ms: int | None = None
         self._dumpable: dict[tuple[int, type], None] = {}
         self._key_idx = [factory.columns.index(k) for k in factory.key_columns]
+
+    def begin_time(self, time_ms: int) -> None:
+        """The txid's recorded time (the engine calls it before ``begin_commit``): a row
+        written now expires at it + ``ttl_secs``, one whose expiry is at or before it is
+        gone; the same on every replay of the txid."""
+        self.time_ms = time_ms
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``: nothing buffered."""
@@ -345,6 +376,8 @@ class PostgresState(State):
                     self._undo(txid)
                 if rows:
                     self._write(rows, txid)
+                if self.f.ttl_ms is not None and self.partition == 0:
+                    self._sweep()
                 self.conn.execute(f"UPDATE {GUARD_TABLE} SET txid = %s, epoch = %s WHERE state = %s AND part = %s",
                                   (txid, self.epoch, self.state_id, self.partition))
         except psycopg.errors.DataError as e:
@@ -416,13 +449,15 @@ class PostgresState(State):
         from psycopg import sql
 
         f, conn, t = self.f, self.conn, sql_name(self.f.table, qualified=True)
-        cols = _names(f.columns)
+        exp = () if f.ttl_ms is None else (_at(self._now_ms() + f.ttl_ms),)
+        names = f.columns + ([EXPIRES_COLUMN] if exp else [])
+        cols = _names(names)
         if f.mode == "append":
             copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN").format(
                 t, cols, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN))
             with conn.cursor().copy(copy) as cp:
                 for r in rows:
-                    cp.write_row((*_json(r), txid, self.partition))
+                    cp.write_row((*_json(r), *exp, txid, self.partition))
             return
         # upsert: the last row of each key wins (as applying them in order would); the
         # add_columns of a key's rows are summed
@@ -439,7 +474,7 @@ class PostgresState(State):
                              "ON COMMIT DELETE ROWS").format(t))
         with conn.cursor().copy(sql.SQL("COPY trident_stage ({}) FROM STDIN").format(cols)) as cp:
             for r in last.values():
-                cp.write_row(_json(r))
+                cp.write_row((*_json(r), *exp))
         join = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql_name(k), sql_name(k)) for k in f.key_columns)
         keyobj = sql.SQL(", ").join(sql.SQL("{}, s.{}").format(sql.Literal(k), sql_name(k)) for k in f.key_columns)
         # Step 3a. the rows about to be overwritten (NULL: the key is new), for an undo of this txid
@@ -448,8 +483,12 @@ class PostgresState(State):
                              "jsonb_build_object({}), to_jsonb(t.*) FROM trident_stage s LEFT JOIN {} t ON {}").format(
                          sql_name(UNDO_TABLE), keyobj, t, join), (self.state_id, self.partition, txid))
         # Step 3b. the upsert
-        sets = [sql.SQL("{c} = {t}.{c} + EXCLUDED.{c}" if c in f.add_columns else "{c} = EXCLUDED.{c}").format(
-                    c=sql_name(c), t=t) for c in f.columns if c not in f.key_columns]
+        # an expired row (TTL) counts as absent: its add_columns start from the batch's numbers
+        add = ("{c} = CASE WHEN {t}.{e} <= {now} THEN EXCLUDED.{c} ELSE {t}.{c} + EXCLUDED.{c} END" if exp
+               else "{c} = {t}.{c} + EXCLUDED.{c}")
+        now = sql.Literal(_at(self._now_ms()))
+        sets = [sql.SQL(add if c in f.add_columns else "{c} = EXCLUDED.{c}").format(
+                    c=sql_name(c), t=t, e=sql_name(EXPIRES_COLUMN), now=now) for c in names if c not in f.key_columns]
         action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(sets)) if sets else sql.SQL("DO NOTHING")
         conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM trident_stage ON CONFLICT ({}) {}").format(
             t, cols, cols, _names(f.key_columns), action))
@@ -468,14 +507,36 @@ class PostgresState(State):
         where = sql.SQL(" OR ").join([one] * len(ks))
         params = [v for k in ks for v in k]
         kidx = [f.columns.index(c) for c in kcols]
+        if f.ttl_ms is not None:          # an expired row is gone
+            where = sql.SQL("({}) AND ({} IS NULL OR {} > {})").format(
+                where, sql_name(EXPIRES_COLUMN), sql_name(EXPIRES_COLUMN), sql.Literal(_at(self._now_ms())))
         query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_names(f.columns), sql_name(f.table, qualified=True), where)
         with self.conn.transaction():
             found = {tuple(r[i] for i in kidx): tuple(r) for r in self.conn.execute(query, params)}
         return [found.get(tuple(k)) for k in ks]
 
+    def _now_ms(self) -> int:
+        """The txid's recorded time; the wall clock for a state used outside the engine."""
+        return self.time_ms if self.time_ms is not None else int(time.time() * 1000)
+
+    def _sweep(self) -> None:
+        """Delete up to ``SWEEP_ROWS`` rows that expired more than the grace before the
+        txid's time (in the commit's transaction: a replay redoes it)."""
+        from psycopg import sql
+
+        t, e = sql_name(self.f.table, qualified=True), sql_name(EXPIRES_COLUMN)
+        self.conn.execute(sql.SQL("DELETE FROM {} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {} WHERE {} < %s "
+                                  "LIMIT %s))").format(t, t, e),
+                          (_at(self._now_ms() - self.f.ttl_grace_ms), SWEEP_ROWS))
+
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
+
+
+def _at(ms: int) -> datetime.datetime:
+    """``ms`` since the epoch as a ``timestamptz`` value."""
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
 def _json(r: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -18,14 +18,15 @@ from transactional.engine.plan import ProcessingResult, run_commit
 from transactional.engine.planning import SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
+from transactional.engine.user_states import (
+    TXID_TIME_MS as TXID_TIME_MS,  # the conf key of a txid's time (windows read it here)
+)
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
     from transactional.engine.driver import Engine
 
 log = logging.getLogger("trident")
-#: the conf key of a commit phase's txid time (ms, ``CoordinatorStore.commit_time``)
-TXID_TIME_MS = "transactional.txid.time.ms"
 
 
 class CommitProtocol:
