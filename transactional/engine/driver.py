@@ -48,7 +48,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.user_states import forget_states
+from transactional.engine.user_states import check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl
 from transactional.ops.progress import Progress
@@ -122,6 +122,7 @@ class Engine:
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
         self.listeners.append(_log_failure(topology.topology_id))
+        self.listeners.append(_log_idle(topology, config.idle_timeout_secs, config.poll_interval_secs))
         if log.isEnabledFor(logging.DEBUG):
             self.listeners.append(_log_transition)
         # on_commit hears a commit before the progress line says it: whoever reads the line
@@ -185,11 +186,12 @@ class Engine:
             keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
+            check_factories(self.topology.user_states, self.conf, self.topology.topology_id)
             self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
             runner = self.runner_class(self, state, store, epoch)
-            recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
+            recorder = StatusRecorder(state, self.topology.shown_kind, owner, counts=runner.status_counts(),
                                       graph=topology_graph(self.topology), spouts=self.result._spout_ids,
                                       max_attempts=self.config.max_attempts, heartbeat=True,
                                       verify=self.config.conf.get("trident.verify"),
@@ -290,6 +292,20 @@ def _log_failure(topology_id: str) -> Callable[[Transition], None]:
         error = getattr(f, "error_type", "Timeout")
         log.info("%s: txid %d attempt %d failed: %s: %s: %s; %s", topology_id, t.txid, t.attempt, where, error,
                  f.message.splitlines()[0] if f.message else "", t.info.get("then", ""))
+    return hear
+
+
+def _log_idle(topology: Topology, idle_timeout: float | None, poll: float) -> Callable[[Transition], None]:
+    """One INFO line each time the run starts waiting for input: which spouts it asks, how
+    often, and until when (nothing when ``idle_timeout_secs`` is 0: the run ends instead)."""
+    spouts = ", ".join(f"{c.id!r} ({c.class_name})" for c in topology.spouts)
+    until = "until stopped (idle_timeout_secs=None)" if idle_timeout is None else \
+        f"for up to {idle_timeout:g} s (idle_timeout_secs), then the run ends"
+
+    def hear(t: Transition) -> None:
+        if t.kind == "idle" and idle_timeout != 0:
+            log.info("%s: waiting for input: spout %s has nothing new; asking again every %g s %s",
+                     topology.topology_id, spouts, poll, until)
     return hear
 
 
