@@ -46,8 +46,6 @@ an empty name, a NUL, more than 63 bytes (PostgreSQL would cut it short), more t
 
 from __future__ import annotations
 
-import datetime
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -63,6 +61,15 @@ from state.errors import (
 from state.redaction import redact_dsn, remember, remember_environment, secrets_in
 from transactional.extras import missing_extra
 from trident.operation import BaseQueryFunction, BaseStateUpdater, TridentCollector, TridentTuple
+from trident.postgres_sql import (
+    check_ident,
+    json_values,
+    regclass,
+    same_type,
+    sql_name,
+    sql_names,
+    timestamp_at,
+)
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
 try:
@@ -79,46 +86,6 @@ PARTITION_COLUMN = "trident_partition"
 EXPIRES_COLUMN = "trident_expires_at"
 #: rows deleted per commit by the sweep of a state with a TTL
 SWEEP_ROWS = 10_000
-MAX_NAME_BYTES = 63          # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short
-
-
-def _check_ident(name: str, what: str, *, qualified: bool = False) -> str:
-    """``name`` if PostgreSQL can hold it as written (``qualified``: ``schema.table`` too)."""
-    parts = name.split(".") if qualified and isinstance(name, str) else [name]
-    why = ("is not a str" if not isinstance(name, str) else
-           "has more than one '.' (name a table as table or schema.table)" if len(parts) > 2 else
-           "is empty" if any(p == "" for p in parts) else
-           "holds a NUL character" if "\x00" in name else
-           f"is longer than {MAX_NAME_BYTES} bytes (PostgreSQL would cut it short)"
-           if any(len(p.encode()) > MAX_NAME_BYTES for p in parts) else None)
-    if why:
-        msg = f"{what} {name!r} {why}; give a name PostgreSQL can hold as written"
-        raise ConfigError(msg)
-    return name
-
-
-def sql_name(name: str, *, qualified: bool = False) -> Any:
-    """The one place names become SQL: ``name`` quoted (``psycopg.sql.Identifier``),
-    used exactly as written; ``qualified``: ``schema.table`` is two names."""
-    from psycopg import sql
-
-    return sql.Identifier(*(name.split(".") if qualified else [name]))
-
-
-def _regclass(table: str) -> str:
-    """``table`` as the text ``to_regclass`` parses back to the same table (quoted)."""
-    return str(sql_name(table, qualified=True).as_string())
-
-
-def _names(names: Iterable[str], prefix: str = "") -> Any:
-    """``a, b, c`` quoted (``prefix``: ``t.`` for a table alias)."""
-    from psycopg import sql
-
-    return sql.SQL(", ").join(sql.SQL(prefix) + sql_name(n) for n in names)
-
-
-#: what a PostgreSQL server that is up answers when it refuses a connection for good (its
-#: ``FATAL`` messages; a server starting up, shutting down or full is an outage, retried)
 _REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry", "permission denied",
              "authentication failed", "is not permitted to log in")
 
@@ -160,9 +127,9 @@ class PostgresStateFactory(StateFactory):
                  ttl_secs: float | None = None, ttl_grace_secs: float = 600.0) -> None:
         self.dsn = dsn
         _remember_dsn(dsn)
-        self.table = _check_ident(table, "table", qualified=True)
+        self.table = check_ident(table, "table", qualified=True)
         self.types: dict[str, str] = dict(columns) if isinstance(columns, Mapping) else {}
-        self.columns = [_check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
+        self.columns = [check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
                                                             else list(columns.keys()))]
         if not self.columns:
             msg = f"PostgresStateFactory({table!r}): name at least one column"
@@ -171,7 +138,7 @@ class PostgresStateFactory(StateFactory):
             msg = f"PostgresStateFactory({table!r}): mode is 'upsert' or 'append', not {mode!r}"
             raise ConfigError(msg)
         self.mode = mode
-        self.key_columns = [_check_ident(c, "key column") for c in key_columns]
+        self.key_columns = [check_ident(c, "key column") for c in key_columns]
         if mode == "upsert" and not self.key_columns:
             msg = (f"PostgresStateFactory({table!r}) in upsert mode needs key_columns (the columns a row "
                    "replaces another by); or use mode='append'")
@@ -215,7 +182,7 @@ class PostgresStateFactory(StateFactory):
             cols += [sql.SQL("{} bigint NOT NULL").format(sql_name(TXID_COLUMN)),
                      sql.SQL("{} int NOT NULL").format(sql_name(PARTITION_COLUMN))]
         else:
-            cols.append(sql.SQL("PRIMARY KEY ({})").format(_names(self.key_columns)))
+            cols.append(sql.SQL("PRIMARY KEY ({})").format(sql_names(self.key_columns)))
         return sql.SQL("CREATE TABLE {} ({})").format(sql_name(self.table, qualified=True), sql.SQL(", ").join(cols))
 
     def connect(self) -> Any:
@@ -272,7 +239,7 @@ class PostgresStateFactory(StateFactory):
                          "txid bigint NOT NULL, epoch bigint, PRIMARY KEY (state, part))")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {UNDO_TABLE} (state text NOT NULL, part int NOT NULL, "
                          "txid bigint NOT NULL, key jsonb NOT NULL, old jsonb)")
-            exists = conn.execute("SELECT to_regclass(%s)", (_regclass(self.table),)).fetchone()[0]
+            exists = conn.execute("SELECT to_regclass(%s)", (regclass(self.table),)).fetchone()[0]
             if exists is None:
                 if not self.create_table:
                     folded = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
@@ -291,17 +258,17 @@ class PostgresStateFactory(StateFactory):
                                                                           sql_name(EXPIRES_COLUMN)))
         have = {r[0]: r[1] for r in conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (_regclass(self.table),))}
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (regclass(self.table),))}
         need = (self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
                 + ([EXPIRES_COLUMN] if self.ttl_ms is not None else []))
         missing = [c for c in need if c not in have]
         if missing:
             msg = (f"table {self.table!r} has no column(s) {missing} (it has {sorted(have)}); this state writes "
-                   f"{need}. Add them (ALTER TABLE {_regclass(self.table)} ADD COLUMN ...) or name the table's "
+                   f"{need}. Add them (ALTER TABLE {regclass(self.table)} ADD COLUMN ...) or name the table's "
                    "columns")
             raise ConfigError(msg)
         for c, t in self.types.items():
-            if t.split("(")[0].strip().lower() != have[c].split("(")[0].strip().lower() and not _same_type(t, have[c]):
+            if t.split("(")[0].strip().lower() != have[c].split("(")[0].strip().lower() and not same_type(t, have[c]):
                 msg = (f"column {c!r} of table {self.table!r} is {have[c]}, but this state declares it {t}; "
                        "make them agree")
                 raise ConfigError(msg)
@@ -309,22 +276,12 @@ class PostgresStateFactory(StateFactory):
             uniques = [set(r[0]) for r in conn.execute(
                 "SELECT array_agg(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisunique "
-                "GROUP BY i.indexrelid", (_regclass(self.table),))]
+                "GROUP BY i.indexrelid", (regclass(self.table),))]
             if set(self.key_columns) not in uniques:
                 msg = (f"upsert into {self.table!r} needs a primary key or unique index on {self.key_columns}; "
-                       f"add one: ALTER TABLE {_regclass(self.table)} ADD PRIMARY KEY "
-                       f"({_names(self.key_columns).as_string()})")
+                       f"add one: ALTER TABLE {regclass(self.table)} ADD PRIMARY KEY "
+                       f"({sql_names(self.key_columns).as_string()})")
                 raise ConfigError(msg)
-
-
-_ALIASES = {"int": "integer", "int4": "integer", "int8": "bigint", "bool": "boolean", "float8": "double precision",
-            "float4": "real", "varchar": "character varying", "timestamptz": "timestamp with time zone",
-            "timestamp": "timestamp without time zone", "numeric": "numeric", "decimal": "numeric"}
-
-
-def _same_type(declared: str, actual: str) -> bool:
-    d = declared.split("(")[0].strip().lower()
-    return _ALIASES.get(d, d) == actual.split("(")[0].strip().lower()
 
 
 def _remember_dsn(dsn: str) -> None:
@@ -480,22 +437,22 @@ class PostgresState(State):
         if col not in cache:
             cache[col] = self.conn.execute(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attname = %s", (_regclass(self.f.table), col)).fetchone()[0]
+                "AND attname = %s", (regclass(self.f.table), col)).fetchone()[0]
         return str(cache[col])
 
     def _write(self, rows: list[tuple[Any, ...]], txid: int) -> None:
         from psycopg import sql
 
         f, conn, t = self.f, self.conn, sql_name(self.f.table, qualified=True)
-        exp = () if f.ttl_ms is None else (_at(self._now_ms() + f.ttl_ms),)
+        exp = () if f.ttl_ms is None else (timestamp_at(self._now_ms() + f.ttl_ms),)
         names = f.columns + ([EXPIRES_COLUMN] if exp else [])
-        cols = _names(names)
+        cols = sql_names(names)
         if f.mode == "append":
             copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN").format(
                 t, cols, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN))
             with conn.cursor().copy(copy) as cp:
                 for r in rows:
-                    cp.write_row((*_json(r), *exp, txid, self.partition))
+                    cp.write_row((*json_values(r), *exp, txid, self.partition))
             return
         # upsert: the last row of each key wins (as applying them in order would); the
         # add_columns of a key's rows are summed
@@ -512,7 +469,7 @@ class PostgresState(State):
                              "ON COMMIT DELETE ROWS").format(t))
         with conn.cursor().copy(sql.SQL("COPY trident_stage ({}) FROM STDIN").format(cols)) as cp:
             for r in last.values():
-                cp.write_row((*_json(r), *exp))
+                cp.write_row((*json_values(r), *exp))
         join = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql_name(k), sql_name(k)) for k in f.key_columns)
         keyobj = sql.SQL(", ").join(sql.SQL("{}, s.{}").format(sql.Literal(k), sql_name(k)) for k in f.key_columns)
         # Step 3a. the rows about to be overwritten (NULL: the key is new), for an undo of this txid
@@ -524,12 +481,12 @@ class PostgresState(State):
         # an expired row (TTL) counts as absent: its add_columns start from the batch's numbers
         add = ("{c} = CASE WHEN {t}.{e} <= {now} THEN EXCLUDED.{c} ELSE {t}.{c} + EXCLUDED.{c} END" if exp
                else "{c} = {t}.{c} + EXCLUDED.{c}")
-        now = sql.Literal(_at(self._now_ms()))
+        now = sql.Literal(timestamp_at(self._now_ms()))
         sets = [sql.SQL(add if c in f.add_columns else "{c} = EXCLUDED.{c}").format(
                     c=sql_name(c), t=t, e=sql_name(EXPIRES_COLUMN), now=now) for c in names if c not in f.key_columns]
         action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(sets)) if sets else sql.SQL("DO NOTHING")
         conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM trident_stage ON CONFLICT ({}) {}").format(
-            t, cols, cols, _names(f.key_columns), action))
+            t, cols, cols, sql_names(f.key_columns), action))
 
     def lookup(self, keys: Sequence[Any]) -> list[tuple[Any, ...] | None]:
         """The committed rows (all columns) of ``keys`` (one value each, or a tuple of the
@@ -547,8 +504,8 @@ class PostgresState(State):
         kidx = [f.columns.index(c) for c in kcols]
         if f.ttl_ms is not None:          # an expired row is gone
             where = sql.SQL("({}) AND ({} IS NULL OR {} > {})").format(
-                where, sql_name(EXPIRES_COLUMN), sql_name(EXPIRES_COLUMN), sql.Literal(_at(self._now_ms())))
-        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(_names(f.columns), sql_name(f.table, qualified=True), where)
+                where, sql_name(EXPIRES_COLUMN), sql_name(EXPIRES_COLUMN), sql.Literal(timestamp_at(self._now_ms())))
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(sql_names(f.columns), sql_name(f.table, qualified=True), where)
         with self.conn.transaction():
             found = {tuple(r[i] for i in kidx): tuple(r) for r in self.conn.execute(query, params)}
         return [found.get(tuple(k)) for k in ks]
@@ -565,23 +522,11 @@ class PostgresState(State):
         t, e = sql_name(self.f.table, qualified=True), sql_name(EXPIRES_COLUMN)
         self.conn.execute(sql.SQL("DELETE FROM {} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {} WHERE {} < %s "
                                   "LIMIT %s))").format(t, t, e),
-                          (_at(self._now_ms() - self.f.ttl_grace_ms), SWEEP_ROWS))
+                          (timestamp_at(self._now_ms() - self.f.ttl_grace_ms), SWEEP_ROWS))
 
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
-
-
-def _at(ms: int) -> datetime.datetime:
-    """``ms`` since the epoch as a ``timestamptz`` value."""
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
-
-
-def _json(r: tuple[Any, ...]) -> tuple[Any, ...]:
-    """dicts and lists as JSON text (for json/jsonb columns)."""
-    if any(type(v) in (dict, list) for v in r):
-        return tuple(json.dumps(v) if type(v) in (dict, list) else v for v in r)
-    return r
 
 
 class PostgresUpdater(BaseStateUpdater):
