@@ -138,6 +138,7 @@ def test_a_stale_driver_paused_between_its_check_and_its_write_is_ignored_by_rea
     make_pq = ParquetStateFactory(str(tmp_path), ["word", "n"], filesystem=fs).make_state
     old = make_pq({EPOCH: 1}, None, 0, 1)
     apply(old, 1, [("a", 1)])
+    fs.paused.clear()
     fs.go.clear()
     stale = threading.Thread(target=apply, args=(old, 2, [("stale", 1)]))
     stale.start()

@@ -210,6 +210,25 @@ def test_a_txid_replayed_after_its_keys_expired_by_the_wall_clock_decides_by_its
     assert json.loads(client.get(f"{tid}:counts:b"))["txid"] == 5     # and the run went on to its end
 
 
+@pytest.mark.integration
+def test_committer_tasks_on_executors_take_the_txids_time(spark_context: Any, redis_url: str) -> None:
+    words = [("a",), ("b",), ("a",)]
+    tid = f"ttl-exec-{uuid.uuid4().hex[:8]}"
+    t = TridentTopology(tid)
+    (t.new_stream("words", MemoryTransactionalSpout(words, Fields("word"), 1))
+     .group_by(Fields("word"))
+     .persistent_aggregate(state.opaque("counts", ttl_secs=3600, ttl_grace_secs=60), Count(), Fields("count"))
+     .parallelism_hint(2))
+    base = int(time.time())
+    cfg = TopologyConfig(spark_master="local[2]", state=redis_url, commit_placement="executors", progress=False,
+                         max_spout_pending=1)
+    r = run_topology(t.build(), cfg, spark_context=spark_context, clock=Clock(base, base + 10, base + 20))
+    assert r.map_state("counts").multi_get(["a", "b"]) == [2, 1]
+    client = r.map_state("counts").backing.client
+    assert json.loads(client.get(f"{tid}:counts:a"))["exp"] == (base + 20 + 3600) * S
+    assert client.execute_command("PEXPIRETIME", f"{tid}:counts:b") == (base + 10 + 3600 + 60) * S
+
+
 # -- PostgreSQL: trident_expires_at, honoured by the upsert, the lookup and a sweep ----------------
 
 @pytest.mark.integration
