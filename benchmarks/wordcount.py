@@ -2,7 +2,7 @@
 
     python benchmarks/wordcount.py [--sentences 1000000] [--batch 50000] [--master local[2]]
            [--api bolt|trident|trident-columnar] [--state memory://|redis://host:port/db|local-redis]
-           [--commit-placement driver|executors|both]
+           [--commit-placement driver|executors|both] [--ttl-secs SECS]
 
 Topology (default ``--topology split-count``): spout -> split (splits sentences and counts
 words of its share of the batch, Storm's BatchCount idiom) -> fields grouping on word ->
@@ -20,7 +20,10 @@ before the shuffle); ``--api trident-columnar`` the same with the split as one A
 kernel per batch (``map_batches``) and the counts as Arrow hash aggregations, moved as
 Arrow IPC buffers. Both default to ``--state local-redis`` and check every key against
 the true counts (``exact``); ``--trident-state`` picks the map flavour (``counters``: the
-``CounterMap``, one atomic add per batch with no read of the keys).
+``CounterMap``, one atomic add per batch with no read of the keys). ``--ttl-secs`` gives
+the map a time to live (docs/operations.md, "State that expires": each value carries its
+expiry, and Redis a ``PEXPIREAT`` per key in the write's script): run with and without to
+see what it costs a commit.
 """
 
 from __future__ import annotations
@@ -108,9 +111,12 @@ class PartialCount(BaseBatchBolt):
 class CommitCounts(BaseTransactionalBolt, Committer):
     """Sums partial counts per word; applies them to the map once per txid."""
 
+    def __init__(self, ttl_secs=None):
+        self.ttl_secs = ttl_secs
+
     def prepare(self, conf, context, collector, attempt):
         self.counts = {}
-        self.map = context.map_state("word-counts")
+        self.map = context.map_state("word-counts", ttl_secs=self.ttl_secs)
 
     def execute(self, tuple):                      # ("id", "word", "count")
         w = tuple[1]
@@ -120,7 +126,7 @@ class CommitCounts(BaseTransactionalBolt, Committer):
         self.map.multi_combine(list(self.counts), list(self.counts.values()), "sum")
 
 
-def build(topology_id, corpus, batch, parallelism, committers, kind):
+def build(topology_id, corpus, batch, parallelism, committers, kind, ttl_secs=None):
     spout = sentence_spout(corpus, batch, parallelism)
     b = TransactionalTopologyBuilder(topology_id, "spout", spout, parallelism)
     if kind == "split-count":
@@ -130,7 +136,7 @@ def build(topology_id, corpus, batch, parallelism, committers, kind):
         b.set_bolt("split", Split(), parallelism).local_or_shuffle_grouping("spout")
         b.set_bolt("count", PartialCount(), parallelism).fields_grouping("split", Fields("word"))
         last = "count"
-    b.set_bolt("commit", CommitCounts(), committers).fields_grouping(last, Fields("word"))
+    b.set_bolt("commit", CommitCounts(ttl_secs), committers).fields_grouping(last, Fields("word"))
     return b
 
 
@@ -151,7 +157,8 @@ def split_batch(batch):
     return pa.RecordBatch.from_arrays([words], names=["word"])
 
 
-def build_trident(topology_id, corpus, batch, parallelism, committers, columnar, flavour="transactional"):
+def build_trident(topology_id, corpus, batch, parallelism, committers, columnar, flavour="transactional",
+                  ttl_secs=None):
     """Storm's TridentWordCount: sentences -> split -> group_by word -> persistent Count."""
     spout = sentence_spout(corpus, batch, parallelism)
     t = TridentTopology(topology_id)
@@ -160,7 +167,7 @@ def build_trident(topology_id, corpus, batch, parallelism, committers, columnar,
         s = s.map_batches(split_batch, Fields("word"))
     else:
         s = s.each(Fields("sentence"), SplitWords(), Fields("word"))
-    factory = getattr(trident_state, flavour)("word-counts")
+    factory = getattr(trident_state, flavour)("word-counts", **({"ttl_secs": ttl_secs} if ttl_secs else {}))
     s.group_by(Fields("word")).persistent_aggregate(factory, Count(), Fields("count")).parallelism_hint(committers)
     return t.build()
 
@@ -197,6 +204,7 @@ def main():
                     help="memory://, redis://..., or local-redis (the default for the trident APIs)")
     ap.add_argument("--commit-placement", choices=["driver", "executors", "both"], default="driver")
     ap.add_argument("--skip-bare", action="store_true")
+    ap.add_argument("--ttl-secs", type=float, default=None, help="the map's time to live (default: none)")
     args = ap.parse_args()
 
     server = None
@@ -228,10 +236,10 @@ def run_one(args, corpus, placement, bare_line):
     sc.parallelize(range(4), 2).count()  # start the Python workers before timing
     tid = f"bench-wordcount-{int(time.time())}-{placement}"
     if args.api == "bolt":
-        topo = build(tid, corpus, args.batch, args.parallelism, args.committers, args.topology)
+        topo = build(tid, corpus, args.batch, args.parallelism, args.committers, args.topology, args.ttl_secs)
     else:
         topo = build_trident(tid, corpus, args.batch, args.parallelism, args.committers,
-                             args.api == "trident-columnar", args.trident_state)
+                             args.api == "trident-columnar", args.trident_state, args.ttl_secs)
     t0 = time.monotonic()
     r = run_topology(topo, cfg)
     wall = time.monotonic() - t0
@@ -244,7 +252,7 @@ def run_one(args, corpus, placement, bare_line):
         "topology": args.topology if args.api == "bolt" else "trident-wordcount",
         "sentences": args.sentences, "words": words,
         "keys_verified": len(check), "exact": all(got[w] == truth[w] for w in check),
-        "trident_state": None if args.api == "bolt" else args.trident_state,
+        "trident_state": None if args.api == "bolt" else args.trident_state, "ttl_secs": args.ttl_secs,
         "batches": r.batches_committed, "batch_sentences": args.batch, "wall_secs": round(wall, 2),
         "words_per_sec": round(words / wall), "commit_latency_p50_ms": round(r.latency_ms(50), 1),
         "commit_latency_p99_ms": round(r.latency_ms(99), 1),

@@ -14,6 +14,17 @@ secret-named query parameter or key) is masked wherever it appears, and every se
 ``TopologyConfig`` was given is *remembered* (``remember``) and masked wherever its value
 appears, e.g. echoed inside a client library's error text.
 
+The forms include every one libpq accepts for a PostgreSQL password: ``password=secret``,
+``password = 'A B'`` (quoted, ``\'`` and ``\\`` escaped inside), ``password=A\ B``
+(escaped, unquoted), ``postgresql://user:secret@host/db`` and ``?password=`` in a URL,
+and ``PGPASSWORD`` in the environment (``remember_environment``). ``redact_dsn`` shows a
+connection string as libpq itself parses it, without its secrets.
+
+>>> redact_text("host=db password='A B' user=app")
+"host=db password='***' user=app"
+>>> redact_dsn("password='A B' host=db port=5432 dbname=app")
+"host=db port=5432 dbname=app password='***'"
+
 >>> redact_url("redis://app:s3cret@db:6379/0?password=s3cret&socket_timeout=5")
 'redis://app:***@db:6379/0?password=***&socket_timeout=5'
 >>> redact({"state": "redis://:pw@h:1/0", "state_options": {"password": "pw", "db": 2}})
@@ -23,14 +34,15 @@ appears, e.g. echoed inside a client library's error text.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
-__all__ = ["MASK", "is_secret_key", "redact", "redact_text", "redact_url", "remember", "secrets_in",
-           "LOG_FILTER", "RedactingFilter"]
+__all__ = ["MASK", "is_secret_key", "redact", "redact_dsn", "redact_text", "redact_url", "remember",
+           "remember_environment", "secrets_in", "LOG_FILTER", "RedactingFilter"]
 
 #: what a secret is replaced with
 MASK = "***"
@@ -40,8 +52,19 @@ _SECRET_NAME = re.compile(r"pass(word|wd)?(?![a-z])|pwd|secret|token|credential|
                           r"api[-_.]?key|access[-_.]?key|private[-_.]?key", re.IGNORECASE)
 #: a URL in free text (up to a quote, a space or a bracket)
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+(?:,[^\s'\"<>()\[\]{},]+)*")
-#: ``name=value`` in a query string or free text
+#: ``name=value`` in a URL's query string
 _PARAM = re.compile(r"(?P<name>[A-Za-z_][\w.-]*)=(?P<value>[^&;#\s'\"]*)")
+#: ``name=value`` in free text, as libpq reads it: spaces around ``=``; a value quoted
+#: (``'A \' B'``, backslash escapes inside; an unclosed quote runs to the end) or not
+#: (up to a space, a backslash escaping the next character)
+_KEYWORD = r"(?P<name>[A-Za-z_][\w.-]*)(?P<eq>[ \t]*=[ \t]*)(?P<value>'(?:\\.|[^'\\])*(?:'|\\?$)|(?:\\.|[^\s\\])*)"
+#: a URL or a ``name=value`` in free text, whichever starts first
+_TEXT = re.compile(f"(?P<url>{_URL.pattern})|{_KEYWORD}", re.DOTALL)
+_QUOTED_MASK = f"'{MASK}'"
+#: what help texts write where a secret goes (``coordination_auth='user:password'``): kept
+_PLACEHOLDERS = frozenset({"user:password", "password", "<password>", "...", MASK})
+#: environment variables holding a password (libpq's)
+ENV_SECRETS = ("PGPASSWORD",)
 #: secrets shorter than this are masked by their form only (masking every "ab" in a text
 #: would garble it and still say nothing)
 _MIN_REMEMBERED = 4
@@ -83,12 +106,23 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{netloc}{_mask_params(tail)}"
 
 
+def _redact_span(m: re.Match[str]) -> str:
+    if m["url"]:
+        return redact_url(m["url"])
+    if is_secret_key(m["name"]) and m["value"] and _libpq_value(m["value"]) not in _PLACEHOLDERS:
+        # quoted stays quoted: what follows is kept
+        return f"{m['name']}{m['eq']}{_QUOTED_MASK if m['value'].startswith(chr(39)) else MASK}"
+    value = m["value"]                       # not a secret's name: its value may hold one
+    return f"{m['name']}{m['eq']}{_TEXT.sub(_redact_span, value) if value else value}"
+
+
 def redact_text(text: str) -> str:
     """``text`` (a message, a log line, a repr) with every URL redacted (``redact_url``),
-    every secret-named ``name=value`` masked and every remembered secret masked."""
+    every secret-named ``name=value`` masked (in every form libpq reads) and every
+    remembered secret masked."""
     if not isinstance(text, str) or not text:
         return text
-    text = _mask_params(_URL.sub(lambda m: redact_url(m[0]), text))
+    text = _TEXT.sub(_redact_span, text)
     for secret in sorted(_remembered, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, MASK)
@@ -112,6 +146,47 @@ def redact(value: Any) -> Any:
     return value
 
 
+def _libpq_value(value: str) -> str:
+    """A value as libpq reads it: quotes taken off, backslash escapes resolved."""
+    if value.startswith("'"):
+        value = value[1:-1] if len(value) > 1 and value.endswith("'") and not value.endswith("\\'") else value[1:]
+    return re.sub(r"\\(.)", r"\1", value, flags=re.DOTALL)
+
+
+def redact_dsn(dsn: str) -> str:
+    """A PostgreSQL connection string (``key=value`` or URL) as libpq parses it, with its
+    secrets masked: the one way a DSN is shown. One libpq cannot parse is not shown
+    (its parser's own message would quote a piece of it)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - psycopg missing, or a string libpq refuses
+        return "<a connection string libpq cannot parse>"
+    first = ("host", "hostaddr", "port", "dbname", "user", "password")
+    order = sorted(parts, key=lambda k: (first.index(k) if k in first else len(first), k))
+    shown = {k: MASK if is_secret_key(k) else str(parts[k]) for k in order if parts[k] is not None}
+    if "://" in dsn.split("=", 1)[0]:
+        user = quote(shown.pop("user", ""), safe="") + (f":{shown.pop('password')}" if "password" in shown else "")
+        hosts, ports = shown.pop("host", "").split(","), shown.pop("port", "").split(",")
+        netloc = ",".join(h + (f":{p}" if p else "") for h, p in zip(hosts, ports + [""] * len(hosts), strict=False))
+        query = "&".join(f"{k}={quote(v, safe='*')}" for k, v in shown.items() if k != "dbname")
+        return (f"{dsn.split('://', 1)[0]}://{user + '@' if user else ''}{quote(netloc, safe=',:[]')}/"
+                f"{quote(shown.get('dbname', ''), safe='')}{'?' + query if query else ''}")
+    return " ".join(f"{k}={_QUOTED_MASK if v == MASK else _libpq_quote(v)}" for k, v in shown.items())
+
+
+def _libpq_quote(v: str) -> str:
+    if v and not re.search(r"[\s'\\]", v):
+        return v
+    return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def remember_environment() -> None:
+    """Remember the passwords the environment holds for the clients (``ENV_SECRETS``:
+    libpq's ``PGPASSWORD``), so that they are masked wherever they show up."""
+    remember(os.environ[name] for name in ENV_SECRETS if os.environ.get(name))
+
+
 def secrets_in(value: Any) -> list[str]:
     """The secrets ``value`` holds: passwords of URLs (as given and decoded), values of
     secret query parameters, values under secret keys (of ``user:password``, the password),
@@ -123,6 +198,8 @@ def secrets_in(value: Any) -> list[str]:
             if "@" in netloc and ":" in netloc.rsplit("@", 1)[0]:
                 out.append(netloc.rsplit("@", 1)[0].split(":", 1)[1])
         out += [p["value"] for p in _PARAM.finditer(value) if is_secret_key(p["name"]) and p["value"]]
+        out += [_libpq_value(p["value"]) for p in re.finditer(_KEYWORD, value)
+                if is_secret_key(p["name"]) and p["value"]]
     elif isinstance(value, dict):
         for k, v in value.items():
             if is_secret_key(k) and isinstance(v, str):

@@ -307,8 +307,14 @@ class RedisMapBacking:
             )
             raise StateCorruptError(msg) from None
 
-    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
-        """Store ``values[i]`` at ``keys[i]`` (encoded keys) atomically: one ``EVALSHA``.
+    #: a write may carry when Redis deletes its keys (``delete_at``: a map with a TTL)
+    expires_keys = True
+
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0,
+                  delete_at: int | None = None) -> None:
+        """Store ``values[i]`` at ``keys[i]`` (encoded keys) atomically: one ``EVALSHA``;
+        ``delete_at`` (ms since the epoch): Redis deletes them then (``PEXPIREAT``, in the
+        same script).
         ``trusted``: the last that many keys are known to hold values of this backing
         (the map read or wrote them in its epoch), so the script skips their type check.
 
@@ -326,7 +332,8 @@ class RedisMapBacking:
         if not keys and fence is None:
             return
         self.round_trips += 1
-        reply = self._io("writing", self._eval, *self._put_call(keys, self.encode_values(values), fence, trusted))
+        reply = self._io("writing", self._eval,
+                         *self._put_call(keys, self.encode_values(values), fence, trusted, delete_at))
         self._raise_for(reply, fence)
 
     def encode_values(self, values: list[Any]) -> list[Any]:
@@ -336,7 +343,7 @@ class RedisMapBacking:
         return [dumps(v) for v in values]
 
     def _put_call(self, keys: list[str], data: list[Any], fence: Fence | None,
-                  trusted: int) -> tuple[list[str], list[Any]]:
+                  trusted: int, delete_at: int | None = None) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV of ``LUA_FENCED_MSET`` storing serialized ``data`` at ``keys``."""
         prefix = self._prefix
         rkeys = [prefix + k for k in keys]
@@ -346,7 +353,8 @@ class RedisMapBacking:
         claims_key = self._fence_key if claims is None else f"{self.fence_scope}:{claims}"
         writer = "" if claims is None or fence is None else str(fence.writer)
         return ([self._fence_key, claims_key, *rkeys],
-                [epoch, txid, writer, *data, MSET_CHUNK, min(max(trusted, 0), len(keys))])
+                [epoch, txid, writer, "" if delete_at is None else str(delete_at), *data, MSET_CHUNK,
+                 min(max(trusted, 0), len(keys))])
 
     def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
         """Add ``deltas[i]`` to the numbers at ``keys[i]`` (absent: 0), once for
@@ -440,7 +448,7 @@ class RedisMapBacking:
             if p.op == "put":
                 if not p.keys and fence is None:
                     continue
-                calls.append((p, b, "put", *b._put_call(p.keys, p.values, fence, p.trusted)))
+                calls.append((p, b, "put", *b._put_call(p.keys, p.values, fence, p.trusted, p.delete_at)))
             else:
                 batch, mode = p.values
                 calls.append((p, b, "add", *b._add_call(batch, mode, p.fence)))

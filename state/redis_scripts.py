@@ -37,9 +37,10 @@ MSET_CHUNK = 1000
 # ARGV[1]        the writer's epoch, or '' not to check epochs
 # ARGV[2]        the batch's txid, or '' not to check txids
 # ARGV[3]        the writer claiming the keys, or '' (a single writer: no claims)
-# ARGV[4..n+3]   the serialized values, in KEYS order
-# ARGV[n+4]      how many pairs to write per MSET (MSET_CHUNK)
-# ARGV[n+5]      how many of the last data keys are trusted to hold strings (no TYPE check)
+# ARGV[4]        when Redis deletes the keys (PEXPIREAT, ms; a map with a TTL), or '' (never)
+# ARGV[5..n+4]   the serialized values, in KEYS order
+# ARGV[n+5]      how many pairs to write per MSET (MSET_CHUNK)
+# ARGV[n+6]      how many of the last data keys are trusted to hold strings (no TYPE check)
 # return {WRITTEN} when every key was written (and the fence raised to the writer's epoch/txid);
 #        {EPOCH_AHEAD, epoch, txid} when the fence holds a newer epoch (nothing written);
 #        {TXID_AHEAD, epoch, txid} when the fence holds a newer txid (nothing written);
@@ -82,9 +83,16 @@ for i = 3, #KEYS - tonumber(ARGV[#ARGV]) do
     return {NOT_OURS, KEYS[i], ty}
   end
 end
--- write key/value pairs, claiming the keys for the writer when there is one
+-- write key/value pairs (with their expiry, in the same atomic step), claiming the keys
+-- for the writer when there is one
+local expire_at = ARGV[4]
 local function put(pairs)
   redis.call('MSET', unpack(pairs))
+  if expire_at ~= '' then
+    for j = 1, #pairs, 2 do
+      redis.call('PEXPIREAT', pairs[j], expire_at)
+    end
+  end
   if writer ~= '' then
     local claims = {}
     for j = 1, #pairs, 2 do
@@ -97,7 +105,7 @@ end
 local chunk = {}
 for i = 3, #KEYS do
   chunk[#chunk + 1] = KEYS[i]
-  chunk[#chunk + 1] = ARGV[i + 1]
+  chunk[#chunk + 1] = ARGV[i + 2]
   if #chunk >= 2 * tonumber(ARGV[#ARGV - 1]) then
     put(chunk)
     chunk = {}

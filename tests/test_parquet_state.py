@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import parquet_kill_topology as pqk
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from crash_plans import kill_at_every_crash_point, run_topology_file
+from fsspec.implementations.local import LocalFileSystem
 
 from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from transactional import TopologyConfig, run_topology
@@ -36,24 +40,115 @@ def rows(path: Path) -> list[tuple]:
     return sorted(zip(t.column("word").to_pylist(), t.column("n").to_pylist(), strict=True)) if t.num_rows else []
 
 
-def test_replays_overwrite_and_a_txid_is_visible_only_with_all_its_tasks(tmp_path: Path) -> None:
+def files(path: Path) -> list[str]:
+    """The files under ``path``, a data file's random part as ``*``."""
+    return sorted(re.sub(r"-[0-9a-f]{8}\.parquet$", "-*.parquet", p.relative_to(path).as_posix())
+                  for p in path.rglob("*") if p.is_file())
+
+
+def test_replays_replace_and_a_txid_is_visible_only_with_all_its_tasks(tmp_path: Path) -> None:
     a, b = make(tmp_path, 0, 2), make(tmp_path, 1, 2)
     apply(a, 1, [("x", 1)])
     apply(b, 1, [("y", 2)])
     apply(a, 2, [("z", 3)])
     assert rows(tmp_path) == [("x", 1), ("y", 2)]        # txid 2: task 1's marker is missing
-    apply(a, 2, [("z", 4), ("w", 5)])                   # a replay: the same names, overwritten
+    apply(a, 2, [("z", 4), ("w", 5)])                   # a replay: a new file, the same marker name
     apply(b, 2, [])
     assert rows(tmp_path) == [("w", 5), ("x", 1), ("y", 2), ("z", 4)]
-    apply(a, 2, [])                                      # a replay with no rows here: txid 2's file goes
+    apply(a, 2, [])                                      # a replay with no rows here: txid 2's rows go
     assert rows(tmp_path) == [("x", 1), ("y", 2)]
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
-        "_committed/000000000001-00000.json", "_committed/000000000001-00001.json",
-        "_committed/000000000002-00000.json", "_committed/000000000002-00001.json", "_epoch",
-        "data/000000000001-00000.parquet", "data/000000000001-00001.parquet"]
-    m = json.loads((tmp_path / "_committed/000000000001-00001.json").read_text())
+    # The superseded files of txid 2 stay (a reader may hold a list naming them) ...
+    assert files(tmp_path) == [
+        "_committed/000000000001-00000-e1.json", "_committed/000000000001-00001-e1.json",
+        "_committed/000000000002-00000-e1.json", "_committed/000000000002-00001-e1.json", "_epoch",
+        "data/000000000001-00000-e1-*.parquet", "data/000000000001-00001-e1-*.parquet",
+        "data/000000000002-00000-e1-*.parquet", "data/000000000002-00000-e1-*.parquet"]
+    apply(a, 3, [])                                      # ... until the task's next txid commits
+    assert [f for f in files(tmp_path) if f.startswith("data/")] == [
+        "data/000000000001-00000-e1-*.parquet", "data/000000000001-00001-e1-*.parquet"]
+    m = json.loads((tmp_path / "_committed/000000000001-00001-e1.json").read_text())
     assert m == {"txid": 1, "partition": 1, "num_partitions": 2, "rows": 1, "epoch": 1,
-                 "file": "data/000000000001-00001.parquet"}
+                 "file": m["file"]}
+    assert re.fullmatch(r"data/000000000001-00001-e1-[0-9a-f]{8}\.parquet", m["file"])
+
+
+class PausingFS(LocalFileSystem):
+    """The local file system, but a write of a data file stops half way (its first part
+    flushed to disk) until ``go`` is set; ``paused`` is set when it stops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any) -> Any:
+        f = super()._open(path, mode, block_size, **kwargs)
+        if "w" not in mode or not str(path).endswith(".parquet"):
+            return f
+        write, state = f.write, {"n": 0}
+
+        def half_then_wait(data: Any) -> int:
+            state["n"] += 1
+            if state["n"] == 2:                          # the magic bytes went already
+                f.flush()
+                self.paused.set()
+                assert self.go.wait(30)
+            return int(write(data))
+
+        f.write = half_then_wait
+        return f
+
+
+def test_a_reader_never_sees_a_file_a_replay_is_rewriting(tmp_path: Path) -> None:
+    fs = PausingFS()
+    st = ParquetStateFactory(str(tmp_path), ["word", "n"], filesystem=fs).make_state({EPOCH: 1}, None, 0, 1)
+    fs.go.set()
+    apply(st, 1, [("a", 1), ("b", 2)])
+    fs.paused.clear()
+    fs.go.clear()
+    replay = threading.Thread(target=apply, args=(st, 1, [("a", 10), ("b", 20), ("c", 30)]))
+    replay.start()
+    assert fs.paused.wait(30)
+    assert rows(tmp_path) == [("a", 1), ("b", 2)]        # the old rows, read through the markers
+    assert len(committed_files(str(tmp_path))) == 1
+    assert len(list((tmp_path / "data").iterdir())) == 2   # the first attempt's file and the half-written one
+    fs.go.set()
+    replay.join(30)
+    assert rows(tmp_path) == [("a", 10), ("b", 20), ("c", 30)]
+
+
+def test_a_takeover_replay_switches_a_txid_for_all_its_tasks_at_once(tmp_path: Path) -> None:
+    a1, b1 = make(tmp_path, 0, 2, epoch=1), make(tmp_path, 1, 2, epoch=1)
+    apply(a1, 1, [("x", 1)])
+    apply(b1, 1, [("y", 1)])                             # txid 1 written, not recorded; the driver dies
+    a2, b2 = make(tmp_path, 0, 2, epoch=2), make(tmp_path, 1, 2, epoch=2)
+    apply(a2, 1, [("x", 2)])                             # the new driver's replay (an opaque spout's other batch)
+    assert rows(tmp_path) == [("x", 1), ("y", 1)]        # all of the first attempt, not a mix
+    apply(b2, 1, [("y", 2)])
+    assert rows(tmp_path) == [("x", 2), ("y", 2)]        # all of the replay
+    apply(a2, 2, [])
+    apply(b2, 2, [])
+    assert [f for f in files(tmp_path) if "000000000001" in f] == [
+        "_committed/000000000001-00000-e2.json", "_committed/000000000001-00001-e2.json",
+        "data/000000000001-00000-e2-*.parquet", "data/000000000001-00001-e2-*.parquet"]
+
+
+def test_a_stale_driver_paused_between_its_check_and_its_write_is_ignored_by_readers(tmp_path: Path) -> None:
+    fs = PausingFS()
+    fs.go.set()
+    make_pq = ParquetStateFactory(str(tmp_path), ["word", "n"], filesystem=fs).make_state
+    old = make_pq({EPOCH: 1}, None, 0, 1)
+    apply(old, 1, [("a", 1)])
+    fs.paused.clear()
+    fs.go.clear()
+    stale = threading.Thread(target=apply, args=(old, 2, [("stale", 1)]))
+    stale.start()
+    assert fs.paused.wait(30)                            # epoch checked, data file half written
+    new = ParquetStateFactory(str(tmp_path), ["word", "n"]).make_state({EPOCH: 2}, None, 0, 1)
+    apply(new, 2, [("b", 1)])
+    fs.go.set()
+    stale.join(30)
+    assert rows(tmp_path) == [("a", 1), ("b", 1)]        # readers ignore ...
+    assert (tmp_path / "_committed/000000000002-00000-e1.json").exists()   # ... what it can leave
 
 
 def test_one_line_reads_with_pyarrow_and_duckdb(tmp_path: Path) -> None:
@@ -83,7 +178,7 @@ def test_a_stale_driver_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(LeadershipLostError, match=r"a newer driver \(epoch 2\) writes here; this driver \(epoch 1\)"):
         apply(old, 3, [("c", 1)])
     assert rows(tmp_path) == [("a", 1), ("b", 1)]
-    assert not (tmp_path / "data/000000000003-00000.parquet").exists()
+    assert not list((tmp_path / "data").glob("000000000003-*"))
 
 
 def test_a_value_parquet_cannot_store_stops_before_any_file(tmp_path: Path) -> None:

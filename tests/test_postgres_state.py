@@ -6,6 +6,7 @@ every commit crash point, read back with SELECT."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,10 +112,61 @@ def test_a_state_ahead_of_the_batch_stops(pg_dsn: str) -> None:
 
 def test_a_missing_table_gives_the_create_table_statement(pg_dsn: str) -> None:
     f = PostgresStateFactory(pg_dsn, "wc", {"word": "text", "count": "bigint"}, key_columns=["word"])
-    with pytest.raises(ConfigError, match=r"table 'wc' does not exist; create it:\n  CREATE TABLE wc \(word text, "
-                                          r"count bigint, PRIMARY KEY \(word\)\);\nor pass create_table=True"):
+    with pytest.raises(ConfigError, match=r"table 'wc' does not exist; create it:\n  CREATE TABLE \"wc\" \(\"word\" "
+                                          r"text, \"count\" bigint, PRIMARY KEY \(\"word\"\)\);\nor pass "
+                                          r"create_table=True"):
         make(f)
     assert select(pg_dsn, "SELECT to_regclass('wc')") == [(None,)]
+
+
+def test_names_are_used_as_written_mixed_case_and_reserved_words(pg_dsn: str) -> None:
+    f = PostgresStateFactory(pg_dsn, "WordCounts", {"Word": "text", "order": "bigint", "count": "bigint"},
+                             key_columns=["Word", "order"], add_columns=["count"], create_table=True)
+    st = make(f)
+    apply(st, 1, [("a", 1, 2), ("b", 1, 1)])
+    apply(st, 2, [("a", 1, 5)])
+    apply(st, 2, [("a", 1, 7)])                            # a replay: undone by the quoted key names
+    assert select(pg_dsn, 'SELECT "Word", "order", count FROM "WordCounts" ORDER BY 1') == [("a", 1, 9), ("b", 1, 1)]
+    assert st.lookup([("a", 1), ("z", 1)]) == [("a", 1, 9), None]
+    assert select(pg_dsn, "SELECT to_regclass('wordcounts')") == [(None,)]
+    st.close()
+    log = PostgresStateFactory(pg_dsn, "public.Log Lines", {"select": "text"}, mode="append", create_table=True)
+    st = make(log)
+    apply(st, 1, [("x",)])
+    apply(st, 1, [("y",)])
+    assert select(pg_dsn, 'SELECT "select", trident_txid FROM public."Log Lines"') == [("y", 1)]
+    st.close()
+
+
+def test_a_name_postgres_cannot_hold_is_refused_and_folding_is_explained(pg_dsn: str) -> None:
+    for table, why in [("a.b.c", "has more than one '.'"), ("", "is empty"), ("x" * 64, "is longer than 63 bytes"),
+                       ("a\x00b", "holds a NUL character")]:
+        with pytest.raises(ConfigError, match=f"table '.*' {re.escape(why)}.*give a name PostgreSQL can hold"):
+            PostgresStateFactory(pg_dsn, table, ["word"], mode="append")
+    with pytest.raises(ConfigError, match=r"column 'é+' is longer than 63 bytes"):
+        PostgresStateFactory(pg_dsn, "t", ["é" * 32], mode="append")
+    with psycopg.connect(pg_dsn) as c:
+        c.execute("CREATE TABLE wordcounts (word text PRIMARY KEY, count bigint)")
+    f = PostgresStateFactory(pg_dsn, "WordCounts", ["word", "count"], key_columns=["word"])
+    with pytest.raises(ConfigError, match=r"table 'WordCounts' does not exist \(names are used as written; a table "
+                                          r"wordcounts exists: name it 'wordcounts'\)"):
+        make(f)
+
+
+def test_a_null_upsert_key_is_refused_before_anything_is_written(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn) as c:      # a unique index allows NULLs: ON CONFLICT never matches one
+        c.execute("CREATE TABLE wc (word text, count bigint)")
+        c.execute("CREATE UNIQUE INDEX ON wc (word)")
+    st = make(PostgresStateFactory(pg_dsn, "wc", ["word", "count"], key_columns=["word"], add_columns=["count"]))
+    st.begin_commit(1)
+    st.add_rows([("a", 1)])
+    with pytest.raises(UnstorableValueError, match=r"table 'wc': key column\(s\) \['word'\] of row \(None, 2\) are "
+                                                   r"None; an upsert key cannot be NULL"):
+        st.add_rows([(None, 2)])
+    st.commit(1)
+    apply(st, 1, [("a", 1)])                                 # the replay
+    assert select(pg_dsn, "SELECT word, count FROM wc") == [("a", 1)]
+    st.close()
 
 
 def test_a_column_that_does_not_match(pg_dsn: str) -> None:

@@ -14,8 +14,11 @@ import sys
 import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spouts import MemoryTransactionalSpout
 from state.base import open_transactional_state
@@ -238,3 +241,77 @@ def test_trident_run_with_secrets_from_the_settings_file_and_the_environment(red
     assert json.loads(p.stdout.splitlines()[-1])["batches_committed"] == 3
     assert "could not reach redis://:***@127.0.0.1:1/0 (password ***, token ***)" in p.stderr
     assert_nowhere({"stdout": p.stdout, "stderr": p.stderr})
+
+
+# -- PostgreSQL passwords in every form libpq reads (property) -----------------------------------------
+
+#: a password: distinctive pieces (so that a piece found in a text is a leak, not a
+#: coincidence) joined by the characters that break naive redaction
+_PIECE = st.from_regex(r"[A-Za-zéλ中]{3,5}[0-9]{2,3}[A-Za-zéλ]{1,3}", fullmatch=True)
+_GLUE = st.text(alphabet=" '\\=@:/\"#&?%\t中", min_size=1, max_size=3)
+PASSWORDS = st.tuples(st.lists(_PIECE, min_size=1, max_size=3), st.lists(_GLUE, min_size=3, max_size=3))
+
+
+def _libpq_quoted(pw: str) -> str:
+    return "'" + pw.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _libpq_escaped(pw: str) -> str:
+    return "".join("\\" + c if c.isspace() or c in "'\\" else c for c in pw)
+
+
+def _surfaces(dsn: str, *, log_dsn: bool = True) -> dict[str, str]:
+    """What a user can see of a PostgreSQL state given ``dsn`` whose server is down: the
+    error (str, repr, logged with its traceback), the DSN as shown and logged."""
+    from state.redaction import LOG_FILTER, redact_dsn
+    from trident.postgres import PostgresStateFactory
+
+    seen: dict[str, str] = {"redact_dsn": redact_dsn(dsn)}
+    if log_dsn:
+        seen |= {"log line": redact_text(f"connecting to {dsn} now"), "settings": repr(redact({"dsn": dsn}))}
+    try:
+        PostgresStateFactory(dsn, "wc", ["word"], mode="append", connect_timeout=1).connect()
+    except (StateUnavailableError, ConfigError) as e:
+        record = logging.LogRecord("trident", logging.ERROR, __file__, 1, "state failed: %s", (e,),
+                                   (type(e), e, e.__traceback__))
+        LOG_FILTER.filter(record)
+        seen |= {"error": str(e), "repr": repr(e), "logged": logging.Formatter().format(record)}
+    else:
+        pytest.fail(f"{dsn!r} connected")
+    return seen
+
+
+@given(PASSWORDS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_no_piece_of_a_postgres_password_shows_in_any_form_libpq_reads(parts) -> None:
+    pieces, glue = parts
+    pw = glue[0] + "".join(p + g for p, g in zip(pieces, glue[1:] * 3, strict=False))
+    port = free_port()
+    base = f"host=127.0.0.1 port={port} dbname=x user=u"
+    forms = {"quoted": (f"{base} password={_libpq_quoted(pw)} connect_timeout=1", True),
+             "spaced": (f"password = {_libpq_quoted(pw)} {base}", True),
+             "escaped": (f"{base} password={_libpq_escaped(pw)}", True),
+             "url": (f"postgresql://u:{quote(pw, safe='')}@127.0.0.1:{port}/x?connect_timeout=1", True),
+             "url query": (f"postgresql://u@127.0.0.1:{port}/x?password={quote(pw, safe='')}", True),
+             # not quoted though it should be: libpq reads it its own way; no error may quote it
+             "unquoted": (f"{base} password={pw}", False)}
+    for form, (dsn, log_dsn) in forms.items():
+        for where, text in _surfaces(dsn, log_dsn=log_dsn).items():
+            leaked = [p for p in pieces if p in text]
+            assert not leaked, f"{form}: {where} shows {leaked} of {pw!r}: {text}"
+    os.environ["PGPASSWORD"] = pw
+    try:
+        for where, text in _surfaces(base).items():
+            assert not [p for p in pieces if p in text], f"PGPASSWORD: {where}: {text}"
+    finally:
+        del os.environ["PGPASSWORD"]
+
+
+def test_the_quoted_password_of_the_issue_is_masked_whole() -> None:
+    from state.redaction import redact_dsn
+
+    dsn = f"host=127.0.0.1 port={free_port()} password='Vw47 otherpart' dbname=x"
+    assert redact_dsn(dsn).endswith("dbname=x password='***'")
+    assert redact_text(f"cannot be reached at {dsn}: refused") == (
+        f"cannot be reached at {dsn.split(' password')[0]} password='***' dbname=x: refused")
+    assert redact_text("at host=h password=plain: refused") == "at host=h password=*** refused"   # to a space

@@ -11,6 +11,9 @@ from typing import Any
 from transactional.metrics import quantile
 from transactional.redaction import redact, redact_text
 
+#: failed attempts ``RunResult.failures`` describes (the newest; the count of the others is kept)
+FAILURES_KEPT = 1000
+
 
 class Histogram:
     """A bounded histogram of non-negative durations (seconds): log-spaced buckets 1%
@@ -76,7 +79,9 @@ class RunResult:
 
     ``batches_committed`` counts txids committed by this run (``first_txid`` ..
     ``last_txid``); ``attempts`` counts processing attempts launched (a replay is a new
-    attempt); ``failures`` describes every failed attempt (txid, component, task, cause).
+    attempt); ``failures`` describes the failed attempts (txid, component, task, cause):
+    the last ``FAILURES_KEPT``, ``failures_dropped`` counting the older ones, so that a run
+    of months with a failure now and then keeps a bounded list.
     ``executed``/``emitted`` count tuples per component over committed attempts.
     """
 
@@ -86,6 +91,7 @@ class RunResult:
     batches_committed: int = 0
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
+    failures_dropped: int = 0
     executed: dict[str, int] = field(default_factory=dict)
     emitted: dict[str, int] = field(default_factory=dict)
     #: the user's metrics of committed txids: component -> name -> figures (``transactional.metrics``)
@@ -124,6 +130,14 @@ class RunResult:
         items: dict[Any, Any] = self._states.items(component)
         return items
 
+    def add_failure(self, description: str) -> None:
+        """One failed attempt's description: the newest ``FAILURES_KEPT`` are kept, the
+        older ones counted in ``failures_dropped`` (a run of months stays bounded)."""
+        self.failures.append(description)
+        if len(self.failures) > FAILURES_KEPT:
+            del self.failures[0]
+            self.failures_dropped += 1
+
     def metric(self, component: str, name: str) -> Any:
         """A metric of your own over the committed txids (``transactional.metrics``): a counter's
         or meter's count, a gauge's ``{task: value}``, a histogram's figures (count, sum, min,
@@ -157,7 +171,7 @@ class RunResult:
         summary: dict[str, Any] = redact({
             "topology_id": self.topology_id, "first_txid": self.first_txid, "last_txid": self.last_txid,
             "batches_committed": self.batches_committed, "attempts": self.attempts,
-            "failed_attempts": len(self.failures), "spout_tuples": self.tuples,
+            "failed_attempts": len(self.failures) + self.failures_dropped, "spout_tuples": self.tuples,
             "wall_secs": round(self.wall_secs, 3),
             "tuples_per_sec": round(self.tuples / self.wall_secs, 1) if self.wall_secs else None,
             "commit_latency_p50_ms": _r(self.latency_ms(50)), "commit_latency_p99_ms": _r(self.latency_ms(99)),

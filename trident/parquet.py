@@ -2,22 +2,33 @@
 
 A directory (local, or any pyarrow filesystem, or an fsspec one) holds::
 
-    data/000000000007-00001.parquet               rows of txid 7 from task 1
-    _committed/000000000007-00001.json            its marker: {"txid", "partition",
+    data/000000000007-00001-e3-9f1c2a4b.parquet    rows of txid 7 from task 1, driver epoch 3
+    _committed/000000000007-00001-e3.json         its marker: {"txid", "partition",
                                                    "num_partitions", "rows", "epoch", "file"}
 
-**Mechanism.** Every task writes every txid (also with no rows): first its data file, then
-its marker, both under names fixed by ``(txid, task)`` -- the marker is the manifest,
-published last. A replayed txid (a crash before the driver recorded it, a failed
-attempt; with an opaque spout perhaps another batch) writes the same names again: it
-**overwrites**, never adds. The driver's epoch is kept in ``_epoch``: a write from an
-older driver is refused (checked before each write; a file system offers no atomic
-compare-and-write, so a stale driver paused between that check and its write is the one
-case this cannot refuse).
+**Mechanism.** Every task writes every txid (also with no rows): first its data file under
+a name no file had before, then its marker -- the manifest, published last by a write
+and a rename, so that it names the old file or the new one, never a file being written.
+A replayed txid (a crash before the driver recorded it, a failed attempt; with an opaque
+spout perhaps another batch) writes a new data file and then its marker: in the same
+driver epoch the same marker name (replaced by the rename), after a driver's takeover
+the new epoch's. A replay **replaces**, never adds. What a replay superseded (the older
+file, an older epoch's markers of that txid) is deleted at the task's next commit, when
+the txid is recorded: a reader that listed the files before still finds them until then.
 
-**The reader rule.** A txid is committed when the markers of all its ``num_partitions``
-tasks exist; read only the data files those markers name (``committed_files``). Then no
-reader sees part of a txid, nor a file being written::
+The driver's epoch is kept in ``_epoch``: a write from an older driver is refused
+(checked before each write; a file system offers no atomic compare-and-write). A stale
+driver paused between that check and its rename can still publish its marker of the
+txid it was committing, under its own, older epoch: readers take a txid's markers of the
+newest epoch that has all of them, so they ignore it as soon as the newer driver has
+committed that txid (which it does: the stale driver never recorded it). Until then
+they see that txid as the stale driver wrote it -- with a transactional spout the same
+rows -- and its files stay behind, ignored, until removed by hand (docs/states.md).
+
+**The reader rule.** A txid is committed when, for one driver epoch, the markers of all
+its ``num_partitions`` tasks exist; the newest such epoch's markers count. Read only the
+data files those markers name (``committed_files``). Then no reader sees part of a txid,
+a mix of two drivers' attempts of it, nor a file being written::
 
     pyarrow.parquet.read_table(committed_files("out/"))        # or read_committed("out/")
     duckdb.read_parquet(committed_files("out/"))
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,14 +61,15 @@ def _fs(path: str, filesystem: Any = None) -> tuple[Any, str]:
     return filesystem, path.rstrip("/")
 
 
-def data_name(txid: int, partition: int) -> str:
-    """The data file of ``(txid, partition)``, relative to the root."""
-    return f"data/{txid:012d}-{partition:05d}.parquet"
+def data_name(txid: int, partition: int, epoch: int | None) -> str:
+    """A new data file of ``(txid, partition)`` written by ``epoch``, relative to the root
+    (a name no earlier write had: a replay never writes over a file a reader may read)."""
+    return f"data/{txid:012d}-{partition:05d}-e{epoch or 0}-{uuid.uuid4().hex[:8]}.parquet"
 
 
-def marker_name(txid: int, partition: int) -> str:
-    """The marker of ``(txid, partition)``, relative to the root."""
-    return f"_committed/{txid:012d}-{partition:05d}.json"
+def marker_name(txid: int, partition: int, epoch: int | None) -> str:
+    """The marker of ``(txid, partition)`` written by driver ``epoch``, relative to the root."""
+    return f"_committed/{txid:012d}-{partition:05d}-e{epoch or 0}.json"
 
 
 class ParquetStateFactory(StateFactory):
@@ -142,6 +155,10 @@ class ParquetState(State):
         self.f, self.fs, self.root = factory, fs, root
         self.partition, self.num_partitions, self.epoch = partition, num_partitions, epoch
         self.rows: list[tuple[Any, ...]] = []
+        self.last_txid: int | None = None
+        # (txid, names relative to the root): what replays of txid superseded, deleted once
+        # a later txid commits (then txid is recorded: no reader's list needs them).
+        self.superseded: tuple[int, list[str]] | None = None
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``."""
@@ -180,8 +197,9 @@ class ParquetState(State):
 
     def commit(self, txid: int) -> None:
         """Steps: 1. build the table (a value Parquet cannot store stops here); 2. check and
-        raise the epoch fence; 3. write the data file (or remove an earlier attempt's when
-        there are no rows); 4. publish the marker."""
+        raise the epoch fence; 3. delete what replays of an earlier, now recorded txid
+        superseded; 4. write the data file under a new name (none when there are no rows);
+        5. publish the marker (write and rename), naming it; 6. note what it superseded."""
         import pyarrow.parquet as pq
 
         # Step 1.
@@ -189,21 +207,49 @@ class ParquetState(State):
         # Step 2.
         self._fence()
         # Step 3.
-        data = f"{self.root}/{data_name(txid, self.partition)}"
-        if table.num_rows:
-            self.fs.create_dir(data.rsplit("/", 1)[0], recursive=True)
-            pq.write_table(table, data, filesystem=self.fs, compression=self.f.compression)
-        else:
+        if self.superseded and self.superseded[0] < txid:
+            self._delete(self.superseded[1])
+            self.superseded = None
+        # Step 4.
+        data = data_name(txid, self.partition, self.epoch) if table.num_rows else None
+        if data is not None:
+            self.fs.create_dir(f"{self.root}/data", recursive=True)
+            pq.write_table(table, f"{self.root}/{data}", filesystem=self.fs, compression=self.f.compression)
+        # Step 5.
+        marker = marker_name(txid, self.partition, self.epoch)
+        replaced = _read_marker(self.fs, f"{self.root}/{marker}")
+        doc = {"txid": txid, "partition": self.partition, "num_partitions": self.num_partitions,
+               "rows": table.num_rows, "epoch": self.epoch, "file": data}
+        _write_atomic(self.fs, f"{self.root}/{marker}", json.dumps(doc).encode())
+        # Step 6.
+        old = [replaced["file"]] if replaced and replaced.get("file") not in (None, data) else []
+        if self.last_txid is None or txid != self.last_txid + 1:
+            old += self._older_epochs(txid)
+        if old:
+            prior = self.superseded[1] if self.superseded and self.superseded[0] == txid else []
+            self.superseded = (txid, prior + old)
+        self.last_txid = txid
+        self.rows = []
+
+    def _older_epochs(self, txid: int) -> list[str]:
+        """Markers of ``txid`` that older drivers wrote for this task (task 0: also for the
+        tasks a smaller task count no longer has), then the files they name."""
+        markers, files = [], []
+        for path, m in _markers(self.fs, self.root):
+            if m is None:
+                continue
+            mine = m["partition"] == self.partition or (self.partition == 0 and m["partition"] >= self.num_partitions)
+            if m["txid"] == txid and mine and (m.get("epoch") or 0) < (self.epoch or 0):
+                markers.append(path[len(self.root) + 1:])
+                files += [m["file"]] if m.get("file") else []
+        return markers + files
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
             try:
-                self.fs.delete_file(data)
+                self.fs.delete_file(f"{self.root}/{name}")
             except (FileNotFoundError, OSError):
                 pass
-        # Step 4.
-        marker = {"txid": txid, "partition": self.partition, "num_partitions": self.num_partitions,
-                  "rows": table.num_rows, "epoch": self.epoch,
-                  "file": data_name(txid, self.partition) if table.num_rows else None}
-        _write_atomic(self.fs, f"{self.root}/{marker_name(txid, self.partition)}", json.dumps(marker).encode())
-        self.rows = []
 
     def _fence(self) -> None:
         if self.epoch is None:
@@ -241,40 +287,77 @@ def _write_atomic(fs: Any, path: str, data: bytes) -> None:
     fs.move(tmp, path)
 
 
-def committed_files(path: str, filesystem: Any = None) -> list[str]:
-    """The data files of every committed txid under ``path`` (the reader rule: a txid
-    whose tasks' markers all exist), in txid and task order."""
+def _read_marker(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        with fs.open_input_stream(path) as f:
+            doc: dict[str, Any] = json.loads(f.read())
+            return doc
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def _markers(fs: Any, root: str) -> list[tuple[str, dict[str, Any] | None]]:
+    """Every marker under ``root`` with its path, ``None`` for one that vanished while
+    being read (a commit deleted what a replay superseded: list again)."""
     import pyarrow.fs as pafs
 
-    fs, root = _fs(path, filesystem)
-    infos = fs.get_file_info(pafs.FileSelector(f"{root}/_committed", allow_not_found=True))
-    by_txid: dict[int, list[dict[str, Any]]] = {}
-    for info in infos:
-        if not info.path.endswith(".json"):
-            continue
-        with fs.open_input_stream(info.path) as f:
-            m = json.loads(f.read())
-        by_txid.setdefault(m["txid"], []).append(m)
-    out = []
-    for txid in sorted(by_txid):
-        ms = by_txid[txid]
-        n = ms[0]["num_partitions"]
-        if {m["partition"] for m in ms} >= set(range(n)):
-            out += [f"{root}/{m['file']}" for m in sorted(ms, key=lambda m: m["partition"]) if m["file"]]
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/_committed", allow_not_found=True)):
+        if info.path.endswith(".json"):
+            out.append((info.path, _read_marker(fs, info.path)))
     return out
 
 
+def _choose(markers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The markers of one txid that count: those of the newest epoch that has one for
+    each of its ``num_partitions`` tasks (``[]``: not committed)."""
+    by_epoch: dict[int, dict[int, dict[str, Any]]] = {}
+    for m in markers:
+        by_epoch.setdefault(m.get("epoch") or 0, {})[m["partition"]] = m
+    for epoch in sorted(by_epoch, reverse=True):
+        ms = by_epoch[epoch]
+        n = next(iter(ms.values()))["num_partitions"]
+        if set(ms) >= set(range(n)):
+            return [ms[p] for p in range(n)]
+    return []
+
+
+def committed_files(path: str, filesystem: Any = None) -> list[str]:
+    """The data files of every committed txid under ``path`` (the reader rule: the newest
+    driver epoch that has the markers of all the txid's tasks), in txid and task order.
+    A file a replay superseded stays until that task's next commit: read the list soon,
+    or use ``read_committed``, which lists again when a file went."""
+    fs, root = _fs(path, filesystem)
+    for _ in range(10):
+        listed = _markers(fs, root)
+        if all(m is not None for _, m in listed):
+            break
+    else:
+        msg = f"{path!r}: markers kept vanishing while being listed (a replay's cleanup); try again"
+        raise OSError(msg)
+    by_txid: dict[int, list[dict[str, Any]]] = {}
+    for _, m in listed:
+        assert m is not None
+        by_txid.setdefault(m["txid"], []).append(m)
+    return [f"{root}/{m['file']}" for txid in sorted(by_txid) for m in _choose(by_txid[txid]) if m["file"]]
+
+
 def read_committed(path: str, filesystem: Any = None) -> Any:
-    """Every committed row under ``path`` as one ``pyarrow.Table``."""
+    """Every committed row under ``path`` as one ``pyarrow.Table`` (listed again when a
+    file named by the list was deleted before it was read: a replay's cleanup)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs, _ = _fs(path, filesystem)
-    files = committed_files(path, filesystem)
-    if not files:
-        import pyarrow as pa
-
-        return pa.table({})
-    return pq.ParquetDataset(files, filesystem=fs).read()
+    while True:
+        files = committed_files(path, filesystem)
+        if not files:
+            return pa.table({})
+        try:
+            return pq.ParquetDataset(files, filesystem=fs).read()
+        except OSError:
+            if set(files) <= set(committed_files(path, filesystem)):
+                raise                     # not a replay's cleanup: the files are still named
 
 
 class ParquetUpdater(BaseStateUpdater):

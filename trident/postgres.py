@@ -3,7 +3,7 @@
 >>> f = PostgresStateFactory("postgresql://127.0.0.1:5432/app", "word_counts",
 ...                          {"word": "text", "count": "bigint"}, key_columns=["word"])
 >>> f.create_table_sql()
-'CREATE TABLE word_counts (word text, count bigint, PRIMARY KEY (word))'
+'CREATE TABLE "word_counts" ("word" text, "count" bigint, PRIMARY KEY ("word"))'
 
 Use it with ``partition_persist(factory, Fields(...), PostgresUpdater())`` (each tuple a
 row: its fields in the order of ``columns``), from a committer with
@@ -33,14 +33,22 @@ the task's row of the guard table ``trident_txids(state, part, txid, epoch)`` to
 Checks before anything is written (``make_state``): the server is reachable, the table
 exists (or ``create_table=True``; else the error gives the ``CREATE TABLE``), every
 column exists, the key columns are the table's primary key or a unique index (upsert),
-and each value is one psycopg can send (``UnstorableValueError`` naming column and value).
+and each value is one psycopg can send (``UnstorableValueError`` naming column and value);
+an upsert key value is not NULL (a NULL never equals itself: neither ``ON CONFLICT`` nor
+the undo would find the row again, and a replay would double it).
+
+**Names.** Every table and column name is quoted, in one place (``sql_name``): a name is
+used exactly as written -- ``WordCounts`` is the table ``"WordCounts"``, ``order`` a
+column like any other. What PostgreSQL cannot hold is refused when the factory is made:
+an empty name, a NUL, more than 63 bytes (PostgreSQL would cut it short), more than
+``schema.table``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -52,8 +60,20 @@ from state.errors import (
     StateUnavailableError,
     UnstorableValueError,
 )
+from state.redaction import redact_dsn, remember, remember_environment, secrets_in
 from transactional.extras import missing_extra
 from trident.operation import BaseQueryFunction, BaseStateUpdater, TridentCollector, TridentTuple
+from trident.postgres_scratch import create_scratch, drop_scratch, read_scratch
+from trident.postgres_sql import (
+    check_ident,
+    json_values,
+    refusal,
+    regclass,
+    same_type,
+    sql_name,
+    sql_names,
+    timestamp_at,
+)
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
 try:
@@ -67,33 +87,9 @@ GUARD_TABLE = "trident_txids"
 UNDO_TABLE = "trident_undo"
 TXID_COLUMN = "trident_txid"
 PARTITION_COLUMN = "trident_partition"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
-
-
-def _check_ident(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _IDENT.match(name):
-        msg = f"{what} {name!r} is not a plain SQL name (letters, digits, '_'; optionally schema.table)"
-        raise ConfigError(msg)
-    return name
-
-
-def _q(name: str) -> str:
-    return ".".join(f'"{p}"' for p in name.split("."))
-
-
-#: what a PostgreSQL server that is up answers when it refuses a connection for good (its
-#: ``FATAL`` messages; a server starting up, shutting down or full is an outage, retried)
-_REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry", "permission denied",
-             "authentication failed", "is not permitted to log in")
-
-
-def _refusal(error: str) -> str:
-    """The server's ``FATAL`` reason when ``error`` is a refusal that retrying cannot change, else ""."""
-    for line in error.splitlines():
-        reason = line.partition("FATAL:")[2].strip()
-        if reason and any(r in reason for r in _REFUSALS):
-            return reason
-    return ""
+EXPIRES_COLUMN = "trident_expires_at"
+#: rows deleted per commit by the sweep of a state with a TTL
+SWEEP_ROWS = 10_000
 
 
 class PostgresStateFactory(StateFactory):
@@ -108,7 +104,11 @@ class PostgresStateFactory(StateFactory):
     (upsert): numbers a row *adds* to its key's stored row (``count = count + new``: a
     running total, exactly once) instead of replacing them. ``state_id``:
     the name of this state's guard rows (default ``<topology id>:<table>``).
-    ``batch_size``: rows per ``COPY`` chunk.
+    ``batch_size``: rows per ``COPY`` chunk. ``ttl_secs``: a row not written for that long,
+    by the txids' recorded times, is gone -- the table has a ``trident_expires_at
+    timestamptz`` column that each write sets (txid time + TTL), an upsert counts an
+    expired row as absent, ``PostgresLookup`` skips it, and each commit of task 0 deletes
+    up to ``SWEEP_ROWS`` rows expired more than ``ttl_grace_secs`` ago (docs/states.md).
     """
 
     opaque_safe = True
@@ -116,11 +116,13 @@ class PostgresStateFactory(StateFactory):
     def __init__(self, dsn: str, table: str, columns: Sequence[str] | Mapping[str, str], *,
                  key_columns: Sequence[str] = (), mode: str = "upsert", add_columns: Sequence[str] = (),
                  create_table: bool = False,
-                 state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0) -> None:
+                 state_id: str | None = None, batch_size: int = 10_000, connect_timeout: float = 5.0,
+                 ttl_secs: float | None = None, ttl_grace_secs: float = 600.0) -> None:
         self.dsn = dsn
-        self.table = _check_ident(table, "table")
+        _remember_dsn(dsn)
+        self.table = check_ident(table, "table", qualified=True)
         self.types: dict[str, str] = dict(columns) if isinstance(columns, Mapping) else {}
-        self.columns = [_check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
+        self.columns = [check_ident(c, "column") for c in (list(columns) if not isinstance(columns, Mapping)
                                                             else list(columns.keys()))]
         if not self.columns:
             msg = f"PostgresStateFactory({table!r}): name at least one column"
@@ -129,7 +131,7 @@ class PostgresStateFactory(StateFactory):
             msg = f"PostgresStateFactory({table!r}): mode is 'upsert' or 'append', not {mode!r}"
             raise ConfigError(msg)
         self.mode = mode
-        self.key_columns = [_check_ident(c, "key column") for c in key_columns]
+        self.key_columns = [check_ident(c, "key column") for c in key_columns]
         if mode == "upsert" and not self.key_columns:
             msg = (f"PostgresStateFactory({table!r}) in upsert mode needs key_columns (the columns a row "
                    "replaces another by); or use mode='append'")
@@ -145,6 +147,11 @@ class PostgresStateFactory(StateFactory):
                    f"(the numbers a row adds to its key's row)")
             raise ConfigError(msg)
         self.create_table = create_table
+        from state.map.ttl import Ttl
+
+        ttl = Ttl.of(ttl_secs, "write", ttl_grace_secs)
+        self.ttl_ms = None if ttl is None else ttl.ms
+        self.ttl_grace_ms = 0 if ttl is None else ttl.grace_ms
         self.state_id = state_id
         self.batch_size = batch_size
         self.connect_timeout = connect_timeout
@@ -156,30 +163,44 @@ class PostgresStateFactory(StateFactory):
 
     def create_table_sql(self) -> str:
         """The ``CREATE TABLE`` this state needs (types ``<type>`` where not given)."""
-        cols = [f"{c} {self.types.get(c, '<type>')}" for c in self.columns]
+        return str(self._create_table().as_string())
+
+    def _create_table(self) -> Any:
+        from psycopg import sql
+
+        cols = [sql_name(c) + sql.SQL(f" {self.types.get(c, '<type>')}") for c in self.columns]
+        if self.ttl_ms is not None:
+            cols.append(sql.SQL("{} timestamptz").format(sql_name(EXPIRES_COLUMN)))
         if self.mode == "append":
-            cols += [f"{TXID_COLUMN} bigint NOT NULL", f"{PARTITION_COLUMN} int NOT NULL"]
+            cols += [sql.SQL("{} bigint NOT NULL").format(sql_name(TXID_COLUMN)),
+                     sql.SQL("{} int NOT NULL").format(sql_name(PARTITION_COLUMN))]
         else:
-            cols.append(f"PRIMARY KEY ({', '.join(self.key_columns)})")
-        return f"CREATE TABLE {self.table} ({', '.join(cols)})"
+            cols.append(sql.SQL("PRIMARY KEY ({})").format(sql_names(self.key_columns)))
+        return sql.SQL("CREATE TABLE {} ({})").format(sql_name(self.table, qualified=True), sql.SQL(", ").join(cols))
 
     def connect(self) -> Any:
         """A new connection (``psycopg.connect``), or ``StateUnavailableError`` naming the server."""
         import psycopg
 
+        _remember_dsn(self.dsn)
         # a scratch copy (``scratch``): every unqualified name resolves in its own schema
         extra: dict[str, Any] = {} if self.scratch_of is None else {"options": f"-c search_path={self.scratch_of[1]}"}
         try:
             return psycopg.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)), autocommit=True,
                                    **extra)
+        except psycopg.ProgrammingError:       # libpq's message would quote a piece of the string
+            msg = (f"the connection string for table {self.table!r} is not one libpq can read; quote a value "
+                   "holding spaces or quotes ('A B', with \\' and \\\\ escaped inside) or use a "
+                   "postgresql:// URL with the password percent-encoded")
+            raise ConfigError(msg) from None
         except psycopg.OperationalError as e:
-            refused = _refusal(str(e))
+            refused = refusal(str(e))
             if refused:
-                msg = (f"PostgreSQL at {_safe_dsn(self.dsn)} refused the connection for table {self.table!r}: "
+                msg = (f"PostgreSQL at {redact_dsn(self.dsn)} refused the connection for table {self.table!r}: "
                        f"{refused}. Fix the connection string (the database, the role or its password); "
                        "retrying cannot help")
                 raise StateRefusedError(msg) from None
-            msg = (f"PostgreSQL for table {self.table!r} cannot be reached at {_safe_dsn(self.dsn)}: "
+            msg = (f"PostgreSQL for table {self.table!r} cannot be reached at {redact_dsn(self.dsn)}: "
                    f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Start the server or fix the "
                    "connection string")
             raise StateUnavailableError(msg) from None
@@ -226,79 +247,55 @@ class PostgresStateFactory(StateFactory):
         return c
 
     def _create_scratch(self) -> None:
-        """The scratch schema, and in it the table like the real one (the real one resolved
-        on a connection of the real search path)."""
-        real, schema = self.scratch_of or ("", "")
-        plain = copy.copy(self)
-        plain.scratch_of = None
-        with plain.connect() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))   # tasks create it at once
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
-                               "c.relnamespace WHERE c.oid = to_regclass(%s)", (_q(real),)).fetchone()
-            if row is not None:
-                conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.{_q(self.table)} "
-                             f"(LIKE {_q(row[0])}.{_q(row[1])} INCLUDING ALL)")
+        create_scratch(self)
 
     def read_scratch(self) -> dict[Any, Any] | None:
         """The scratch table's rows: upsert ``{key: other columns}``, append ``{row: count}``."""
-        if self.scratch_of is None:
-            return None
-        conn = self.connect()
-        try:
-            if conn.execute("SELECT to_regclass(%s)", (f"{self.scratch_of[1]}.{_q(self.table)}",)).fetchone()[0] is None:
-                return {}
-            cols = ", ".join(_q(c) for c in self.columns)
-            rows = [tuple(_hashable(v) for v in r) for r in conn.execute(f"SELECT {cols} FROM {_q(self.table)}")]
-        finally:
-            conn.close()
-        if self.mode == "append":
-            out: dict[Any, Any] = {}
-            for r in rows:
-                out[r] = out.get(r, 0) + 1
-            return out
-        kidx = [self.columns.index(k) for k in self.key_columns]
-        vidx = [i for i in range(len(self.columns)) if i not in kidx]
-        return {_pick(r, kidx): _pick(r, vidx) if vidx else 1 for r in rows}
+        return read_scratch(self)
 
     def drop_scratch(self) -> None:
         """``DROP SCHEMA ... CASCADE`` of the scratch schema."""
-        if self.scratch_of is not None:
-            conn = self.connect()
-            try:
-                conn.execute(f"DROP SCHEMA IF EXISTS {self.scratch_of[1]} CASCADE")
-            finally:
-                conn.close()
+        drop_scratch(self)
 
     def prepare_schema(self, conn: Any) -> None:
         """The guard tables, and the table checked (or created with ``create_table``)."""
+        from psycopg import sql
+
         with conn.transaction():
             conn.execute(f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (state text NOT NULL, part int NOT NULL, "
                          "txid bigint NOT NULL, epoch bigint, PRIMARY KEY (state, part))")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {UNDO_TABLE} (state text NOT NULL, part int NOT NULL, "
                          "txid bigint NOT NULL, key jsonb NOT NULL, old jsonb)")
-            exists = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
+            exists = conn.execute("SELECT to_regclass(%s)", (regclass(self.table),)).fetchone()[0]
             if exists is None:
                 if not self.create_table:
-                    msg = (f"table {self.table!r} does not exist; create it:\n  {self.create_table_sql()};\n"
+                    folded = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
+                    hint = (f" (names are used as written; a table {folded} exists: name it {str(folded)!r})"
+                            if folded is not None else "")
+                    msg = (f"table {self.table!r} does not exist{hint}; create it:\n  {self.create_table_sql()};\n"
                            "or pass create_table=True (with columns as a mapping name -> SQL type)")
                     raise ConfigError(msg)
                 if len(self.types) != len(self.columns):
                     msg = (f"create_table=True needs every column's SQL type: pass columns as a mapping, e.g. "
                            f"{ {c: 'text' for c in self.columns} }")
                     raise ConfigError(msg)
-                conn.execute(self.create_table_sql())
+                conn.execute(self._create_table())
+                if self.ttl_ms is not None:      # the sweep's and the readers' index
+                    conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(sql_name(self.table, qualified=True),
+                                                                          sql_name(EXPIRES_COLUMN)))
         have = {r[0]: r[1] for r in conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (self.table,))}
-        need = self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (regclass(self.table),))}
+        need = (self.columns + ([TXID_COLUMN, PARTITION_COLUMN] if self.mode == "append" else [])
+                + ([EXPIRES_COLUMN] if self.ttl_ms is not None else []))
         missing = [c for c in need if c not in have]
         if missing:
             msg = (f"table {self.table!r} has no column(s) {missing} (it has {sorted(have)}); this state writes "
-                   f"{need}. Add them (ALTER TABLE {self.table} ADD COLUMN ...) or name the table's columns")
+                   f"{need}. Add them (ALTER TABLE {regclass(self.table)} ADD COLUMN ...) or name the table's "
+                   "columns")
             raise ConfigError(msg)
         for c, t in self.types.items():
-            if t.split("(")[0].strip().lower() != have[c].split("(")[0].strip().lower() and not _same_type(t, have[c]):
+            if t.split("(")[0].strip().lower() != have[c].split("(")[0].strip().lower() and not same_type(t, have[c]):
                 msg = (f"column {c!r} of table {self.table!r} is {have[c]}, but this state declares it {t}; "
                        "make them agree")
                 raise ConfigError(msg)
@@ -306,25 +303,19 @@ class PostgresStateFactory(StateFactory):
             uniques = [set(r[0]) for r in conn.execute(
                 "SELECT array_agg(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisunique "
-                "GROUP BY i.indexrelid", (self.table,))]
+                "GROUP BY i.indexrelid", (regclass(self.table),))]
             if set(self.key_columns) not in uniques:
                 msg = (f"upsert into {self.table!r} needs a primary key or unique index on {self.key_columns}; "
-                       f"add one: ALTER TABLE {self.table} ADD PRIMARY KEY ({', '.join(self.key_columns)})")
+                       f"add one: ALTER TABLE {regclass(self.table)} ADD PRIMARY KEY "
+                       f"({sql_names(self.key_columns).as_string()})")
                 raise ConfigError(msg)
 
 
-_ALIASES = {"int": "integer", "int4": "integer", "int8": "bigint", "bool": "boolean", "float8": "double precision",
-            "float4": "real", "varchar": "character varying", "timestamptz": "timestamp with time zone",
-            "timestamp": "timestamp without time zone", "numeric": "numeric", "decimal": "numeric"}
-
-
-def _same_type(declared: str, actual: str) -> bool:
-    d = declared.split("(")[0].strip().lower()
-    return _ALIASES.get(d, d) == actual.split("(")[0].strip().lower()
-
-
-def _safe_dsn(dsn: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+def _remember_dsn(dsn: str) -> None:
+    """The DSN's password (every form libpq reads) and ``PGPASSWORD`` masked wherever
+    they show up later (``state.redaction``), in this process."""
+    remember(secrets_in(dsn))
+    remember_environment()
 
 
 class PostgresState(State):
@@ -340,7 +331,16 @@ class PostgresState(State):
         self.epoch = epoch
         self.rows: list[tuple[Any, ...]] = []
         self.txid: int | None = None
+        #: the txid's recorded time (ms; ``begin_time``): what a TTL is decided by
+        self.time_ms: int | None = None
         self._dumpable: dict[tuple[int, type], None] = {}
+        self._key_idx = [factory.columns.index(k) for k in factory.key_columns]
+
+    def begin_time(self, time_ms: int) -> None:
+        """The txid's recorded time (the engine calls it before ``begin_commit``): a row
+        written now expires at it + ``ttl_secs``, one whose expiry is at or before it is
+        gone; the same on every replay of the txid."""
+        self.time_ms = time_ms
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``: nothing buffered."""
@@ -356,6 +356,12 @@ class PostgresState(State):
                        f"{n} columns {self.f.columns}")
                 raise UnstorableValueError(msg)
             self._check_values(r)
+            if self.f.mode == "upsert" and any(r[i] is None for i in self._key_idx):
+                nulls = [self.f.columns[i] for i in self._key_idx if r[i] is None]
+                msg = (f"table {self.f.table!r}: key column(s) {nulls} of row {r!r} are None; an upsert key "
+                       "cannot be NULL (NULL never equals NULL: a replay could not find the row it wrote and "
+                       "would add it twice). Filter such rows out or give them a key value before the state")
+                raise UnstorableValueError(msg)
             self.rows.append(r)
 
     def _check_values(self, r: tuple[Any, ...]) -> None:
@@ -392,6 +398,8 @@ class PostgresState(State):
                     self._undo(txid)
                 if rows:
                     self._write(rows, txid)
+                if self.f.ttl_ms is not None and self.partition == 0:
+                    self._sweep()
                 self.conn.execute(f"UPDATE {GUARD_TABLE} SET txid = %s, epoch = %s WHERE state = %s AND part = %s",
                                   (txid, self.epoch, self.state_id, self.partition))
         except psycopg.errors.DataError as e:
@@ -400,7 +408,7 @@ class PostgresState(State):
                    "match the columns' types")
             raise UnstorableValueError(msg) from None
         except psycopg.OperationalError as e:
-            msg = f"PostgreSQL at {_safe_dsn(self.f.dsn)} failed during txid {txid}: {e}"
+            msg = f"PostgreSQL at {redact_dsn(self.f.dsn)} failed during txid {txid}: {e}"
             self._reconnect()
             raise StateUnavailableError(msg) from None
 
@@ -434,34 +442,44 @@ class PostgresState(State):
 
     def _undo(self, txid: int) -> None:
         """Take back what the committed earlier attempt of ``txid`` wrote."""
-        t = _q(self.f.table)
+        from psycopg import sql
+
+        t = sql_name(self.f.table, qualified=True)
         if self.f.mode == "append":
-            self.conn.execute(f"DELETE FROM {t} WHERE {TXID_COLUMN} = %s AND {PARTITION_COLUMN} = %s",
-                              (txid, self.partition))
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE {} = %s AND {} = %s").format(
+                t, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN)), (txid, self.partition))
             return
-        keys = self.f.key_columns
-        match = " AND ".join(f"{_q(k)} = (u.key->>'{k}')::{self._type(k)}" for k in keys)
-        self.conn.execute(f"DELETE FROM {t} USING {UNDO_TABLE} u WHERE u.state = %s AND u.part = %s "
-                          f"AND u.txid = %s AND {match}", (self.state_id, self.partition, txid))
-        self.conn.execute(f"INSERT INTO {t} SELECT (jsonb_populate_record(NULL::{t}, u.old)).* FROM {UNDO_TABLE} u "
-                          "WHERE u.state = %s AND u.part = %s AND u.txid = %s AND u.old IS NOT NULL",
+        match = sql.SQL(" AND ").join(
+            sql.SQL("{} = (u.key->>{})::{}").format(sql_name(k), sql.Literal(k), sql.SQL(self._type(k)))
+            for k in self.f.key_columns)
+        self.conn.execute(sql.SQL("DELETE FROM {} USING {} u WHERE u.state = %s AND u.part = %s "
+                                  "AND u.txid = %s AND {}").format(t, sql_name(UNDO_TABLE), match),
                           (self.state_id, self.partition, txid))
+        self.conn.execute(sql.SQL("INSERT INTO {} SELECT (jsonb_populate_record(NULL::{}, u.old)).* FROM {} u "
+                                  "WHERE u.state = %s AND u.part = %s AND u.txid = %s AND u.old IS NOT NULL").format(
+                              t, t, sql_name(UNDO_TABLE)), (self.state_id, self.partition, txid))
 
     def _type(self, col: str) -> str:
         cache = self.__dict__.setdefault("_types", {})
         if col not in cache:
             cache[col] = self.conn.execute(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attname = %s", (self.f.table, col)).fetchone()[0]
+                "AND attname = %s", (regclass(self.f.table), col)).fetchone()[0]
         return str(cache[col])
 
     def _write(self, rows: list[tuple[Any, ...]], txid: int) -> None:
-        f, conn, t = self.f, self.conn, _q(self.f.table)
-        cols = ", ".join(_q(c) for c in f.columns)
+        from psycopg import sql
+
+        f, conn, t = self.f, self.conn, sql_name(self.f.table, qualified=True)
+        exp = () if f.ttl_ms is None else (timestamp_at(self._now_ms() + f.ttl_ms),)
+        names = f.columns + ([EXPIRES_COLUMN] if exp else [])
+        cols = sql_names(names)
         if f.mode == "append":
-            with conn.cursor().copy(f"COPY {t} ({cols}, {TXID_COLUMN}, {PARTITION_COLUMN}) FROM STDIN") as cp:
+            copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN").format(
+                t, cols, sql_name(TXID_COLUMN), sql_name(PARTITION_COLUMN))
+            with conn.cursor().copy(copy) as cp:
                 for r in rows:
-                    cp.write_row((*_json(r), txid, self.partition))
+                    cp.write_row((*json_values(r), *exp, txid, self.partition))
             return
         # upsert: the last row of each key wins (as applying them in order would); the
         # add_columns of a key's rows are summed
@@ -474,62 +492,68 @@ class PostgresState(State):
             if old is not None and aidx:
                 r = tuple((v + old[i]) if i in aidx else v for i, v in enumerate(r))
             last[k] = r
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS trident_stage (LIKE {t} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-        with conn.cursor().copy(f"COPY trident_stage ({cols}) FROM STDIN") as cp:
+        conn.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS trident_stage (LIKE {} INCLUDING DEFAULTS) "
+                             "ON COMMIT DELETE ROWS").format(t))
+        with conn.cursor().copy(sql.SQL("COPY trident_stage ({}) FROM STDIN").format(cols)) as cp:
             for r in last.values():
-                cp.write_row(_json(r))
-        join = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in f.key_columns)
-        keyobj = ", ".join(f"'{k}', s.{_q(k)}" for k in f.key_columns)
+                cp.write_row((*json_values(r), *exp))
+        join = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql_name(k), sql_name(k)) for k in f.key_columns)
+        keyobj = sql.SQL(", ").join(sql.SQL("{}, s.{}").format(sql.Literal(k), sql_name(k)) for k in f.key_columns)
         # Step 3a. the rows about to be overwritten (NULL: the key is new), for an undo of this txid
         conn.execute(f"DELETE FROM {UNDO_TABLE} WHERE state = %s AND part = %s", (self.state_id, self.partition))
-        conn.execute(f"INSERT INTO {UNDO_TABLE} (state, part, txid, key, old) SELECT %s, %s, %s, "
-                     f"jsonb_build_object({keyobj}), to_jsonb(t.*) FROM trident_stage s LEFT JOIN {t} t ON {join}",
-                     (self.state_id, self.partition, txid))
+        conn.execute(sql.SQL("INSERT INTO {} (state, part, txid, key, old) SELECT %s, %s, %s, "
+                             "jsonb_build_object({}), to_jsonb(t.*) FROM trident_stage s LEFT JOIN {} t ON {}").format(
+                         sql_name(UNDO_TABLE), keyobj, t, join), (self.state_id, self.partition, txid))
         # Step 3b. the upsert
-        updates = [c for c in f.columns if c not in f.key_columns]
-        sets = [f"{_q(c)} = {t}.{_q(c)} + EXCLUDED.{_q(c)}" if c in f.add_columns else f"{_q(c)} = EXCLUDED.{_q(c)}"
-                for c in updates]
-        action = ("DO UPDATE SET " + ", ".join(sets)) if updates else "DO NOTHING"
-        conn.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM trident_stage "
-                     f"ON CONFLICT ({', '.join(_q(k) for k in f.key_columns)}) {action}")
+        # an expired row (TTL) counts as absent: its add_columns start from the batch's numbers
+        add = ("{c} = CASE WHEN {t}.{e} <= {now} THEN EXCLUDED.{c} ELSE {t}.{c} + EXCLUDED.{c} END" if exp
+               else "{c} = {t}.{c} + EXCLUDED.{c}")
+        now = sql.Literal(timestamp_at(self._now_ms()))
+        sets = [sql.SQL(add if c in f.add_columns else "{c} = EXCLUDED.{c}").format(
+                    c=sql_name(c), t=t, e=sql_name(EXPIRES_COLUMN), now=now) for c in names if c not in f.key_columns]
+        action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(sets)) if sets else sql.SQL("DO NOTHING")
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM trident_stage ON CONFLICT ({}) {}").format(
+            t, cols, cols, sql_names(f.key_columns), action))
 
     def lookup(self, keys: Sequence[Any]) -> list[tuple[Any, ...] | None]:
         """The committed rows (all columns) of ``keys`` (one value each, or a tuple of the
         key columns' values), None where absent: one query."""
+        from psycopg import sql
+
         if not keys:
             return []
         f = self.f
         kcols = f.key_columns or f.columns[:1]
         ks = [k if isinstance(k, (tuple, list)) else (k,) for k in keys]
-        cols = ", ".join(_q(c) for c in f.columns)
-        where = " OR ".join("(" + " AND ".join(f"{_q(c)} = %s" for c in kcols) + ")" for _ in ks)
+        one = sql.SQL("({})").format(sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql_name(c)) for c in kcols))
+        where = sql.SQL(" OR ").join([one] * len(ks))
         params = [v for k in ks for v in k]
         kidx = [f.columns.index(c) for c in kcols]
+        if f.ttl_ms is not None:          # an expired row is gone
+            where = sql.SQL("({}) AND ({} IS NULL OR {} > {})").format(
+                where, sql_name(EXPIRES_COLUMN), sql_name(EXPIRES_COLUMN), sql.Literal(timestamp_at(self._now_ms())))
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(sql_names(f.columns), sql_name(f.table, qualified=True), where)
         with self.conn.transaction():
-            found = {tuple(r[i] for i in kidx): tuple(r)
-                     for r in self.conn.execute(f"SELECT {cols} FROM {_q(f.table)} WHERE {where}", params)}
+            found = {tuple(r[i] for i in kidx): tuple(r) for r in self.conn.execute(query, params)}
         return [found.get(tuple(k)) for k in ks]
+
+    def _now_ms(self) -> int:
+        """The txid's recorded time; the wall clock for a state used outside the engine."""
+        return self.time_ms if self.time_ms is not None else int(time.time() * 1000)
+
+    def _sweep(self) -> None:
+        """Delete up to ``SWEEP_ROWS`` rows that expired more than the grace before the
+        txid's time (in the commit's transaction: a replay redoes it)."""
+        from psycopg import sql
+
+        t, e = sql_name(self.f.table, qualified=True), sql_name(EXPIRES_COLUMN)
+        self.conn.execute(sql.SQL("DELETE FROM {} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {} WHERE {} < %s "
+                                  "LIMIT %s))").format(t, t, e),
+                          (timestamp_at(self._now_ms() - self.f.ttl_grace_ms), SWEEP_ROWS))
 
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
-
-
-def _pick(r: tuple[Any, ...], idx: list[int]) -> Any:
-    """The value at ``idx`` of ``r`` (one index), else the tuple of those values."""
-    return r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
-
-
-def _hashable(v: Any) -> Any:
-    """A column's value as a key (json/jsonb values as sorted JSON text)."""
-    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v
-
-
-def _json(r: tuple[Any, ...]) -> tuple[Any, ...]:
-    """dicts and lists as JSON text (for json/jsonb columns)."""
-    if any(type(v) in (dict, list) for v in r):
-        return tuple(json.dumps(v) if type(v) in (dict, list) else v for v in r)
-    return r
 
 
 class PostgresUpdater(BaseStateUpdater):

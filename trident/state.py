@@ -44,35 +44,54 @@ class StateType(str, enum.Enum):
 
 @dataclass(frozen=True)
 class MapStateFactory:
-    """A map state of the topology: its ``name`` and flavour (``state_type``)."""
+    """A map state of the topology: its ``name`` and flavour (``state_type``); with
+    ``ttl_secs``, a key not written (``ttl_from="read"``: nor read) for that long, by the
+    txids' recorded times, is gone (docs/operations.md, "State that expires")."""
 
     name: str
     state_type: StateType = StateType.OPAQUE
+    ttl_secs: float | None = None
+    ttl_from: str = "write"
+    ttl_grace_secs: float | None = None
 
     def __post_init__(self) -> None:
+        from state.map.ttl import Ttl
+
         check_state_name(self.name)
         object.__setattr__(self, "state_type", StateType(self.state_type))
+        ttl = Ttl.of(self.ttl_secs, self.ttl_from, self.ttl_grace_secs)    # checked now, before a run
+        if ttl is not None:
+            ttl.check_kind(self.name, self.state_type.value)
+
+    @property
+    def ttl(self) -> dict[str, Any]:
+        """The TTL settings as ``context.map_state`` takes them."""
+        return {"ttl_secs": self.ttl_secs, "ttl_from": self.ttl_from, "ttl_grace_secs": self.ttl_grace_secs}
 
 
-def transactional(name: str) -> MapStateFactory:
+def transactional(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
+                  ttl_grace_secs: float | None = None) -> MapStateFactory:
     """A transactional map (exactly-once with a transactional spout)."""
-    return MapStateFactory(name, StateType.TRANSACTIONAL)
+    return MapStateFactory(name, StateType.TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs)
 
 
-def opaque(name: str) -> MapStateFactory:
+def opaque(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
+           ttl_grace_secs: float | None = None) -> MapStateFactory:
     """An opaque map (exactly-once with any spout we have)."""
-    return MapStateFactory(name, StateType.OPAQUE)
+    return MapStateFactory(name, StateType.OPAQUE, ttl_secs, ttl_from, ttl_grace_secs)
 
 
-def counters(name: str) -> MapStateFactory:
+def counters(name: str, *, ttl_secs: float | None = None) -> MapStateFactory:
     """A map of numbers that ``Count``/``Sum`` add to, exactly once per txid, in one atomic
-    write per batch without reading the keys (``state.map.CounterMap``)."""
-    return MapStateFactory(name, StateType.COUNTER)
+    write per batch without reading the keys (``state.map.CounterMap``). It cannot expire
+    keys (it never reads them): ``ttl_secs`` is refused, naming ``transactional``."""
+    return MapStateFactory(name, StateType.COUNTER, ttl_secs)
 
 
-def non_transactional(name: str) -> MapStateFactory:
+def non_transactional(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
+                      ttl_grace_secs: float | None = None) -> MapStateFactory:
     """A non-transactional map (at-least-once: a replayed batch is applied again)."""
-    return MapStateFactory(name, StateType.NON_TRANSACTIONAL)
+    return MapStateFactory(name, StateType.NON_TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs)
 
 
 PAIRING_TABLE = """\

@@ -56,7 +56,9 @@ class State:
     ``commit(txid)`` after them, in strictly increasing txid order except that the newest
     txid may come again after a failure (see the module docstring). Optional:
     ``begin_attempt(attempt)`` (the ``TransactionAttempt``, just before ``begin_commit``),
-    ``close()`` (when the framework drops the state)."""
+    ``begin_time(time_ms)`` (the txid's recorded time, the same on every replay of it:
+    what expiry or a time column should use), ``close()`` (when the framework drops the
+    state)."""
 
     def begin_commit(self, txid: int) -> None:
         """A batch's updates start."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
@@ -45,12 +46,17 @@ class MemoryMapBacking:
 
     #: in this process: a map does not cache what it reads (``MapState._cache``)
     remote = False
+    #: a write may carry when the keys are deleted (``delete_at``: a map with a TTL)
+    expires_keys = True
 
     def __init__(self, fence: FenceCell | None = None, namespace: str = "memory map") -> None:
         self.data: dict[Hashable, Any] = {}
         self.fence = fence or FenceCell()
         self.namespace = namespace
         self.round_trips = 0  # multi_get/multi_put calls, like a remote store's
+        #: keys with a TTL: (delete_at ms, key) in time order, and each key's latest delete_at
+        self._deletions: list[tuple[int, str]] = []
+        self._delete_at: dict[str, int] = {}
 
     @property
     def write_group(self) -> Hashable:
@@ -129,9 +135,11 @@ class MemoryMapBacking:
             return [data.get(k) for k in keys], CounterRecord(
                 applied, rec.get("txid"), {k: before[k] for k in keys if k in before})
 
-    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0) -> None:
+    def multi_put(self, keys: list[str], values: list[Any], fence: Fence | None = None, trusted: int = 0,
+                  delete_at: int | None = None) -> None:
         """Store ``values[i]`` at ``keys[i]``; with a ``fence``, check and raise the backing's
-        fence first, under its lock, as ``MapBacking.multi_put`` says."""
+        fence first, under its lock, as ``MapBacking.multi_put`` says. ``delete_at``: as
+        Redis's ``PEXPIREAT``, the keys go at that time (``expire``)."""
         if len(keys) != len(values):
             msg = f"{len(keys)} keys but {len(values)} values"
             raise ValueError(msg)
@@ -140,6 +148,35 @@ class MemoryMapBacking:
             if fence is not None:
                 self.fence.check_and_raise(fence, f"memory map {self.namespace!r}", keys, self.namespace)
             self.data.update(zip(keys, values, strict=True))
+            self._expire_later(keys, delete_at)
+
+    def _expire_later(self, keys: list[str], delete_at: int | None) -> None:
+        """Note when ``keys`` go (None: never, as a write without an expiry in Redis)."""
+        at = self._delete_at
+        if delete_at is None:
+            if at:
+                for k in keys:
+                    at.pop(k, None)
+            return
+        heap = self._deletions
+        for k in keys:
+            at[k] = delete_at
+            heapq.heappush(heap, (delete_at, k))
+        if len(heap) > 2 * len(at) + 1024:           # entries of keys written again since: drop them
+            self._deletions = [(t, k) for k, t in at.items()]
+            heapq.heapify(self._deletions)
+
+    def expire(self, now_ms: int) -> int:
+        """Delete the keys whose ``delete_at`` is at or before ``now_ms`` (the txid time of a
+        write: run on every write with one); returns how many went."""
+        heap, at, data, n = self._deletions, self._delete_at, self.data, 0
+        while heap and heap[0][0] <= now_ms:
+            when, k = heapq.heappop(heap)
+            if at.get(k) == when:          # not written again since with a later expiry
+                del at[k]
+                data.pop(k, None)
+                n += 1
+        return n
 
     def write(self, parts: Sequence[MapWrite]) -> None:
         """Write several maps' parts (backings of this ``write_group``) as one step: under
@@ -160,6 +197,9 @@ class MemoryMapBacking:
             for b, p in todo:
                 if p.op == "put":
                     b.data.update(zip(p.keys, p.values, strict=True))
+                    b._expire_later(p.keys, p.delete_at)
+                    if p.time_ms is not None and b._deletions:
+                        b.expire(p.time_ms)
                 else:
                     keys, deltas = p.values
                     b._add(keys, deltas, p.fence)

@@ -3,6 +3,7 @@ write, common to every flavour (``state.map``'s docstring)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, cast
@@ -12,17 +13,20 @@ from state.map.backing import MapBacking
 from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
 from state.map.rules import COMBINERS, Combine, Updater, V, unstorable_error
+from state.map.ttl import Ttl
 from state.map.write import MapWrite, commit_maps, write_maps
 
 
 @dataclass(frozen=True)
 class CommitScope:
     """What a map's writes belong to: batch ``txid``, its ``attempt``, the driver's
-    ``epoch``."""
+    ``epoch``, the txid's recorded time ``time_ms`` (what a TTL is decided by:
+    ``state.map.ttl``)."""
 
     txid: int
     attempt: int | None = None
     epoch: int | None = None
+    time_ms: int | None = None
 
 
 class MapState(CachedMap, Generic[V]):
@@ -49,6 +53,11 @@ class MapState(CachedMap, Generic[V]):
         #: claim their keys, and a key another writer claimed is refused (``Fence.writer``)
         self.shared_writes = False
         self.scope: CommitScope | None = None
+        #: the map's time to live (``state.map.ttl``), None: its keys never expire
+        self.ttl: Ttl | None = None
+        #: the recorded time of the last txid whose commit began here (reads outside a
+        #: commit decide expiry by it; the wall clock before any)
+        self.now_ms: int | None = None
         #: the last txid known committed (set by the engine): reads outside a commit show
         #: values as of it; None: whatever was written last
         self.last_committed: int | None = None
@@ -72,9 +81,12 @@ class MapState(CachedMap, Generic[V]):
         self._dirty: dict[str, None] = {}
 
     # -- the commit scope ----------------------------------------------------------------------
-    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
+    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None,
+                     time_ms: int | None = None) -> None:
         """Start applying batch ``txid`` (see ``CommitScope``); drops anything buffered."""
-        self.scope = CommitScope(txid, attempt, epoch)
+        self.scope = CommitScope(txid, attempt, epoch, time_ms)
+        if time_ms is not None:
+            self.now_ms = time_ms
         if epoch != self._cache_epoch or epoch is None:
             self._cache = {}
             # a backing in this process's memory is as fast as a cache of it
@@ -113,8 +125,10 @@ class MapState(CachedMap, Generic[V]):
                 keys, values = [keys[i] for i in order], [values[i] for i in order]
         encode = getattr(self.backing, "encode_values", None)
         encoded = values if encode is None else self._encoded(encode, keys, values, scope)
+        delete_at = None if self.ttl is None or scope.time_ms is None else self.ttl.delete_at(scope.time_ms)
         return MapWrite(self.name, self.backing, "put", keys, encoded,
-                        Fence(scope.epoch, scope.txid, scope.attempt, writer), trusted, values)
+                        Fence(scope.epoch, scope.txid, scope.attempt, writer), trusted, values, delete_at,
+                        scope.time_ms)
 
     def _encoded(self, encode: Callable[[list[Any]], Any], keys: list[str], values: list[Any],
                  scope: CommitScope) -> Any:
@@ -183,8 +197,11 @@ class MapState(CachedMap, Generic[V]):
         keys = list(keys)
         enc = _encode_all(keys)
         if self.scope is None:
+            stored = self.backing.multi_get(enc)
+            if self.ttl is not None:
+                stored = self.ttl.live(stored, self.now_ms if self.now_ms is not None else int(time.time() * 1000))
             return [None if s is None else self._committed_value(k, s)
-                    for k, s in zip(keys, self.backing.multi_get(enc), strict=True)]
+                    for k, s in zip(keys, stored, strict=True)]
         self._touch(enc)
         value = self._value
         return [value[e] for e in enc]
@@ -200,9 +217,14 @@ class MapState(CachedMap, Generic[V]):
         if self.scope is None:
             return self.multi_get(keys)
         keys = list(keys)
-        txid = self.scope.txid
+        txid, enc = self.scope.txid, _encode_all(keys)
+        stored = self.backing.multi_get(enc)
+        if self.ttl is not None:
+            stored = self.ttl.live(stored, self.scope.time_ms)
+            if self.ttl.from_read:
+                self._touch(enc)          # read: written again by this txid, its expiry moved
         return [None if s is None else self._base_value(k, s, txid)
-                for k, s in zip(keys, self.backing.multi_get(_encode_all(keys)), strict=True)]
+                for k, s in zip(keys, stored, strict=True)]
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
         """The value before batch ``txid`` of a stored value (as ``_load`` takes it)."""
@@ -294,7 +316,7 @@ class MapState(CachedMap, Generic[V]):
         if cache:
             hits = [e for e in missing if e in cache]
             if hits:
-                self._load(hits, [cache[e] for e in hits], scope.txid)
+                self._load_live(hits, [cache[e] for e in hits], scope)
                 if len(hits) == len(missing):
                     return
                 missing = [e for e in missing if e not in cache]
@@ -302,8 +324,24 @@ class MapState(CachedMap, Generic[V]):
         if self.shared_writes:
             for e, s in zip(missing, stored, strict=True):
                 self._check_claim(e, s, scope)
-        self._load(missing, stored, scope.txid)
+        self._load_live(missing, stored, scope)
         self._remember(missing, stored)
+
+    def _load_live(self, keys: list[str], stored: list[Any], scope: CommitScope) -> None:
+        """``_load`` what has not expired by the txid's time (``state.map.ttl``); with
+        ``ttl_from="read"`` a live key read is written again by this txid."""
+        ttl = self.ttl
+        if ttl is None:
+            self._load(keys, stored, scope.txid)
+            return
+        self._load(keys, ttl.live(stored, scope.time_ms), scope.txid)
+        if ttl.from_read:
+            value, skip = self._value, self._skip
+            self._dirty.update((e, None) for e in keys if value.get(e) is not None and e not in skip)
+
+    def _expiring(self, stored: list[Any], scope: CommitScope) -> list[Any]:
+        """``stored`` (wrapper dicts) with the time they expire, for a map with a TTL."""
+        return stored if self.ttl is None else self.ttl.stamp(stored, scope.time_ms)
 
     def _check_claim(self, key: str, stored: Any, scope: CommitScope) -> None:
         """One of several writers of an attempt finds a key another writer of the same

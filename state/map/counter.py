@@ -71,13 +71,14 @@ class CounterMap(MapState[V]):
             self._columns = None
             self.add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
 
-    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None) -> None:
+    def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None,
+                     time_ms: int | None = None) -> None:
         """Start adding batch ``txid``'s numbers."""
         if self.shared_writes:
             msg = (f"counter map {self.name!r} has several writers per txid (committers on executors); "
                    "counter maps need commit_placement='driver' (or use a transactional map)")
             raise ConfigError(msg)
-        super().begin_commit(txid, attempt, epoch=epoch)
+        super().begin_commit(txid, attempt, epoch=epoch, time_ms=time_ms)
 
     def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
         """Add ``values[i]`` to ``keys[i]`` in this txid (``combiner`` must be ``"sum"`` or

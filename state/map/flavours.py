@@ -11,6 +11,7 @@ from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use 
 from state.map.base import CommitScope, MapState
 from state.map.fence import Fence
 from state.map.rules import OpaqueValue, TransactionalValue, V, written_key
+from state.map.ttl import DEFAULT_GRACE_SECS, EXPIRES
 
 
 class TransactionalMap(MapState[V]):
@@ -56,8 +57,8 @@ class TransactionalMap(MapState[V]):
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         keys, value, base = list(self._dirty), self._value, self._base
-        stored = TransactionalValue.stored_updates(scope.txid, scope.attempt, [value[k] for k in keys],
-                                                   [base[k] for k in keys])
+        stored = self._expiring(TransactionalValue.stored_updates(scope.txid, scope.attempt, [value[k] for k in keys],
+                                                                  [base[k] for k in keys]), scope)
         earlier = self._earlier
         if earlier and not self.shared_writes:    # a replay: what it stored already stays
             kept = [(k, s) for k, s in zip(keys, stored, strict=True) if earlier.get(k) != s]
@@ -97,7 +98,8 @@ class OpaqueMap(MapState[V]):
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         t, a = scope.txid, scope.attempt
         keys, value, base = list(self._dirty), self._value, self._base
-        values: list[Any] = OpaqueValue.stored_updates(t, a, [value[k] for k in keys], [base[k] for k in keys])
+        values: list[Any] = self._expiring(
+            OpaqueValue.stored_updates(t, a, [value[k] for k in keys], [base[k] for k in keys]), scope)
         if self.shared_writes:
             values = [self._stamp(v, scope) for v in values]
         if keys:
@@ -124,10 +126,26 @@ class OpaqueMap(MapState[V]):
             v = OpaqueValue.from_stored(decode_key(k), s)
             if v.failed(scope.txid, scope.attempt):
                 keys.append(k)
-                values.append(v.rolled_back().to_stored())
+                back = v.rolled_back().to_stored()
+                values.append(back if EXPIRES not in s else {**back, EXPIRES: s[EXPIRES]})
         if keys:
-            self.backing.multi_put(keys, values, Fence(scope.epoch, scope.txid))
+            self._put_back(keys, values, Fence(scope.epoch, scope.txid))
         return len(keys)
+
+    def _put_back(self, keys: list[str], values: list[Any], fence: Fence) -> None:
+        """Write rolled-back values; with a TTL, each keeps the expiry it had (the store
+        deletes it ``grace`` after, as its write did)."""
+        put = self.backing.multi_put
+        if not getattr(self.backing, "expires_keys", False) or not any(EXPIRES in v for v in values):
+            put(keys, values, fence)
+            return
+        grace = int(DEFAULT_GRACE_SECS * 1000) if self.ttl is None else self.ttl.grace_ms
+        groups: dict[int | None, list[int]] = {}
+        for i, v in enumerate(values):
+            groups.setdefault(v.get(EXPIRES), []).append(i)
+        for exp, idx in groups.items():
+            delete_at = None if exp is None else exp + grace
+            put([keys[i] for i in idx], [values[i] for i in idx], fence, delete_at=delete_at)  # type: ignore[call-arg]
 
 
 class NonTransactionalMap(MapState[V]):
@@ -146,15 +164,21 @@ class NonTransactionalMap(MapState[V]):
     kind = "non-transactional"
 
     def _load(self, keys: list[str], stored: list[Any], txid: int) -> None:
-        self._value.update(zip(keys, stored, strict=True))
+        self._value.update(zip(keys, map(self._unwrap, stored), strict=True))
+
+    def _unwrap(self, stored: Any) -> Any:
+        """A stored value as the user's: with a TTL the map stores ``{"~val": v, "exp": ms}``."""
+        return stored["~val"] if self.ttl is not None and type(stored) is dict and "~val" in stored else stored
 
     def _committed_value(self, key: Any, stored: Any) -> Any:
-        return stored
+        return self._unwrap(stored)
 
     def _base_value(self, key: Any, stored: Any, txid: int) -> Any:
-        return stored
+        return self._unwrap(stored)
 
     def _writes(self, scope: CommitScope) -> tuple[list[str], list[Any]]:
         keys, value = list(self._dirty), self._value
+        if self.ttl is not None:
+            return keys, self._expiring([{"~val": value[k]} for k in keys], scope)
         return keys, [value[k] for k in keys]
 

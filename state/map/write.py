@@ -23,7 +23,8 @@ class MapWrite:
     added once per txid). ``values`` is what the backing's ``encode_values`` /
     ``encode_deltas`` / ``encode_columns`` made (a backing without them gets the raw values
     through ``multi_put`` / ``multi_add``); ``stored``: the raw values of a put, for the
-    map's cache."""
+    map's cache. ``delete_at``: when the store may delete the keys (ms since the epoch; a
+    map with a TTL, ``state.map.ttl``), and ``time_ms`` the txid's time."""
 
     name: str
     backing: Any
@@ -33,6 +34,8 @@ class MapWrite:
     fence: Fence
     trusted: int = 0
     stored: list[Any] | None = None
+    delete_at: int | None = None
+    time_ms: int | None = None
 
 
 @contextlib.contextmanager

@@ -18,14 +18,15 @@ from transactional.engine.plan import ProcessingResult, run_commit
 from transactional.engine.planning import SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
+from transactional.engine.user_states import (
+    TXID_TIME_MS as TXID_TIME_MS,  # the conf key of a txid's time (windows read it here)
+)
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
     from transactional.engine.driver import Engine
 
 log = logging.getLogger("trident")
-#: the conf key of a commit phase's txid time (ms, ``CoordinatorStore.commit_time``)
-TXID_TIME_MS = "transactional.txid.time.ms"
 
 
 class CommitProtocol:
@@ -81,7 +82,8 @@ class CommitProtocol:
         try:
             # Step 4. committers and the bolts downstream of them, maps buffering their updates;
             # an earlier attempt whose commit began may have written opaque state: roll it back first.
-            e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else ())
+            e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else (),
+                           time_ms=conf[TXID_TIME_MS])
             if e.plan.commits_on_executors:
                 rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept,
                                  e.states.for_executors(txid, a.attempt))

@@ -39,7 +39,7 @@ class Tally:
         if t.kind == "launched":
             result.attempts += 1
         elif t.kind == "failed":
-            result.failures.append(t.info["failure"].describe())
+            result.add_failure(t.info["failure"].describe())
         elif t.kind == "committed":
             info = t.info
             result.first_txid = result.first_txid or t.txid

@@ -76,7 +76,7 @@ class StateRegistry:
                                        options=self.options())
         m.last_committed = self.last_committed
         if self.scope is not None:
-            m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch)
+            m.begin_commit(self.scope.txid, self.scope.attempt, epoch=self.scope.epoch, time_ms=self.scope.time_ms)
         return m
 
     def options(self) -> dict[str, Any]:
@@ -101,13 +101,14 @@ class StateRegistry:
             self._open(name, map_class(self.known.get(name, TransactionalMap.kind) if opaque is None else opaque))
         return self.maps[name]
 
-    def begin(self, txid: int, attempt: int, rollback: Sequence[str] = ()) -> None:
-        """Start the commit of ``txid``. ``rollback``: an earlier attempt of it began its
+    def begin(self, txid: int, attempt: int, rollback: Sequence[str] = (), time_ms: int | None = None) -> None:
+        """Start the commit of ``txid``, whose recorded time is ``time_ms`` (maps with a TTL
+        decide expiry by it). ``rollback``: an earlier attempt of it began its
         commit; every opaque map this topology ever used puts back what these writers
         (the driver, committer tasks) wrote for a failed attempt of ``txid``."""
-        self.scope = CommitScope(txid, attempt, self.epoch)
+        self.scope = CommitScope(txid, attempt, self.epoch, time_ms)
         for m in self.maps.values():
-            m.begin_commit(txid, attempt, epoch=self.epoch)
+            m.begin_commit(txid, attempt, epoch=self.epoch, time_ms=time_ms)
         if rollback:
             for name, kind in self.known.items():
                 if kind == OpaqueMap.kind:
@@ -152,7 +153,7 @@ class StateRegistry:
     def for_executors(self, txid: int, attempt: int) -> ExecutorStates:
         """What committer tasks on executors need to open their maps for this attempt."""
         return ExecutorStates(self.config.state, self.options(), self.topology_id, self.epoch, txid,
-                              attempt, dict(self.known))
+                              attempt, dict(self.known), None if self.scope is None else self.scope.time_ms)
 
     def committed(self, txid: int) -> None:
         """``txid`` is recorded as committed: reads after the run show values as of it."""
@@ -206,7 +207,7 @@ class _DeclaringContext(TaskContext):
         super().__init__(topology, component, 0, "commit")
         self.asked: list[tuple[str, bool | str]] = []
 
-    def map_state(self, name: str, opaque: bool | str = False) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False, **ttl: Any) -> Any:
         self.asked.append((name, opaque))
         return None
 

@@ -543,6 +543,7 @@ class ExecutorStates:
     txid: int
     attempt: int
     known: dict[str, Any]
+    time_ms: int | None = None
 
     def for_task(self, component: str, task: int) -> TaskStates:
         return TaskStates(self, component, task)
@@ -583,7 +584,7 @@ class TaskStates:
         m = self.maps[name] = open_map(name, opaque, url=s.url, scope=s.topology_id, known=s.known, options=s.options,
                                        writer=f"{self.component}.{self.task}", shared_writes=True,
                                        by=f"{self.component!r} task {self.task}")   # one name, one kind
-        m.begin_commit(s.txid, s.attempt, epoch=s.epoch)
+        m.begin_commit(s.txid, s.attempt, epoch=s.epoch, time_ms=s.time_ms)
         return m
 
     def finish(self) -> None:

@@ -318,14 +318,21 @@ class TaskContext(MetricsContext):
             raise RuntimeError(msg)
         return self._states.window_state()
 
-    def map_state(self, name: str, opaque: bool | str = False) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False, *, ttl_secs: float | None = None,
+                  ttl_from: str = "write", ttl_grace_secs: float | None = None) -> Any:
+        """The map ``name`` of the topology (``opaque``: see ``state.map.map_class``).
+        ``ttl_secs``: a key not written (``ttl_from="read"``: nor read) for that long,
+        by the txids' recorded times, is gone (``state.map.ttl``; docs/operations.md)."""
         if self._states is None:
             msg = (
                 f"map_state({name!r}) is not available in {self.component_id!r}: "
                 "user state is reached from committers and bolts of the commit phase"
             )
             raise RuntimeError(msg)
-        return self._states.map_state(name, opaque)
+        from state.map.ttl import Ttl, configure_ttl
+
+        ttl = Ttl.of(ttl_secs, ttl_from, ttl_grace_secs)
+        return configure_ttl(self._states.map_state(name, opaque), ttl)
 
     # -- states of the user's own systems (docs/states.md) -------------------------------
     user_states: Any = None   # a TaskUserStates, set by run_task

@@ -30,6 +30,8 @@ from transactional.tuples import TransactionAttempt
 EPOCH = "trident.epoch"
 TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
+#: the conf key of a commit phase's txid time (ms, ``CoordinatorStore.commit_time``)
+TXID_TIME_MS = "transactional.txid.time.ms"
 
 log = logging.getLogger("trident")
 #: set in the conf of a ``trident verify`` run (docs/verify.md): every user state is then made
@@ -145,6 +147,9 @@ class TaskUserStates:
             begin_attempt = getattr(st, "begin_attempt", None)
             if begin_attempt is not None:
                 begin_attempt(self.attempt)
+            begin_time = getattr(st, "begin_time", None)
+            if begin_time is not None and self.conf.get(TXID_TIME_MS) is not None:
+                begin_time(int(self.conf[TXID_TIME_MS]))
             st.begin_commit(self.attempt.txid)
             self.opened.append(st)
         return st
