@@ -270,7 +270,7 @@ def test_postgres_rows_expire_by_the_txids_time_replays_included_and_a_sweep_del
 # -- what the engine keeps for itself stays bounded -----------------------------------------------------
 
 def test_a_long_run_keeps_the_newest_failures_and_counts_the_rest() -> None:
-    from transactional.engine.coordinator import Transition
+    from transactional.engine.events import Tally, Transition
     from transactional.result import FAILURES_KEPT, RunResult
 
     class Failed:
@@ -281,8 +281,9 @@ def test_a_long_run_keeps_the_newest_failures_and_counts_the_rest() -> None:
             return f"txid {self.txid}: boom"
 
     r = RunResult("t")
+    tally = Tally(r)            # the listener that fills a RunResult (transactional.engine.events)
     for txid in range(1, FAILURES_KEPT + 6):
-        r.on_transition(Transition("failed", txid, 1, float(txid), {"failure": Failed(txid)}))
+        tally(Transition("failed", txid, 1, float(txid), {"failure": Failed(txid)}))
     assert len(r.failures) == FAILURES_KEPT and r.failures_dropped == 5
     assert r.failures[0] == "txid 6: boom" and r.failures[-1] == f"txid {FAILURES_KEPT + 5}: boom"
     assert r.summary()["failed_attempts"] == FAILURES_KEPT + 5
