@@ -26,6 +26,7 @@ query a transactional map (``state_query``) and write its answers to an opaque m
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,35 +45,53 @@ class StateType(str, enum.Enum):
 
 @dataclass(frozen=True)
 class MapStateFactory:
-    """A map state of the topology: its ``name`` and flavour (``state_type``)."""
+    """A map state of the topology: its ``name`` and flavour (``state_type``).
+
+    ``version`` and ``migrate`` (docs/operations.md, "Changing a running topology"): the
+    shape of the values it stores, and ``migrate(value, from_version)`` turning a value an
+    earlier version stored into this version's; ``trident upgrade`` refuses a new version
+    without one. ``uid``: the state's stable id when its name changes (default: the name)."""
 
     name: str
     state_type: StateType = StateType.OPAQUE
+    version: int = 1
+    migrate: Callable[[Any, int], Any] | None = None
+    uid: str | None = None
 
     def __post_init__(self) -> None:
         check_state_name(self.name)
         object.__setattr__(self, "state_type", StateType(self.state_type))
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            msg = f"state {self.name!r}: version is an int >= 1 (the shape of its values); got {self.version!r}"
+            raise ConfigError(msg)
+        if self.migrate is not None and not callable(self.migrate):
+            msg = f"state {self.name!r}: migrate is a function (value, from_version) -> value; got {self.migrate!r}"
+            raise ConfigError(msg)
 
 
-def transactional(name: str) -> MapStateFactory:
+def transactional(name: str, *, version: int = 1, migrate: Callable[[Any, int], Any] | None = None,
+                  uid: str | None = None) -> MapStateFactory:
     """A transactional map (exactly-once with a transactional spout)."""
-    return MapStateFactory(name, StateType.TRANSACTIONAL)
+    return MapStateFactory(name, StateType.TRANSACTIONAL, version, migrate, uid)
 
 
-def opaque(name: str) -> MapStateFactory:
+def opaque(name: str, *, version: int = 1, migrate: Callable[[Any, int], Any] | None = None,
+           uid: str | None = None) -> MapStateFactory:
     """An opaque map (exactly-once with any spout we have)."""
-    return MapStateFactory(name, StateType.OPAQUE)
+    return MapStateFactory(name, StateType.OPAQUE, version, migrate, uid)
 
 
-def counters(name: str) -> MapStateFactory:
+def counters(name: str, *, version: int = 1, migrate: Callable[[Any, int], Any] | None = None,
+             uid: str | None = None) -> MapStateFactory:
     """A map of numbers that ``Count``/``Sum`` add to, exactly once per txid, in one atomic
     write per batch without reading the keys (``state.map.CounterMap``)."""
-    return MapStateFactory(name, StateType.COUNTER)
+    return MapStateFactory(name, StateType.COUNTER, version, migrate, uid)
 
 
-def non_transactional(name: str) -> MapStateFactory:
+def non_transactional(name: str, *, version: int = 1, migrate: Callable[[Any, int], Any] | None = None,
+                      uid: str | None = None) -> MapStateFactory:
     """A non-transactional map (at-least-once: a replayed batch is applied again)."""
-    return MapStateFactory(name, StateType.NON_TRANSACTIONAL)
+    return MapStateFactory(name, StateType.NON_TRANSACTIONAL, version, migrate, uid)
 
 
 PAIRING_TABLE = """\

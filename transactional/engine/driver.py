@@ -30,6 +30,7 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
+from transactional.engine import layout
 from transactional.engine.attempts import Attempts, Jobs
 from transactional.engine.coordinator import (
     Action,
@@ -185,36 +186,68 @@ class Engine:
             keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
-            self.states.record_map = store.record_map
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
-            runner = self.runner_class(self, state, store, epoch)
-            recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
-                                      graph=topology_graph(self.topology), spouts=self.result._spout_ids,
-                                      max_attempts=self.config.max_attempts, heartbeat=True,
-                                      verify=self.config.conf.get("trident.verify"),
-                                      spark_ui=spark_ui_url if self.config.executor == "spark" else None)
-            self.listeners.append(recorder)       # the record `trident status` shows
-            error: BaseException | None = None
-            try:
-                jobs = Jobs(self, owner)
-                try:
-                    self._loop(state, store, runner, jobs, max_batches)
-                finally:
-                    jobs.close()
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                try:
-                    runner.close(error is None)
-                finally:
-                    recorder.close(error)
+            # a txid a crashed driver began to commit with other task counts: finished with them first
+            self._replay_with_recorded_tasks(state, store, owner, epoch)
+            layout.record(state, self.topology)
+            self._run_locked(state, store, owner, epoch, max_batches)
         finally:
             state.close()
             forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
+
+    def _replay_with_recorded_tasks(self, state: TransactionalState, store: CoordinatorStore, owner: str,
+                                    epoch: int) -> None:
+        """Replay the pending txids whose commit began with the task counts the layout
+        recorded (``transactional.engine.layout``), when the topology's differ, so that
+        every task undoes or skips exactly what it wrote of them; then the new counts."""
+        if self.topology.kind != "transactional":
+            return       # core topologies: stateful bolts move their state at a checkpoint (engine/core)
+        rec = store.recover()
+        old = layout.replay_tasks(layout.recorded(state), self.topology, rec.pending)
+        if old is None:
+            return
+        last = layout.started_txids(rec.pending)[-1]
+        log.info("%s: txid(s) %d..%d began to commit with task counts %s; replaying them with those counts "
+                 "before the new ones take over", self.topology.topology_id, rec.last_committed + 1, last,
+                 ", ".join(f"{c}={n}" for c, n in sorted(old.items())))
+        sub = Engine(self.topology.with_tasks(old), self.config, self.sc, clock=self.clock)
+        sub.listeners[0] = self.result.on_transition
+        sub.result = self.result
+        sub._run_locked(state, store, owner, epoch, last - rec.last_committed, status=False)
+        self.sc = sub.sc
+        forget_states(self.topology.topology_id)
+
+    def _run_locked(self, state: TransactionalState, store: CoordinatorStore, owner: str, epoch: int,
+                    max_batches: int | None, status: bool = True) -> None:
+        """The run, holding the lock with ``epoch``; ``status``: keep the record ``trident status`` shows."""
+        self.states.record_map = store.record_map
+        runner = self.runner_class(self, state, store, epoch)
+        recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
+                                  graph=topology_graph(self.topology), spouts=self.result._spout_ids,
+                                  max_attempts=self.config.max_attempts, heartbeat=True,
+                                  verify=self.config.conf.get("trident.verify"),
+                                  spark_ui=spark_ui_url if self.config.executor == "spark" else None) if status else None
+        if recorder is not None:
+            self.listeners.append(recorder)       # the record `trident status` shows
+        error: BaseException | None = None
+        try:
+            jobs = Jobs(self, owner)
+            try:
+                self._loop(state, store, runner, jobs, max_batches)
+            finally:
+                jobs.close()
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            try:
+                runner.close(error is None)
+            finally:
+                if recorder is not None:
+                    recorder.close(error)
 
     def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
