@@ -42,6 +42,7 @@ from transactional.engine.coordinator import (
     Transition,
 )
 from transactional.engine.core.runner import CoreRunner
+from transactional.engine.faults import crash_point
 from transactional.engine.maps import StateRegistry
 from transactional.engine.plan import (
     InProcessExecutor,
@@ -51,7 +52,7 @@ from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import forget_states
 from transactional.exceptions import ConfigError, LockHeldError
-from transactional.ops.control import RunControl
+from transactional.ops.control import RunControl, pending_rebalance
 from transactional.ops.progress import Progress
 from transactional.ops.status import StatusRecorder
 from transactional.ops.webui import RunObserver, attach, spark_ui_url
@@ -97,6 +98,12 @@ class Engine:
         self.clock = clock
         #: called once the run holds the lock and hears the operator (``LocalCluster``)
         self.on_start: Callable[[], None] = on_start if on_start is not None else _nothing
+        self._on_commit = on_commit
+        #: the topology as its file built it (``trident rebalance`` records counts over it)
+        self.built = topology
+        #: the rebalance that stopped this engine's run (``transactional.ops.control``), and the last one applied
+        self.rebalance_asked: dict[str, Any] | None = None
+        self.applied_rebalance = ""
         # commit components are pickled for executors only when the run places them there
         topology = topology.placed(config.commit_placement)
         self.topology = topology
@@ -182,21 +189,85 @@ class Engine:
         try:
             self._take_lock(state, owner)
             store = CoordinatorStore(state)
+            # the task counts rebalances gave, and one asked that no driver finished
+            engine = self._rebalanced(state)
+            # refuse, before anything is written, a version its stored state cannot follow
+            layout.check(state, engine.topology, allow_dropped_state=self.config.allow_dropped_state)
             # refuse, before anything is written, state that would silently lose what was committed
-            keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
+            keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(engine.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
             # a txid a crashed driver began to commit with other task counts: finished with them first
-            self._replay_with_recorded_tasks(state, store, owner, epoch)
-            layout.record(state, self.topology)
-            self._run_locked(state, store, owner, epoch, max_batches)
+            engine._replay_with_recorded_tasks(state, store, owner, epoch)
+            layout.record(state, engine.topology)
+            engine._run_locked(state, store, owner, epoch, max_batches)
+            while engine.rebalance_asked is not None:      # `trident rebalance`: on with the new task counts
+                engine = engine._rebalance(state, store, owner, epoch, max_batches)
         finally:
             state.close()
             forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
+
+    def _sibling(self, topology: Topology) -> Engine:
+        """An engine for ``topology`` (other task counts) that goes on with this run: the
+        same result, hooks, clock, Spark context and status page."""
+        e = Engine(topology, self.config, self.sc, self._on_commit, None, self.clock)
+        e.result, e.listeners[0] = self.result, self.result.on_transition
+        e.built, e.observer = self.built, self.observer
+        if self.observer is not None:
+            e.listeners.append(self.observer)
+        return e
+
+    def _rebalanced(self, state: TransactionalState) -> Engine:
+        """This engine, or one with the task counts ``trident rebalance`` gave (recorded,
+        ``layout.rebalanced_tasks``), after finishing a rebalance asked that no driver
+        finished (``transactional.ops.control``)."""
+        req = pending_rebalance(state)
+        if req is not None:
+            tasks = {str(c): int(n) for c, n in req["tasks"].items()}
+            try:
+                layout.check_rebalance(layout.layout_of(self.topology), tasks, self.topology.topology_id)
+                log.info("%s: finishing the rebalance to %s asked by %s", self.topology.topology_id, tasks,
+                         req.get("by"))
+            except layout.RebalanceRefusedError as e:
+                log.warning("%s", e)
+                tasks = {}
+            layout.record_rebalanced(state, self.built, str(req["id"]), tasks)
+        tasks = layout.rebalanced_tasks(state, self.built)
+        engine = self if all(self.topology.component(c).parallelism == n for c, n in tasks.items()) \
+            else self._sibling(self.topology.with_tasks(tasks))
+        engine.applied_rebalance = str(layout.rebalanced(state).get("id") or "")
+        return engine
+
+    def _rebalance(self, state: TransactionalState, store: CoordinatorStore, owner: str, epoch: int,
+                   max_batches: int | None) -> Engine:
+        """The run stopped for ``trident rebalance`` after its last commit (nothing in flight
+        has begun to commit): record the new task counts in one write -- a driver killed
+        before it runs the old counts, after it the new ones -- and go on with them."""
+        req = self.rebalance_asked or {}
+        tid = self.topology.topology_id
+        tasks = {str(c): int(n) for c, n in (req.get("tasks") or {}).items()}
+        try:
+            layout.check_rebalance(layout.layout_of(self.topology), tasks, tid)
+        except layout.RebalanceRefusedError as e:
+            log.warning("%s", e)
+            tasks = {}
+        crash_point("rebalance.before_record")
+        layout.record_rebalanced(state, self.built, str(req.get("id")), tasks)
+        crash_point("rebalance.recorded")
+        forget_states(tid)
+        engine = self._sibling(self.topology.with_tasks(tasks))
+        engine.applied_rebalance = str(req.get("id"))
+        layout.record(state, engine.topology)
+        log.info("%s: rebalanced to %s after txid %d; going on", tid,
+                 ", ".join(f"{c}={n}" for c, n in sorted(tasks.items())) or "the same task counts",
+                 self.result.last_txid or 0)
+        left = None if max_batches is None else max(0, max_batches - self.result.batches_committed)
+        engine._run_locked(state, store, owner, epoch, left)
+        return engine
 
     def _replay_with_recorded_tasks(self, state: TransactionalState, store: CoordinatorStore, owner: str,
                                     epoch: int) -> None:
@@ -213,9 +284,7 @@ class Engine:
         log.info("%s: txid(s) %d..%d began to commit with task counts %s; replaying them with those counts "
                  "before the new ones take over", self.topology.topology_id, rec.last_committed + 1, last,
                  ", ".join(f"{c}={n}" for c, n in sorted(old.items())))
-        sub = Engine(self.topology.with_tasks(old), self.config, self.sc, clock=self.clock)
-        sub.listeners[0] = self.result.on_transition
-        sub.result = self.result
+        sub = self._sibling(self.topology.with_tasks(old))
         sub._run_locked(state, store, owner, epoch, last - rec.last_committed, status=False)
         self.sc = sub.sc
         forget_states(self.topology.topology_id)
@@ -269,7 +338,8 @@ class Engine:
                      rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
         attempts = Attempts(self, jobs, store, runner)
         clock = time.monotonic
-        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill` (transactional.ops.control)
+        control = RunControl(state, jobs.run_id)     # `trident deactivate|activate|kill|rebalance` (ops.control)
+        control.applied = self.applied_rebalance
         pending: deque[Action] = deque(control.actions(coord, clock()) + coord.start(clock()))
         self.on_start()
         try:
@@ -300,6 +370,7 @@ class Engine:
                 if self.observer is not None:
                     runner.show(self.observer, clock())
         finally:
+            self.rebalance_asked = control.rebalance
             attempts.close()
             if self.progress_lines is not None:
                 self.progress_lines.final()

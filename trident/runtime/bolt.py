@@ -168,10 +168,17 @@ class TridentBolt(BaseBatchBolt):
     @property
     def layout_info(self) -> dict[str, Any]:
         """The states this stage updates or queries, for the recorded layout
-        (``transactional.engine.layout``): per state id (its ``uid``, else its name) the
-        kind, the key fields, the declared value ``version``, whether it has a ``migrate``
-        function, and how the stage uses it (``persist``, ``partition_persist``, ``query``)."""
-        return {"states": {state_id(op.state): state_spec(op) for op in self.ops if op.state is not None}}
+        (``transactional.engine.layout``): per state id (its ``uid``, else its name; a
+        window's store by its name) the kind, the key fields, the declared value
+        ``version``, whether it has a ``migrate`` function, and how the stage uses it
+        (``persist``, ``partition_persist``, ``query``, ``window``); whether it keeps
+        windows; the grouping and keys of each consumer it sends Arrow batches to."""
+        states = {state_id(op.state): state_spec(op) for op in self.ops if op.state is not None}
+        states.update({op.fn.store.name: {"kind": "window", "name": op.fn.store.name, "keys": None, "use": "window",
+                                          "version": 1, "migrate": False}
+                       for op in self.ops if op.kind == "window"})
+        return {"states": states, "windows": any(op.kind == "window" for op in self.ops),
+                "arrow_outs": {o.stream: [o.grouping, list(o.keys)] for o in self.arrow_outs}}
 
     @property
     def describe_as(self) -> str:

@@ -203,7 +203,7 @@ def _open_state(bolt: TridentBolt, op: Any) -> Any:
     its ``begin_commit``/``commit`` around the task's batch)."""
     if is_state_factory(op.state):
         return bolt.context.state(op.state)
-    return bolt.context.map_state(op.state.name, op.state.state_type.value)
+    return bolt.context.map_state(op.state.uid or op.state.name, op.state.state_type.value)
 
 
 class _ReadView:
