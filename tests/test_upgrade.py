@@ -6,6 +6,7 @@ epoch and the stored values as they were -- or accepted, and the run goes on fro
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -183,3 +184,24 @@ def test_upgrade_dry_run_of_safe_changes_then_the_upgrade_writes_from_the_next_t
     assert coordinator(tid)[0] == 2
     assert upgrade(tmp_path, tid, "new state", "--max-batches", "1") == 0
     assert coordinator(tid)[0] == 3
+
+
+def test_a_declared_migration_turns_each_value_of_the_earlier_version_as_the_new_version_reads_it() -> None:
+    """Version 2 of ``counts`` counts in tenths: ``migrate`` multiplies a version-1 count by
+    10 as txid 3 reads it; a key txid 3 does not touch is stored as version 1 wrote it and
+    read through ``migrate`` too (the run's map)."""
+    tid = f"up-{uuid.uuid4().hex[:8]}"
+    committed_v1(tid)
+    f = state.transactional("counts", version=2, migrate=lambda v, from_version: v * 10 if from_version == 1 else v)
+    r = run_topology(build(tid, factory=f), CONFIG, max_batches=1)
+    assert (r.first_txid, r.last_txid) == (3, 3)
+    before = Counter(w for p in DATA for (s,) in DATA[p][:8] for w in s.split())
+    third = Counter(w for p in DATA for (s,) in DATA[p][8:12] for w in s.split())
+    words = sorted(before | third)
+    got = dict(zip(words, r.map_state("counts").multi_get(words), strict=True))
+    assert got == {w: 10 * before[w] + third[w] for w in words}
+    untouched = [w for w in words if w not in third]
+    assert untouched and all(r.map_state("counts").backing.wrapped.multi_get([w])[0]["val"] == before[w]
+                             for w in untouched)
+    st = open_transactional_state("memory://", tid)
+    assert st.get("versions") == {"counts": [[2, 1]]}

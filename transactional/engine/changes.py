@@ -91,7 +91,11 @@ def _state_changes(sid: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
                           "stream that writes it: its keys would reach other tasks than hold them",
                           "keep the grouping, or a new state name"))
     ov, nv = int(old.get("version", 1)), int(new.get("version", 1))
-    if nv > ov and new.get("migrate"):
+    if nv > ov and new.get("migrate") and new["kind"] not in ("transactional", "opaque"):
+        out.append(Change(UNSAFE, where, f"value version {ov} -> {nv} of a {new['kind']} state: only transactional "
+                          "and opaque maps migrate (their stored values carry the txid that wrote them)",
+                          "use a transactional or opaque map, or a new state name"))
+    elif nv > ov and new.get("migrate"):
         out.append(Change(MIGRATION, where, f"value version {ov} -> {nv}: migrate() rewrites each stored value "
                           "at the switch"))
     elif nv > ov:

@@ -50,7 +50,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.user_states import forget_states
+from transactional.engine.user_states import MIGRATIONS, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl, pending_rebalance
 from transactional.ops.progress import Progress
@@ -201,6 +201,7 @@ class Engine:
             epoch = store.take_epoch()
             # a txid a crashed driver began to commit with other task counts: finished with them first
             engine._replay_with_recorded_tasks(state, store, owner, epoch)
+            layout.record_versions(state, engine.topology)     # a declared migration: from the next txid
             layout.record(state, engine.topology)
             engine._run_locked(state, store, owner, epoch, max_batches)
             while engine.rebalance_asked is not None:      # `trident rebalance`: on with the new task counts
@@ -293,6 +294,7 @@ class Engine:
                     max_batches: int | None, status: bool = True) -> None:
         """The run, holding the lock with ``epoch``; ``status``: keep the record ``trident status`` shows."""
         self.states.record_map = store.record_map
+        self.conf[MIGRATIONS] = layout.versions(state)       # read by the stages that open maps
         runner = self.runner_class(self, state, store, epoch)
         recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
                                   graph=topology_graph(self.topology), spouts=self.result._spout_ids,

@@ -137,6 +137,41 @@ def check(state: TransactionalState, topology: Topology, *, allow_dropped_state:
     return changes
 
 
+# -- value versions: a state's values migrated as they are read (state/map/migrate.py) ---------
+
+VERSIONS = "versions"
+
+
+def versions(state: TransactionalState) -> dict[str, list[list[int]]]:
+    """State id -> ``[[last txid of a version, that version], ...]`` (oldest first)."""
+    rec = state.get(VERSIONS)
+    return dict(rec) if isinstance(rec, dict) else {}
+
+
+def record_versions(state: TransactionalState, topology: Topology) -> dict[str, list[list[int]]]:
+    """Before the first commit of ``topology``: for each state whose declared value
+    version is above the recorded one, note the last txid the earlier version committed
+    (once: a restart notes the same txid again, which changes nothing). Returns every
+    state's boundaries."""
+    from transactional.engine.changes import states_of
+
+    old = recorded(state)
+    rec = versions(state)
+    if old is None:
+        return rec
+    committed = int((state.get("committed") or {}).get("txid") or 0)
+    before, now = states_of(old), states_of(layout_of(topology))
+    changed = False
+    for sid, spec in now.items():
+        ov = int(before.get(sid, {}).get("version", spec.get("version", 1)))
+        if int(spec.get("version", 1)) > ov and [committed, ov] not in rec.get(sid, []):
+            rec[sid] = [*rec.get(sid, []), [committed, ov]]
+            changed = True
+    if changed:
+        state.set(VERSIONS, rec)
+    return rec
+
+
 # -- rebalance: the task counts a running topology was given (``trident rebalance``) ------------
 
 REBALANCED = "rebalanced"

@@ -28,6 +28,8 @@ from transactional.tuples import TransactionAttempt
 EPOCH = "trident.epoch"
 TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
+#: conf key: state id -> value version boundaries (``state.map.migrate``; the driver sets it)
+MIGRATIONS = "trident.migrations"
 
 _cache: dict[Hashable, Any] = {}
 _guard = threading.Lock()
