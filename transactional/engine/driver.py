@@ -214,10 +214,10 @@ class Engine:
 
     def _sibling(self, topology: Topology) -> Engine:
         """An engine for ``topology`` (other task counts) that goes on with this run: the
-        same result, hooks, clock, Spark context and status page."""
+        same result, maps, hooks, clock, Spark context and status page."""
         e = Engine(topology, self.config, self.sc, self._on_commit, None, self.clock)
         e.result, e.listeners[0] = self.result, self.result.on_transition
-        e.built, e.observer = self.built, self.observer
+        e.built, e.observer, e.states = self.built, self.observer, self.states   # one map registry for the run
         if self.observer is not None:
             e.listeners.append(self.observer)
         return e
@@ -227,7 +227,7 @@ class Engine:
         ``layout.rebalanced_tasks``), after finishing a rebalance asked that no driver
         finished (``transactional.ops.control``)."""
         req = pending_rebalance(state)
-        if req is not None:
+        if req is not None and float(req.get("not_before") or 0) <= time.time():   # a wait: the run does it
             tasks = {str(c): int(n) for c, n in req["tasks"].items()}
             try:
                 layout.check_rebalance(layout.layout_of(self.topology), tasks, self.topology.topology_id)
@@ -236,7 +236,9 @@ class Engine:
             except layout.RebalanceRefusedError as e:
                 log.warning("%s", e)
                 tasks = {}
+            crash_point("rebalance.before_record")
             layout.record_rebalanced(state, self.built, str(req["id"]), tasks)
+            crash_point("rebalance.recorded")
         tasks = layout.rebalanced_tasks(state, self.built)
         engine = self if all(self.topology.component(c).parallelism == n for c, n in tasks.items()) \
             else self._sibling(self.topology.with_tasks(tasks))
