@@ -22,6 +22,7 @@ from crash_plans import REPO, run_topology_file
 from state.base import open_transactional_state
 from transactional.ops.control import request
 from transactional.ops.snapshot import read_snapshot
+
 from trident_kill_topology import expected
 
 pytestmark = pytest.mark.integration
