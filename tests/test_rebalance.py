@@ -140,3 +140,29 @@ def test_trident_status_shows_a_rebalance_asked(capsys: Any) -> None:
     assert main(["status", tid, "--coordination", "memory://"]) == 0
     assert f"rebalance: to {COUNTS}=3 asked by " in capsys.readouterr().out
     assert Counter(MemoryTransactionalState(tid).get("control")["rebalance"]["tasks"]) == Counter({COUNTS: 3})
+
+
+def test_local_cluster_rebalance_changes_a_running_topology_and_counts_stay_exact() -> None:
+    from transactional import LocalCluster
+
+    tid = f"rb-{uuid.uuid4().hex[:8]}"
+    st = MemoryTransactionalState(tid)
+    cfg = TopologyConfig(executor="in-process", progress=False, idle_timeout_secs=None, poll_interval_secs=0.02)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("wc", cfg, word_count(tid))
+        wait_until(lambda: ((st.get("committed") or {}).get("txid") or 0) >= 2)
+        cluster.rebalance("wc", {COUNTS: 3})
+        wait_until(lambda: (st.get("layout") or {}).get("components", {}).get(COUNTS, {}).get("tasks") == 3)
+        wait_until(lambda: (st.get("committed") or {}).get("txid") == 15)
+        r = cluster.kill_topology("wc")
+    want = expected()
+    assert r is not None and dict(zip(want, r.map_state("counts").multi_get(list(want)), strict=True)) == want
+
+
+def wait_until(cond: Any, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)

@@ -8,8 +8,9 @@ topology").
   body), a new state or spout, a changed task count where the state moves with its keys
   (Trident map states, core stateful bolts; a user's state learns its new
   ``partition_index``/``num_partitions``);
-* **migration** -- a state declares a higher ``version`` and a ``migrate`` function (as
-  Flink's state schema evolution): its stored values are migrated at the switch;
+* **migration** -- a transactional or opaque map declares a higher ``version`` and a
+  ``migrate`` function (as Flink's state schema evolution): values stored before the
+  switch pass through it as they are read (``state.map.migrate``);
 * **unsafe** -- refused, before anything is written, one line per change naming the
   component and the fix: a removed or renamed state (without ``allow_dropped_state``),
   a changed kind, key fields or grouping of a stateful stream, a higher version with no
@@ -96,8 +97,8 @@ def _state_changes(sid: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
                           "and opaque maps migrate (their stored values carry the txid that wrote them)",
                           "use a transactional or opaque map, or a new state name"))
     elif nv > ov and new.get("migrate"):
-        out.append(Change(MIGRATION, where, f"value version {ov} -> {nv}: migrate() rewrites each stored value "
-                          "at the switch"))
+        out.append(Change(MIGRATION, where, f"value version {ov} -> {nv}: values stored before the switch pass "
+                          "through migrate() as they are read"))
     elif nv > ov:
         out.append(Change(UNSAFE, where, f"value version {ov} -> {nv} without a migrate function",
                           "declare migrate=fn(value, from_version) on the state"))
