@@ -84,11 +84,11 @@ def bench_map(url: str, keys: int) -> dict[str, object]:
 
 
 def bench_keyvalue(url: str, keys: int) -> dict[str, object]:
-    from test_core_topology import WordCount, stateful_topology   # tests/: the core stateful word count
-
     from state.keyvalue import open_key_value_state
     from transactional.engine.core import checkpoint
     from transactional.engine.routing import stable_hash
+
+    from test_core_topology import WordCount, stateful_topology  # tests/: the core stateful word count
 
     name = f"rb-kv-{uuid.uuid4().hex[:6]}"
     cfg = TopologyConfig(executor="in-process", progress=False, state=url, checkpoint_interval_ms=0)
