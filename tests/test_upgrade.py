@@ -18,7 +18,7 @@ from transactional.engine.changes import UpgradeRefusedError
 from transactional.exceptions import ConfigError
 from trident import BaseFilter, BaseFunction, Count, FixedBatchSpout, TridentTopology, state
 from trident.states import BaseStateUpdater, State, StateFactory
-from trident.windowing import InMemoryWindowsStoreFactory
+from trident.windowing import WindowsStoreFactory
 
 from trident_kill_topology import DATA, Split
 
@@ -54,7 +54,7 @@ def build(tid: str, **v: Any) -> Any:
         words.group_by(Fields("word")).persistent_aggregate(state.opaque("more"), Count(), Fields("count"))
     w = words.partition_by(Fields("word")) if v.get("regroup") else words.shuffle()
     w.partition_persist(Sink(), Fields("word"), Keep())
-    (words.tumbling_window(4, InMemoryWindowsStoreFactory("win"), Fields("word"), Count(), Fields("fired"))
+    (words.tumbling_window(4, WindowsStoreFactory("win"), Fields("word"), Count(), Fields("fired"))
      .parallelism_hint(v.get("window_tasks", 1)).each(Fields("fired"), NotEmpty()))
     return t.build()
 
@@ -205,3 +205,33 @@ def test_a_declared_migration_turns_each_value_of_the_earlier_version_as_the_new
                              for w in untouched)
     st = open_transactional_state("memory://", tid)
     assert st.get("versions") == {"counts": [[2, 1]]}
+
+
+class SplitWithoutThe(BaseFunction):        # version 2: "the" is no longer counted
+    def execute(self, tuple: Any, collector: Any) -> None:
+        for w in tuple[0].split():
+            if w != "the":
+                collector.emit((w,))
+
+
+SplitWithoutThe.__name__ = SplitWithoutThe.__qualname__ = "Split"
+
+
+@pytest.mark.integration
+def test_upgrade_shadow_replays_kept_txids_with_the_new_code_and_prints_the_keys_that_differ(
+        tmp_path: Any, capsys: Any, zk_url: str, redis_url: str) -> None:
+    from transactional.ops.cli import main
+
+    tid = f"up-{uuid.uuid4().hex[:8]}"
+    cfg = CONFIG.model_copy(update={"coordination": zk_url, "state": redis_url, "keep_batch_meta": 10})
+    run_topology(build(tid), cfg, max_batches=3)
+    path = tmp_path / "v2.py"
+    path.write_text("import test_upgrade as u\n\n\ndef build_topology():\n"
+                    "    return u.build('x', split=u.SplitWithoutThe)\n")
+    assert main(["upgrade", str(path), "--from", tid, "--dry-run", "--shadow", "1..3", "--coordination", zk_url,
+                 "--state", redis_url, "-q"]) == 0
+    out = capsys.readouterr().out
+    the = Counter(w for p in DATA for (s,) in DATA[p][:12] for w in s.split())["the"]
+    assert "shadow: txids 1..3 replayed with the new code into " in out
+    assert f"  counts: 1 key(s) differ\n    'the': {the} -> None\n" in out
+    assert "dry run: the new version would write from txid 4" in out
