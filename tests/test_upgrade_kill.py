@@ -15,6 +15,7 @@ import pytest
 from crash_plans import run_topology_file
 
 from transactional.ops.snapshot import read_snapshot
+
 from trident_kill_topology import DATA, expected
 
 pytestmark = pytest.mark.integration
