@@ -166,3 +166,16 @@ def wait_until(cond: Any, timeout: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
+
+
+def test_the_status_page_shows_a_rebalance_in_progress_until_the_next_txid_runs() -> None:
+    from transactional.engine.coordinator import Transition
+    from transactional.ops.webui.observer import RunObserver
+
+    o = RunObserver(word_count("rb-page"), clock=lambda: 0.0)
+    o(Transition("launched", 1, 1, 0.0))
+    o(Transition("committed", 1, 1, 1.0, {"launched_at": 0.0, "emitted": {}}))
+    o(Transition("stopped", 1, 0, 1.5, {"reason": "rebalance"}))
+    assert (o.snapshot()["phase"], o.snapshot()["stopped_because"]) == ("rebalancing", "rebalance")
+    o(Transition("launched", 2, 1, 2.0))
+    assert o.snapshot()["phase"] == "running"
