@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install spark-trident and what it needs on a Debian/Ubuntu machine.
 #   bash scripts/install.sh          Java 17 (for Spark), Graphviz (for trident describe --format svg|png)
-#                                    and the package, into a virtual environment
-#   bash scripts/install.sh --test   also ZooKeeper, Redis, PostgreSQL and Chromium, and the test extras
+#                                    and the package with what README's examples import (the [examples]
+#                                    extra: Kafka, the local broker, PostgreSQL, Parquet, DuckDB), into a
+#                                    virtual environment
+#   bash scripts/install.sh --servers  also ZooKeeper, Redis and PostgreSQL (for trident dev-servers)
+#   bash scripts/install.sh --test   also those servers, Chromium, and the test extras
 #
 # The virtual environment is the one that is active ($VIRTUAL_ENV), else ./.venv, made here
 # with the python3 first on PATH (Debian's python3-venv is installed when that python3 lacks
@@ -28,11 +31,14 @@ if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -x .venv/bin/python ] && ! "$PY" -c 'import 
   ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   pkgs+=(python3-venv "python${ver}-venv")
 fi
-if [ "${1:-}" = "--test" ]; then
+if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--servers" ]; then
+  # the servers `trident dev-servers` and the tests start (Tansu, the Kafka broker, comes from PyPI)
   [ -f /usr/share/java/zookeeper.jar ] || pkgs+=(zookeeper)
   command -v redis-server >/dev/null || pkgs+=(redis-server)
-  command -v openssl >/dev/null || pkgs+=(openssl)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)
+fi
+if [ "${1:-}" = "--test" ]; then
+  command -v openssl >/dev/null || pkgs+=(openssl)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)   # tests/test_status_page.py: the status page in a real headless browser
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -51,7 +57,7 @@ else
   [ -x "$venv/bin/python" ] || { echo "creating the virtual environment .venv ($("$PY" --version))" >&2; "$PY" -m venv "$venv"; }
 fi
 
-extras="kafka"
+extras="examples"   # what README's examples import (pyproject.toml's [examples] extra)
 [ "${1:-}" = "--test" ] && extras="test"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]"
 echo "installed into $venv: run $( [ "$venv" = "$(pwd)/.venv" ] && echo ".venv/bin/trident" || echo "$venv/bin/trident" ) (no activation needed)" >&2

@@ -31,7 +31,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from transactional.extras import missing_extra
+
+try:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+except ModuleNotFoundError as e:
+    raise missing_extra(e, "spouts.kafka (the Kafka spouts)") from None
 
 from spouts.base import (
     Meta,

@@ -8,7 +8,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from transactional.extras import missing_extra
+
+try:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+except ModuleNotFoundError as e:
+    raise missing_extra(e, "spouts.kafka (the Kafka spouts)") from None
 
 from spouts.base import EmitCollector, Meta, PartitionedEmitter
 from spouts.kafka_columns import Records, Scheme

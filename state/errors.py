@@ -9,7 +9,8 @@ from typing import Any
 
 from state.redaction import redact_text
 
-__all__ = ["TridentError", "ConfigError", "StateError", "StateUnavailableError", "StateCorruptError",
+__all__ = ["TridentError", "ConfigError", "StateError", "StateUnavailableError", "StateRefusedError",
+           "StateCorruptError",
            "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
            "StateLossError", "LockHeldError", "LeadershipLostError"]
 
@@ -37,6 +38,11 @@ class StateValueError(StateError, TypeError):
 
 class StateUnavailableError(StateError):
     """A state server (ZooKeeper, Redis) cannot be reached; the message names its address."""
+
+
+class StateRefusedError(StateError, ConfigError):
+    """A server that is up refused this client for good: a database or role that does not exist,
+    a wrong password, no access. Stops the run at the first attempt: retrying cannot help."""
 
 
 class StateCorruptError(StateError):

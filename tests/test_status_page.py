@@ -234,7 +234,9 @@ def test_the_status_page_shows_a_live_run(browser, executor, request):
         page.wait_for_function("""() => document.getElementById("phase").textContent === "stopped" """,
                                timeout=10_000)
         assert page.inner_text("#committed-txid") == str(result.last_txid) == "60"
-        assert page.inner_text("#attempts") == f"{result.attempts} · {len(result.failures)}"
+        cancelled = api(url)["cancelled_attempts"]      # issue 39: the attempts figure counts the cancelled too
+        assert page.inner_text("#attempts") == (f"{result.attempts} · {len(result.failures)}"
+                                                + (f" · {cancelled}" if cancelled else ""))
         assert page.inner_text("#stopped-because") == "spout has nothing more"
         assert page.eval_on_selector_all("#pipeline .tx", "ts => ts.map(t => t.dataset.status)")[-1] == "committed"
         # the details opened stay open across refreshes
@@ -367,3 +369,46 @@ def test_trident_stages_show_their_operations_and_the_states_they_write(browser)
     finally:
         page.close()
         o.stop()
+
+
+def test_the_page_shows_the_users_own_metrics(browser):
+    """Issue 39 item 4: metrics registered with ``context.register_*`` in a table of their own."""
+    from test_user_metrics import TOTAL, counted_topology
+
+    topo = counted_topology(f"status-metrics-{uuid.uuid4().hex[:6]}")
+    config = TopologyConfig(executor="in-process", progress=False, retry_backoff_secs=0.01, metrics_port=0)
+    engine = Engine(topo, config)
+    observer = attach(engine.listeners, topo, config)
+    assert observer is not None
+    page = browser.new_page()
+    try:
+        engine.run(None)
+        page.goto(observer.url)
+        page.wait_for_function("""() => !document.getElementById("user-metrics-section").hidden""", timeout=30_000)
+        rows = page.eval_on_selector_all(
+            "#user-metrics tbody tr", "trs => trs.map(tr => [...tr.cells].map(td => td.textContent))")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "status_page-user-metrics.png"), full_page=True)
+        # the attempts figure counts the cancelled ones; one clock format on the page
+        s = api(observer.url)
+        assert s["attempts"] == s["batches_committed"] + s["failed_attempts"] + s["cancelled_attempts"]
+        cancelled = f" · {s['cancelled_attempts']}" if s["cancelled_attempts"] else ""
+        assert page.inner_text("#attempts") == f"{s['attempts']} · {s['failed_attempts']}{cancelled}"
+        assert page.inner_text("#attempts-label").lower() == "attempts · failed · cancelled"
+        import re
+
+        assert re.fullmatch(r"updated \d\d:\d\d:\d\d", page.inner_text("#updated")), page.inner_text("#updated")
+        err = page.inner_text('#components tr[data-id="split"] td.err')
+        assert re.match(r"\d\d:\d\d:\d\d · FailedException: injected failure", err), err
+        assert page.evaluate("""() => { const d = document.getElementById("components").parentElement;
+                                      return d.scrollWidth <= d.clientWidth; }"""), "the components table scrolls"
+    finally:
+        page.close()
+        observer.stop()
+    by_name = {r[1]: r for r in rows}
+    assert sorted(by_name) == ["batch_size", "committed", "length", "rate", "seen"]
+    assert by_name["seen"][:3] == ["split", "seen", "counter"] and by_name["seen"][3] == f"{TOTAL}"
+    assert by_name["committed"][:3] == ["sum", "committed", "counter"]
+    assert by_name["rate"][3].startswith(f"{TOTAL} (") and by_name["rate"][3].endswith("/s)")
+    assert by_name["length"][3].startswith(f"n {TOTAL}, mean 2")
+    assert by_name["batch_size"][3].startswith("task 0: ")

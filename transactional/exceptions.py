@@ -13,6 +13,7 @@ from state.errors import (
     StateCorruptError,
     StateError,
     StateLossError,
+    StateRefusedError,
     StateUnavailableError,
     StateValueError,
     TridentError,
@@ -21,7 +22,7 @@ from state.errors import (
 from state.redaction import redact_text
 
 __all__ = ["TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "FailedException",
-           "TopologyFailedError", "StateError", "StateUnavailableError", "StateCorruptError",
+           "TopologyFailedError", "StateError", "StateUnavailableError", "StateRefusedError", "StateCorruptError",
            "StateAheadError", "StateValueError", "UnstorableValueError", "ConflictingWriteError",
            "StateLossError", "LockHeldError", "LeadershipLostError", "SpoutError", "AggregateOverflowError",
            "DRPCExecutionException", "ColumnTypeError"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.engine.coordinator import Transition
+from transactional.metrics import fold_committed, quantile
 from transactional.redaction import redact, redact_text
 
 
@@ -88,6 +89,8 @@ class RunResult:
     failures: list[str] = field(default_factory=list)
     executed: dict[str, int] = field(default_factory=dict)
     emitted: dict[str, int] = field(default_factory=dict)
+    #: the user's metrics of committed txids: component -> name -> figures (``transactional.metrics``)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_secs: float = 0.0
     commit_latencies: Histogram = field(default_factory=Histogram)   # attempt launched -> committed, s
     commit_phase_secs: Histogram = field(default_factory=Histogram)  # time in the commit phase, s
@@ -143,8 +146,25 @@ class RunResult:
             for total, counts in ((self.executed, info.get("executed", {})), (self.emitted, info.get("emitted", {}))):
                 for k, v in counts.items():
                     total[k] = total.get(k, 0) + v
+            fold_committed(self.metrics, info.get("metrics", {}))
         elif t.kind == "stopped":
             self.stopped_because = t.info.get("reason", "")
+
+    def metric(self, component: str, name: str) -> Any:
+        """A metric of your own over the committed txids (``transactional.metrics``): a counter's
+        or meter's count, a gauge's ``{task: value}``, a histogram's figures (count, sum, min,
+        max, p50, p99); ``KeyError`` naming what was registered when there is no such metric."""
+        found = self.metrics.get(component, {}).get(name)
+        if found is None:
+            have = {c: sorted(m) for c, m in self.metrics.items()}
+            msg = f"no metric {name!r} of component {component!r}; registered: {have}"
+            raise KeyError(msg)
+        if found["kind"] in ("counter", "meter"):
+            return found["count"]
+        if found["kind"] == "gauge":
+            return dict(found["tasks"])
+        return {"count": found["count"], "sum": found["sum"], "min": found["min"], "max": found["max"],
+                "p50": quantile(found, 0.5), "p99": quantile(found, 0.99)}
 
     def latency_ms(self, q: float) -> float | None:
         """The ``q``-th percentile (0-100) of commit latency (attempt launched to committed) in

@@ -106,6 +106,15 @@ class Topology:
     components: tuple[ComponentSpec, ...]
     commit_components: frozenset[str]
     kind: str = "transactional"     # or "core": a Storm topology of core spouts (transactional.core)
+    api: str = ""                   # "trident" when compiled from a TridentTopology (what `trident list` shows)
+    #: the State API factories the topology writes or queries (Trident's partition_persist,
+    #: state_query): each one's ``check(conf)`` runs when the driver starts, before any batch
+    user_states: tuple[Any, ...] = ()
+
+    @property
+    def shown_kind(self) -> str:
+        """What ``trident list`` and the status page call it: ``trident``, ``transactional`` or ``core``."""
+        return self.api or self.kind
 
     @property
     def core(self) -> bool:

@@ -5,6 +5,7 @@ when it updates or queries state), wired with the grouping of its boundary."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from trident.runtime.bolt import TridentBolt, TridentCommitterBolt
 from trident.runtime.op import Op, op_label
 from trident.runtime.processors import ArrowOut
 from trident.state import check_pairing
+from trident.states import is_state_factory
 from trident.stream import Node
 
 if TYPE_CHECKING:
@@ -185,7 +187,16 @@ class _Compiler:
                 continue
             self._bolt(b, s)
         add_returns(b, drpc_returns)
-        return b.build()
+        return dataclasses.replace(b.build(), api="trident", user_states=self._user_states())
+
+    def _user_states(self) -> tuple[Any, ...]:
+        """The State API factories (not map states) the operations write or query, once each."""
+        found: list[Any] = []
+        for n in self.t.nodes:
+            f = getattr(n.op, "state", None)
+            if f is not None and is_state_factory(f) and not any(f is g for g in found):
+                found.append(f)
+        return tuple(found)
 
     def _set_parallelism(self) -> None:
         """Each segment's parallelism: the hint, else the local parent's, else 1."""

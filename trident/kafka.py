@@ -35,8 +35,14 @@ from typing import Any
 from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError, UnstorableValueError
 from transactional.bolt import BaseTransactionalBolt, Committer
 from transactional.core import BaseRichBolt
+from transactional.extras import missing_extra
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+
+try:
+    import confluent_kafka  # noqa: F401 - checked at import: a missing extra is one line naming it
+except ModuleNotFoundError as e:
+    raise missing_extra(e, "trident.kafka") from None
 
 __all__ = ["TridentKafkaStateFactory", "TridentKafkaState", "TridentKafkaUpdater", "default_serializer", "read_partition",
            "HEADER_TXID", "HEADER_SEQ", "HEADER_EPOCH", "HEADER_STATE", "KafkaBolt", "KafkaCommitter"]

@@ -47,11 +47,18 @@ from state.errors import (
     ConfigError,
     LeadershipLostError,
     StateAheadError,
+    StateRefusedError,
     StateUnavailableError,
     UnstorableValueError,
 )
+from transactional.extras import missing_extra
 from trident.operation import BaseQueryFunction, BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+
+try:
+    import psycopg  # noqa: F401 - checked at import: a missing extra is one line naming it
+except ModuleNotFoundError as e:
+    raise missing_extra(e, "trident.postgres") from None
 
 __all__ = ["PostgresStateFactory", "PostgresState", "PostgresUpdater", "PostgresLookup", "GUARD_TABLE", "UNDO_TABLE"]
 
@@ -71,6 +78,21 @@ def _check_ident(name: str, what: str) -> str:
 
 def _q(name: str) -> str:
     return ".".join(f'"{p}"' for p in name.split("."))
+
+
+#: what a PostgreSQL server that is up answers when it refuses a connection for good (its
+#: ``FATAL`` messages; a server starting up, shutting down or full is an outage, retried)
+_REFUSALS = ("does not exist", "password authentication failed", "no pg_hba.conf entry", "permission denied",
+             "authentication failed", "is not permitted to log in")
+
+
+def _refusal(error: str) -> str:
+    """The server's ``FATAL`` reason when ``error`` is a refusal that retrying cannot change, else ""."""
+    for line in error.splitlines():
+        reason = line.partition("FATAL:")[2].strip()
+        if reason and any(r in reason for r in _REFUSALS):
+            return reason
+    return ""
 
 
 class PostgresStateFactory(StateFactory):
@@ -147,10 +169,26 @@ class PostgresStateFactory(StateFactory):
         try:
             return psycopg.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)), autocommit=True)
         except psycopg.OperationalError as e:
+            refused = _refusal(str(e))
+            if refused:
+                msg = (f"PostgreSQL at {_safe_dsn(self.dsn)} refused the connection for table {self.table!r}: "
+                       f"{refused}. Fix the connection string (the database, the role or its password); "
+                       "retrying cannot help")
+                raise StateRefusedError(msg) from None
             msg = (f"PostgreSQL for table {self.table!r} cannot be reached at {_safe_dsn(self.dsn)}: "
                    f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Start the server or fix the "
                    "connection string")
             raise StateUnavailableError(msg) from None
+
+    def check(self, conf: dict[str, Any]) -> None:
+        """Before any batch (the driver calls it at start): the server answers and takes the
+        credentials, the table exists (or is created with ``create_table``) with every column
+        of the declared type and, for an upsert, the key's unique index."""
+        conn = self.connect()
+        try:
+            self.prepare_schema(conn)
+        finally:
+            conn.close()
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> PostgresState:
         """Connect, check the schema (creating the table when asked), return the state."""

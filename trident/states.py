@@ -76,6 +76,12 @@ class StateFactory:
     ``opaque_safe``: True when the state is exactly once with opaque spouts too (it undoes
     a replayed txid's earlier attempt); a state that only skips a replayed txid is exactly
     once with transactional spouts only, and Trident refuses pairing it with an opaque one.
+
+    A factory may define ``check(conf)``: the driver calls it once when a run starts, before
+    any batch, for the factories a Trident topology writes or queries, to stop the run with
+    the factory's own message when its system is not ready (a missing table, a column of
+    another type, credentials the server refuses); ``metrics`` in ``make_state`` registers
+    the state's own metrics (docs/operations.md, "Metrics of your own").
     """
 
     opaque_safe: bool = True

@@ -17,6 +17,7 @@ from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_p
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
+from transactional.metrics import fold_committed
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
@@ -168,11 +169,14 @@ class Attempts:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None) -> None:
-    """Raise the report's first failure as ``AttemptFailed``, else add its counters (and the
-    seconds its tasks ran to ``busy``)."""
+def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,
+               metrics: dict[str, Any] | None = None) -> None:
+    """Raise the report's first failure as ``AttemptFailed``, else add its counters (the
+    seconds its tasks ran to ``busy``, the user's metrics to ``metrics``)."""
     if rep["failures"]:
         raise AttemptFailed(first_failure(rep["failures"]))
+    if metrics is not None:
+        fold_committed(metrics, rep.get("metrics", {}))
     for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
                           (busy if busy is not None else {}, rep.get("busy", {}))):
         for k, v in counts.items():

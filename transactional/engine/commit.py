@@ -77,7 +77,7 @@ class CommitProtocol:
         conf = {**e.conf, TXID_TIME_MS: store.commit_time(txid, e.clock)}
         store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
         crash_point("commit.before", txid=txid)
-        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
+        executed, emitted, busy, metrics = dict(r.executed), dict(r.emitted), dict(r.busy), dict(r.metrics)
         try:
             # Step 4. committers and the bolts downstream of them, maps buffering their updates;
             # an earlier attempt whose commit began may have written opaque state: roll it back first.
@@ -89,7 +89,7 @@ class CommitProtocol:
                 with paused_gc():
                     rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
                                      e.states)
-            add_report(rep, executed, emitted, busy)
+            add_report(rep, executed, emitted, busy, metrics)
             # Step 5. the maps write what the commit changed: one fenced atomic write each store.
             crash_point("commit.before_write", txid=txid)
             with paused_gc():
@@ -115,4 +115,4 @@ class CommitProtocol:
         except Exception as exc:  # noqa: BLE001 - informational hook
             log.warning("spout coordinator's committed(%d) failed: %r", txid, exc)
         return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds, "busy_secs": busy}
+                "processing_secs": r.seconds, "busy_secs": busy, "metrics": metrics}

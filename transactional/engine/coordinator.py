@@ -279,6 +279,7 @@ class Coordinator:
                 self.idle_since = None
             elif not self.inflight and self.idle_since is None:
                 self.idle_since = now
+                self._publish("idle", txid, 0, now)     # the run waits for input (logged once per wait)
             return self._stop_if_done(now)
         self.idle_since = None
         return self._launch(txid, meta, partitions, now) + self._fill(now)
@@ -491,7 +492,7 @@ class Coordinator:
         if n >= s.max_attempts:
             return self._stop(Stop("error", TopologyFailedError(
                 f"txid {txid} failed {n} times (max_attempts={s.max_attempts}); last failure: "
-                f"{failure.describe()}\n{failure.traceback}",
+                f"{failure.describe()}" + (f"\n{failure.traceback}" if failure.traceback else ""),
                 txid=txid, component=failure.component, task=failure.task, cause=failure.message)), now)
         return None
 

@@ -50,7 +50,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.user_states import MIGRATIONS, forget_states
+from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.ops.control import RunControl, pending_rebalance
 from transactional.ops.progress import Progress
@@ -130,6 +130,7 @@ class Engine:
         #: who hears the coordinator's transitions: the result, progress lines
         self.listeners: list[Callable[[Transition], None]] = [self.result.on_transition]
         self.listeners.append(_log_failure(topology.topology_id))
+        self.listeners.append(_log_idle(topology, config.idle_timeout_secs, config.poll_interval_secs))
         if log.isEnabledFor(logging.DEBUG):
             self.listeners.append(_log_transition)
         # on_commit hears a commit before the progress line says it: whoever reads the line
@@ -197,6 +198,7 @@ class Engine:
             keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(engine.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
+            check_factories(engine.topology.user_states, engine.conf, engine.topology.topology_id)
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
             # a txid a crashed driver began to commit with other task counts: finished with them first
@@ -298,7 +300,7 @@ class Engine:
         self.states.record_map = store.record_map
         self.conf[MIGRATIONS] = layout.versions(state)       # read by the stages that open maps
         runner = self.runner_class(self, state, store, epoch)
-        recorder = StatusRecorder(state, self.topology.kind, owner, counts=runner.status_counts(),
+        recorder = StatusRecorder(state, self.topology.shown_kind, owner, counts=runner.status_counts(),
                                   graph=topology_graph(self.topology), spouts=self.result._spout_ids,
                                   max_attempts=self.config.max_attempts, heartbeat=True,
                                   verify=self.config.conf.get("trident.verify"),
@@ -398,6 +400,20 @@ def _log_failure(topology_id: str) -> Callable[[Transition], None]:
         error = getattr(f, "error_type", "Timeout")
         log.info("%s: txid %d attempt %d failed: %s: %s: %s; %s", topology_id, t.txid, t.attempt, where, error,
                  f.message.splitlines()[0] if f.message else "", t.info.get("then", ""))
+    return hear
+
+
+def _log_idle(topology: Topology, idle_timeout: float | None, poll: float) -> Callable[[Transition], None]:
+    """One INFO line each time the run starts waiting for input: which spouts it asks, how
+    often, and until when (nothing when ``idle_timeout_secs`` is 0: the run ends instead)."""
+    spouts = ", ".join(f"{c.id!r} ({c.class_name})" for c in topology.spouts)
+    until = "until stopped (idle_timeout_secs=None)" if idle_timeout is None else \
+        f"for up to {idle_timeout:g} s (idle_timeout_secs), then the run ends"
+
+    def hear(t: Transition) -> None:
+        if t.kind == "idle" and idle_timeout != 0:
+            log.info("%s: waiting for input: spout %s has nothing new; asking again every %g s %s",
+                     topology.topology_id, spouts, poll, until)
     return hear
 
 

@@ -37,6 +37,7 @@ from transactional.engine.gc import paused_gc
 from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
 from transactional.engine.routing import KEY_STRIDE
 from transactional.engine.task import Router, TaskFailure, run_task
+from transactional.metrics import collecting, merge_component
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import TransactionAttempt
 
@@ -144,7 +145,8 @@ def new_bolt(stage: Stage, spec: ComponentSpec) -> Any:
 # -- reports -------------------------------------------------------------------------------------------
 
 def empty_report() -> dict[str, Any]:
-    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {}}
+    return {"failures": [], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {},
+            "metrics": {}}
 
 
 def merge_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +155,7 @@ def merge_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     executor) reports again what it reported before: counters and metadata are set, not
     added, so they do not double."""
     a["failures"].extend(b["failures"])
-    for k in ("executed", "emitted", "acks", "busy"):
+    for k in ("executed", "emitted", "acks", "busy", "metrics"):
         a.setdefault(k, {}).update(b.get(k, {}))
     for k, n in b.get("runs", {}).items():
         a["runs"][k] = a["runs"].get(k, 0) + n
@@ -163,15 +165,18 @@ def merge_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def report(component: str, task: int, executed: int = 0, emitted: int = 0, failure: TaskFailure | None = None,
-           actual: dict[Any, Any] | None = None, acks: Any = None, busy: float = 0.0) -> dict[str, Any]:
+           actual: dict[Any, Any] | None = None, acks: Any = None, busy: float = 0.0,
+           metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """One task's report: its failure, or its counters (and an opaque emitter's actual
     metadata, with ``runs``: how many times Spark ran that emitter task; a core task's
     report to the ackers, ``acks``, kept per task like the counters; ``busy``: the
-    seconds the task ran, for the status page's process latency and capacity)."""
+    seconds the task ran, for the status page's process latency and capacity; ``metrics``:
+    the user's metrics of the task, ``transactional.metrics``)."""
     if failure is not None:
-        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {}}
+        return {"failures": [failure], "executed": {}, "emitted": {}, "actual": {}, "runs": {}, "acks": {}, "busy": {},
+                "metrics": {}}
     return {"failures": [], "executed": {(component, task): executed}, "emitted": {(component, task): emitted},
-            "busy": {(component, task): busy},
+            "busy": {(component, task): busy}, "metrics": {(component, task): metrics} if metrics else {},
             "actual": {component: actual} if actual is not None else {},
             "runs": {(component, task): 1} if actual is not None else {},
             "acks": {(component, task): acks} if acks is not None else {}}
@@ -211,6 +216,7 @@ class ProcessingResult:
     kept: Any = None          # commits on executors: the records, kept where they are
     acks: dict[tuple[str, int], Any] = field(default_factory=dict)   # core topologies: (component, task) -> its report to the ackers
     busy: dict[str, float] = field(default_factory=dict)   # component -> seconds its tasks ran
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)   # component -> the user's metrics
 
 
 # -- task functions (run wherever the executor runs them) --------------------------------------------
@@ -273,17 +279,19 @@ def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: d
         task_states = None if states is None else states.for_task(component_id, task)
         t0 = time.perf_counter()
         try:
-            with paused_gc():   # also covers unpickling the input, which happens as it is read
+            # paused_gc also covers unpickling the input, which happens as it is read
+            with paused_gc(), collecting(component_id, task) as metrics:
                 out, n, e, acks = run_task(topology, spec, new_bolt(stage, spec), task, attempt,
                                            (p for _, p in records), conf, phase, task_states)
                 if task_states is not None:
                     task_states.finish()   # a committer task on an executor writes its maps
+                mine = metrics.snapshot()
         except Exception as exc:  # noqa: BLE001 - reported to the driver as data
             if task_states is not None:
                 task_states.abort()
             acc.add(report(component_id, task, failure=TaskFailure.of(exc, component_id, task, attempt)))
             return iter(())
-        acc.add(report(component_id, task, n, e, acks=acks, busy=time.perf_counter() - t0))
+        acc.add(report(component_id, task, n, e, acks=acks, busy=time.perf_counter() - t0, metrics=mine))
         if phase == COMMIT:
             crash_point("commit.after_task", txid=attempt.txid, component=component_id, task=task)
         return iter(out)
@@ -492,7 +500,7 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
         kept = None
     return ProcessingResult(attempt, records, r["failures"], per_component(r["executed"]),
                             per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept, r["acks"],
-                            per_component(r.get("busy", {})))
+                            per_component(r.get("busy", {})), merge_component(r.get("metrics", {})))
 
 
 def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict[str, Any], attempt: TransactionAttempt,
@@ -516,7 +524,7 @@ def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict[str
         ex.end()
     r = acc.value
     return {**r, "executed": per_component(r["executed"]), "emitted": per_component(r["emitted"]),
-            "busy": per_component(r.get("busy", {}))}
+            "busy": per_component(r.get("busy", {})), "metrics": merge_component(r.get("metrics", {}))}
 
 
 # -- user state for committer tasks on executors ------------------------------------------------------

@@ -31,9 +31,11 @@ from transactional.exceptions import (
     SpoutError,
     StateAheadError,
     StateCorruptError,
+    StateUnavailableError,
     TopologyFailedError,
     UnstorableValueError,
 )
+from transactional.metrics import MetricsContext
 from transactional.topology import ComponentSpec, Topology
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
@@ -70,8 +72,10 @@ class TaskFailure:
                         "`trident run` ships the topology's local modules to a non-local master; add "
                         "more with --py-files / TopologyConfig(py_files=...), or a packed environment "
                         "with --archives)")
-        return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__,
-                   message, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        # an outage names its server and what to do: a traceback of the client's connect adds nothing
+        trace = "" if isinstance(exc, StateUnavailableError) else "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(component, task, attempt.txid, attempt.attempt_id, kind, type(exc).__name__, message, trace)
 
     def describe(self) -> str:
         return (f"txid {self.txid} (attempt {self.attempt_id}), component {self.component!r}, "
@@ -270,8 +274,9 @@ def _checked_emit(router: Router, stream: str, nfields: int, direct: bool,
     return emit
 
 
-class TaskContext:
-    """The ``context`` given to ``prepare`` (see ``transactional.bolt.TopologyContext``)."""
+class TaskContext(MetricsContext):
+    """The ``context`` given to ``prepare`` (see ``transactional.bolt.TopologyContext``); its
+    ``register_counter/gauge/histogram/meter`` are the user's metrics (``transactional.metrics``)."""
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int, phase: str,
                  states: Any = None) -> None:

@@ -17,11 +17,13 @@ A state may define ``begin_attempt(attempt)``: it is called with the batch's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable
 from typing import Any
 
-from transactional.exceptions import ConfigError
+from transactional.exceptions import ConfigError, StateUnavailableError
+from transactional.metrics import MetricsContext
 from transactional.tuples import TransactionAttempt
 
 #: conf keys ``make_state`` finds besides the topology's conf
@@ -31,6 +33,7 @@ COMPONENT_ID = "trident.component.id"
 #: conf key: state id -> value version boundaries (``state.map.migrate``; the driver sets it)
 MIGRATIONS = "trident.migrations"
 
+log = logging.getLogger("trident")
 _cache: dict[Hashable, Any] = {}
 _guard = threading.Lock()
 
@@ -104,7 +107,7 @@ class TaskUserStates:
             if st is None:
                 conf = {**self.conf, EPOCH: self.epoch, TOPOLOGY_ID: self.topology_id,
                         COMPONENT_ID: self.component_id}
-                st = _cache[key] = factory.make_state(conf, None, self.task, self.num_tasks)
+                st = _cache[key] = factory.make_state(conf, MetricsContext(), self.task, self.num_tasks)
         if not any(s is st for s in self.opened):
             begin_attempt = getattr(st, "begin_attempt", None)
             if begin_attempt is not None:
@@ -118,6 +121,20 @@ class TaskUserStates:
         for st in self.opened:
             st.commit(self.attempt.txid)
         self.opened = []
+
+
+def check_factories(factories: Any, conf: dict[str, Any], topology_id: str) -> None:
+    """Before any batch: each factory's ``check(conf)`` when it has one (a table that does not
+    exist, a column of another type, a server that refuses the credentials stop the run here,
+    with the factory's own message, not in the first commit). A server that is down now is
+    an outage, not a mistake: logged, and the batches retry it as they would later."""
+    for factory in factories:
+        check = getattr(factory, "check", None)
+        if callable(check):
+            try:
+                check({**conf, TOPOLOGY_ID: topology_id})
+            except StateUnavailableError as e:
+                log.warning("%s: %s; the batches will retry it", topology_id, e)
 
 
 def forget_states(topology_id: str | None = None) -> None:

@@ -338,6 +338,31 @@ def _guard(fn: Callable[[], int]) -> int:
         return 1
 
 
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices`` to ``word``, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with "did you mean" for a mistyped subcommand or flag."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    words = list(sys.argv[1:] if argv is None else argv)
+    first = next((w for w in words if not w.startswith("-")), None)
+    if first is not None and first not in sub.choices:
+        parser.error(f"argument command: invalid choice: {first!r}{_suggest(first, list(sub.choices))} "
+                     f"(choose from {', '.join(sub.choices)})")
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        command = sub.choices[args.command]
+        flags = [o for a in command._actions for o in a.option_strings]
+        shown = [x + (_suggest(x.split("=")[0], flags) if x.startswith("-") else "") for x in extra]
+        command.error(f"unrecognized arguments: {' '.join(shown)}")
+    return args
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trident", description="Exactly-once stream processing on PySpark")
     parser.add_argument("--version", action="version", version=f"trident (spark-trident) {_version()}")
@@ -390,9 +415,11 @@ def _parser() -> argparse.ArgumentParser:
     replay_command.add_parser(sub)
     upgrade_command.add_parser(sub, _config_args)
     rebalance_command.add_parser(sub, _coordination_args)
-    from transactional.ops import kafka_broker
+    from transactional.ops import dev_servers, doctor, kafka_broker
 
     kafka_broker.add_parser(sub)
+    dev_servers.add_parser(sub)
+    doctor.add_parser(sub)
     return parser
 
 
@@ -488,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
     ``deactivate``, ``activate``, ``kill``, ``ui``, ``verify``, ``replay``, ``upgrade``, ``rebalance``, ``drpc`` or
     ``kafka-broker``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parse_args(_parser(), argv)
     command = _COMMANDS.get(args.command, _status)
     return _guard(lambda: command(args))
 
@@ -525,6 +552,14 @@ def _kafka_broker(args: argparse.Namespace) -> int:
     return kafka_broker.run(args)
 
 
+def _ops_command(module: str, args: argparse.Namespace) -> int:
+    """A subcommand whose module under ``transactional.ops`` has ``run(args)``."""
+    import importlib
+
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(f"transactional.ops.{module}").run
+    return run(args)
+
+
 #: what each subcommand runs (``status`` otherwise), inside ``_guard``
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run_command, "describe": _describe, "package": _package,
@@ -533,6 +568,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "drpc": _drpc, "kafka-broker": _kafka_broker,
     "upgrade": lambda args: upgrade_command.command(args, _run, config_from_args),
     "rebalance": lambda args: rebalance_command.command(args, _coordination_config),
+    "dev-servers": lambda args: _ops_command("dev_servers", args),
+    "doctor": lambda args: _ops_command("doctor", args),
 }
 
 if __name__ == "__main__":

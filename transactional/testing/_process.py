@@ -66,6 +66,9 @@ class ManagedProcess:
 
     name = "server"
     start_timeout = 30.0
+    #: SIGKILL the server when the process that started it dies (tests); ``trident dev-servers``
+    #: turns it off so its servers outlive the command
+    die_with_parent = True
 
     def __init__(self, port: int | None = None, workdir: str | Path | None = None) -> None:
         self.port = port or free_port()
@@ -96,8 +99,8 @@ class ManagedProcess:
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workdir,
                                      env=self.env(), start_new_session=True,
-                                     preexec_fn=_die_with_parent
-                                     if threading.current_thread() is threading.main_thread() else None)
+                                     preexec_fn=_die_with_parent if self.die_with_parent
+                                     and threading.current_thread() is threading.main_thread() else None)
         log.close()
 
         def ready() -> bool:

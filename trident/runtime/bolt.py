@@ -6,6 +6,7 @@ from typing import Any
 
 from transactional.bolt import BaseBatchBolt, Committer
 from transactional.columns import ColumnBatch, rows_of
+from transactional.metrics import MetricsContext
 from transactional.tuples import Fields
 from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
 from trident.runtime.arrow import from_ipc
@@ -29,11 +30,12 @@ ARROW_FIELD = "_arrow"
 TX_FIELD = "_tx"
 
 
-class OperationContext:
+class OperationContext(MetricsContext):
     """The ``context`` an operation's ``prepare(conf, context)`` gets (Storm's
     ``TridentOperationContext``): ``topology_id``, ``component_id`` (the stage),
     ``task_index``, ``num_tasks``, ``phase``, and ``attempt`` (the batch's
-    ``TransactionAttempt``)."""
+    ``TransactionAttempt``); ``register_counter/gauge/histogram/meter`` are the user's
+    metrics (``transactional.metrics``), counted under the stage's name."""
 
     def __init__(self, context: Any, attempt: Any) -> None:
         self.topology_id = context.topology_id

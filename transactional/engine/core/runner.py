@@ -83,7 +83,7 @@ class CoreRunner(TopologyRunner):
         # Step 1. check the lock (micro-batch txid-1 is committed: commits are strictly in order).
         self.state.check_lock()
         crash_point("commit.before", txid=txid)
-        executed, emitted, busy = dict(r.executed), dict(r.emitted), dict(r.busy)
+        executed, emitted, busy, metrics = dict(r.executed), dict(r.emitted), dict(r.busy), dict(r.metrics)
         emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
         run_stages = None
         conf = core.conf_for(txid, e.conf)        # with the bolts that get a tick in this micro-batch
@@ -94,7 +94,7 @@ class CoreRunner(TopologyRunner):
                 else:
                     rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
                                      states)
-                add_report(rep, executed, emitted, busy)
+                add_report(rep, executed, emitted, busy, metrics)
                 return rep
         # Steps 2-4. the stateful bolts, the acks, a checkpoint when due (CoreDriver.commit)
         try:
@@ -113,7 +113,8 @@ class CoreRunner(TopologyRunner):
         if core.checkpointer is not None:
             res.checkpoints = core.checkpointer.checkpoints
         return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
-                "processing_secs": r.seconds, "busy_secs": busy, "acked": dict(res.acked), "failed": dict(res.failed),
+                "processing_secs": r.seconds, "busy_secs": busy, "metrics": metrics,
+                "acked": dict(res.acked), "failed": dict(res.failed),
                 "pending": core.pending()}
 
     def close(self, ok: bool) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ class _RunCollector(Collector):
         yield from _run_metrics(tid, f)
         yield from _component_metrics(tid, f["counts"])
         yield from _lag_and_extras(tid, lag, f["extras"])
+        yield from user_metrics(tid, f["user_metrics"])
 
 
 def _run_metrics(tid: str, f: dict[str, Any]) -> Iterator[Metric]:
@@ -151,3 +152,42 @@ def _lag_and_extras(tid: str, lag: dict[str, Any], extras: dict[str, Any]) -> It
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 g.add_metric([tid, name, str(key)], v)
     yield g
+
+
+def user_metrics(tid: str, metrics: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The user's metrics of committed txids (``transactional.metrics``): ``trident_user_<name>``
+    with the labels ``topology`` and ``component`` (and ``task`` for gauges); counters and
+    meters as counters (``_total``), histograms with power-of-two buckets. A name made of
+    other characters than Prometheus allows has them replaced by ``_``."""
+    for component, named in sorted(metrics.items()):
+        for name, m in sorted(named.items()):
+            metric = f"trident_user_{_prom_name(name)}"
+            doc = f"{m['kind']} {name!r} of {component} (per committed txid)"
+            if m["kind"] in ("counter", "meter"):
+                c = CounterMetricFamily(metric, doc, labels=["topology", "component"])
+                c.add_metric([tid, component], m["count"])
+                yield c
+            elif m["kind"] == "gauge":
+                g = GaugeMetricFamily(metric, doc, labels=["topology", "component", "task"])
+                for task, v in sorted(m["tasks"].items()):
+                    if v is not None:
+                        g.add_metric([tid, component, str(task)], v)
+                yield g
+            else:
+                yield _histogram(metric, doc, tid, component, m)
+
+
+def _histogram(metric: str, doc: str, tid: str, component: str, m: dict[str, Any]) -> Metric:
+    h = HistogramMetricFamily(metric, doc, labels=["topology", "component"])
+    cumulative, buckets = 0, []
+    for b in sorted(m["buckets"]):
+        cumulative += m["buckets"][b]
+        buckets.append((repr(0.0 if b == -1075 else 2.0 ** b), cumulative))
+    buckets.append(("+Inf", m["count"]))
+    h.add_metric([tid, component], buckets, m["sum"])
+    return h
+
+
+def _prom_name(name: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return out if not out[:1].isdigit() else f"_{out}"

@@ -30,6 +30,7 @@ their own.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import threading
@@ -40,6 +41,7 @@ from typing import Any
 
 from state import _timing
 from transactional.engine.coordinator import Transition
+from transactional.metrics import fold_committed, quantile
 from transactional.ops.webui.graph import topology_graph
 from transactional.ops.webui.metrics import RunMetrics
 from transactional.ops.webui.server import Controls, StatusServer
@@ -98,6 +100,7 @@ class RunObserver:
         self.batches_committed = 0
         self.attempts = 0
         self.failed_attempts = 0
+        self.cancelled_attempts = 0               # attempts cancelled for an earlier txid's failure, or at the stop
         self.inflight: dict[int, dict[str, Any]] = {}     # txid -> {"txid", "attempt", "status", "since"}
         self.ended: deque[dict[str, Any]] = deque(maxlen=recent)
         self.executed: dict[str, int] = {}
@@ -115,6 +118,7 @@ class RunObserver:
         self.failed_tuples: dict[str, int] = {}
         self.pending: dict[str, int] = {}
         self.extras: dict[str, dict[str, Any]] = {}
+        self.user_metrics: dict[str, dict[str, Any]] = {}   # component -> name -> figures (transactional.metrics)
         self.latencies = Histogram()
         self._per_second: deque[list[int]] = deque(maxlen=history)   # [second since start, spout tuples]
         self._latency: deque[list[float]] = deque(maxlen=history)     # [t, seconds, txid]
@@ -188,6 +192,7 @@ class RunObserver:
                 self.retrying = None
                 for b in self.inflight.values():
                     self.ended.append({**b, "status": "cancelled", "since": t.at})
+                    self.cancelled_attempts += 1
                 self.inflight.clear()
 
     def _move(self, t: Transition) -> None:
@@ -215,6 +220,7 @@ class RunObserver:
         for total, counts in ((self.executed, info.get("executed")), (self.emitted, info.get("emitted"))):
             for k, v in (counts or {}).items():
                 total[k] = total.get(k, 0) + int(v)
+        fold_committed(self.user_metrics, info.get("metrics") or {})
         busy = {str(k): float(v) for k, v in (info.get("busy_secs") or {}).items()}
         for k, v in busy.items():
             self.busy[k] = self.busy.get(k, 0.0) + v
@@ -261,6 +267,7 @@ class RunObserver:
         for txid in sorted(x for x in self.inflight if x >= t.txid):
             b = self.inflight.pop(txid)
             status = "failed" if txid == t.txid else "cancelled"
+            self.cancelled_attempts += status == "cancelled"
             self.ended.append({**b, "status": status, "since": t.at,
                                **({"component": component} if status == "failed" else {})})
 
@@ -352,6 +359,7 @@ class RunObserver:
                 "batches_committed": self.batches_committed, "attempts": self.attempts,
                 "failures": {c: dict(k) for c, k in self.failures.items()},
                 "counts": self.counts(), "extras": {k: dict(v) for k, v in self.extras.items()},
+                "user_metrics": copy.deepcopy(self.user_metrics),
             }
 
     def throughput(self, now: float | None = None) -> list[list[float]]:
@@ -399,7 +407,7 @@ class RunObserver:
                 "uptime_secs": round(now - self.started, 3), "config": self.config,
                 "committed_txid": self.committed_txid, "batches_committed": self.batches_committed,
                 "attempts": self.attempts, "failed_attempts": self.failed_attempts,
-                "in_flight": len(self.inflight),
+                "cancelled_attempts": self.cancelled_attempts, "in_flight": len(self.inflight),
                 "pipeline": [{**b, "since": round(b["since"] - self.started, 3), "secs": round(now - b["since"], 3)}
                              for b in
                              [*self.ended, *(self.inflight[t] for t in sorted(self.inflight))]],
@@ -412,7 +420,29 @@ class RunObserver:
                 "latency": {"points": [list(p) for p in self._latency]},
                 "lag": lag, "errors": {c: dict(e) for c, e in self.errors.items()},
                 "extras": {k: dict(v) for k, v in self.extras.items()},
+                "user_metrics": user_metrics_rows(self.user_metrics, now - self.started),
             }
+
+
+def user_metrics_rows(metrics: Mapping[str, Mapping[str, Any]], elapsed: float) -> list[dict[str, Any]]:
+    """The page's rows of the user's metrics: component, name, kind and what to show (a
+    counter's count, a meter's count and rate per second of the run, a histogram's count,
+    mean, p50, p99 and max, a gauge's value per task)."""
+    rows = []
+    for component, named in sorted(metrics.items()):
+        for name, m in sorted(named.items()):
+            row: dict[str, Any] = {"component": component, "name": name, "kind": m["kind"]}
+            if m["kind"] in ("counter", "meter"):
+                row["count"] = m["count"]
+                if m["kind"] == "meter":
+                    row["rate"] = round(m["count"] / max(elapsed, 1e-9), 2)
+            elif m["kind"] == "gauge":
+                row["tasks"] = {str(t): v for t, v in sorted(m["tasks"].items())}
+            else:
+                row.update(count=m["count"], mean=round(m["sum"] / m["count"], 3) if m["count"] else None,
+                           p50=quantile(m, 0.5), p99=quantile(m, 0.99), max=m["max"])
+            rows.append(row)
+    return rows
 
 
 def _ms(secs: float | None) -> float | None:

@@ -105,7 +105,10 @@ function renderHeader(s) {
   $("committed-txid").textContent = s.committed_txid === null ? "–" : s.committed_txid;
   $("in-flight").textContent = s.in_flight;
   $("batches").textContent = fmt(s.batches_committed);
-  $("attempts").textContent = `${fmt(s.attempts)} · ${fmt(s.failed_attempts)}`;
+  $("attempts").textContent = `${fmt(s.attempts)} · ${fmt(s.failed_attempts)}` +
+    (s.cancelled_attempts ? ` · ${fmt(s.cancelled_attempts)}` : "");
+  $("attempts").title = `${fmt(s.attempts)} attempts launched: ${fmt(s.failed_attempts)} failed` +
+    (s.cancelled_attempts != null ? `, ${fmt(s.cancelled_attempts)} cancelled (replayed after an earlier txid failed, or at the stop)` : "");
   $("tps").textContent = fmt(s.recent_tuples_per_sec);
   $("latency-pct").textContent = `${fmtMs(s.commit_latency_ms.p50)} · ${fmtMs(s.commit_latency_ms.p99)}`;
   $("uptime").textContent = fmtSecs(s.uptime_secs);
@@ -393,7 +396,9 @@ function renderComponents(s) {
       const v = c[key];
       if (key === "error") {
         const e = (s.errors || {})[c.id];
-        const td = el("td", e ? { class: "err" } : {}, e ? `${fmtWhen(e.at_unix)} · ${e.error_type}: ${e.message}` : "–");
+        const text = e ? `${fmtWhen(e.at_unix)} · ${e.error_type}: ${e.message}` : "–";
+        // wrapped in its cell, at most ~4 lines: the whole error is in the title and below
+        const td = el("td", e ? { class: "err" } : {}, text.length > 240 ? `${text.slice(0, 239)}…` : text);
         if (e) td.title = `txid ${e.txid}, attempt ${e.attempt}: ${e.error_type}: ${e.message}`;
         tr.appendChild(td);
       } else if (key === "process_latency_ms") {
@@ -465,6 +470,21 @@ function renderExtras(s) {
       t.appendChild(tr);
     }
     return t;
+  }));
+}
+
+function renderUserMetrics(s) {
+  const rows = s.user_metrics || [];
+  $("user-metrics-section").hidden = rows.length === 0;
+  $("user-metrics").tBodies[0].replaceChildren(...rows.map((m) => {
+    let value;
+    if (m.kind === "counter") value = fmt(m.count);
+    else if (m.kind === "meter") value = `${fmt(m.count)} (${fmt(m.rate)}/s)`;
+    else if (m.kind === "gauge") value = Object.entries(m.tasks).map(([t, v]) => `task ${t}: ${fmt(v)}`).join(", ");
+    else value = `n ${fmt(m.count)}, mean ${fmt(m.mean)}, p50 ${fmt(m.p50)}, p99 ${fmt(m.p99)}, max ${fmt(m.max)}`;
+    const tr = el("tr", { "data-metric": `${m.component}/${m.name}` });
+    tr.append(el("td", {}, m.component), el("td", {}, m.name), el("td", {}, m.kind), el("td", { class: "num" }, value));
+    return tr;
   }));
 }
 
@@ -544,8 +564,9 @@ function render(s) {
   renderLag(s);
   renderErrors(s);
   renderExtras(s);
+  renderUserMetrics(s);
   renderConfig(s);
-  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  $("updated").textContent = `updated ${fmtWhen(Date.now() / 1000)}`;   // one clock format on the page
   document.body.dataset.ready = "1";
 }
 
