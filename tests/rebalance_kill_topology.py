@@ -1,23 +1,31 @@
-"""A Trident word count into a Redis map and PostgreSQL (counts added, sentences appended)
-for the rebalance SIGKILL test (tests/test_rebalance_kill.py); each sentence takes
-``TRIDENT_TEST_SLEEP`` seconds, so a rebalance asked during a run lands in it.
-``TRIDENT_TEST_PG``: the DSN; ``TRIDENT_TEST_TOPOLOGY``: the topology id."""
+"""A Trident word count into a Redis map and PostgreSQL (counts added, sentences appended),
+and its sentences into Parquet, Kafka and a user's own state, for the rebalance SIGKILL
+test (tests/test_rebalance_kill.py); each sentence takes ``TRIDENT_TEST_SLEEP`` seconds, so
+a rebalance asked during a run lands in it. ``TRIDENT_TEST_PG``: the DSN;
+``TRIDENT_TEST_PARQUET``, ``TRIDENT_TEST_FILES``: directories; ``TRIDENT_TEST_KAFKA``,
+``TRIDENT_TEST_OUT``: bootstrap and topic; ``TRIDENT_TEST_TOPOLOGY``: the topology id."""
 
 import os
 import time
 
+from retask_topology import AddRows, FilesFactory
+
 from spouts import MemoryTransactionalSpout
 from transactional import Fields
 from trident import BaseFunction, Count, TridentTopology, state
+from trident.kafka import TridentKafkaStateFactory, TridentKafkaUpdater
+from trident.parquet import ParquetStateFactory, ParquetUpdater
 from trident.postgres import PostgresStateFactory, PostgresUpdater
 
 from trident_kill_topology import DATA, TAKE, Split
 
-__all__ = ["DATA", "build_topology", "STAGES"]
+__all__ = ["DATA", "build_topology", "stages"]
 
-#: the stages the test rebalances
-STAGES = ("persistent_aggregate(counts)", "aggregate(Count) #3", "partition_persist(postgres_word_counts)",
-          "partition_persist(postgres_sentences)")
+
+def stages() -> list[str]:
+    """The stages the test rebalances: every state's."""
+    return [c.id for c in build_topology().components
+            if c.id.startswith(("persistent_aggregate", "partition_persist", "aggregate(Count) #3"))]
 
 
 class Slow(BaseFunction):
@@ -33,6 +41,11 @@ def build_topology():
         .each(Fields("sentence"), Slow(), Fields())
     s.partition_persist(PostgresStateFactory(dsn, "sentences", {"sentence": "text"}, mode="append",
                                              create_table=True), Fields("sentence"), PostgresUpdater())
+    s.partition_persist(ParquetStateFactory(os.environ["TRIDENT_TEST_PARQUET"], ["sentence"]), Fields("sentence"),
+                        ParquetUpdater())
+    s.partition_persist(FilesFactory(os.environ["TRIDENT_TEST_FILES"]), Fields("sentence"), AddRows())
+    s.partition_persist(TridentKafkaStateFactory(os.environ["TRIDENT_TEST_KAFKA"], os.environ["TRIDENT_TEST_OUT"],
+                                                 value_field="sentence"), Fields("sentence"), TridentKafkaUpdater())
     words = s.each(Fields("sentence"), Split(), Fields("word"))
     words.group_by(Fields("word")).persistent_aggregate(state.transactional("counts"), Count(), Fields("count")) \
         .parallelism_hint(2)
