@@ -154,6 +154,24 @@ class LocalCluster:
             raise run.error
         return run.result
 
+    def rebalance(self, name: str, tasks: dict[str, int], wait_secs: float = 0.0) -> None:
+        """Storm's ``rebalance``: give the components of running topology ``name`` the task
+        counts ``tasks`` (component id -> count) at a txid boundary, after ``wait_secs``
+        without new batches (docs/operations.md, "Changing a running topology").
+        ``RebalanceRefusedError`` (nothing changed) names a component it cannot move."""
+        from transactional.ops.control import request
+
+        with self._lock:
+            run = self._running.get(name)
+        if run is None:
+            msg = f"no topology named {name!r} runs on this LocalCluster (running: {sorted(self._running) or 'none'})"
+            raise TridentError(msg)
+        run.started.wait()
+        c = run.config
+        request(c.coordination, run.topology.topology_id, "rebalance", auth=c.coordination_auth,
+                connect_timeout=c.connect_timeout_secs, by=f"LocalCluster.rebalance({name!r})", tasks=dict(tasks),
+                wait=wait_secs)
+
     def shutdown(self) -> None:
         """Kill every topology of this cluster; raises the first error a run stopped with."""
         first: BaseException | None = None

@@ -66,6 +66,9 @@ class ComponentSpec:
     core: str = ""                  # core topologies: how the bolt runs ("rich", "basic", "stateful")
     writes: tuple[str, ...] = ()    # the states the component writes (Trident stages' maps), for the page
     conf: Mapping[str, Any] = field(default_factory=dict)   # its own settings (``add_configuration``)
+    #: what the component says about its state and source, for the recorded layout
+    #: (``transactional.engine.layout``): a stage's states, a spout's kind and source
+    layout: Mapping[str, Any] = field(default_factory=dict)
 
     def new_instance(self) -> Any:
         """A fresh instance of the component, as the user wrote it (the engine's plan picks
@@ -178,6 +181,14 @@ class Topology:
         comps = tuple(
             dataclasses.replace(c, blob=_executor_blob_later(c)) if c.id in self.commit_components and not c.blob
             else c for c in self.components)
+        return dataclasses.replace(self, components=comps)
+
+    def with_tasks(self, tasks: Mapping[str, int]) -> Topology:
+        """This topology with the task counts of ``tasks`` (component id -> count) for the
+        components it names: how a txid written with an earlier layout is replayed with it,
+        and how a rebalance runs (``transactional.engine.layout``)."""
+        comps = tuple(dataclasses.replace(c, parallelism=int(tasks[c.id])) if c.id in tasks else c
+                      for c in self.components)
         return dataclasses.replace(self, components=comps)
 
     def describe(self) -> str:
@@ -401,7 +412,7 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
         # a transactional spout's emitters run on executors; a core topology's spouts on the driver
         blob, driver_blob = _pickle(sid, spout, origin, table, executors=kind != "core")
         comps.append(ComponentSpec(sid, "spout", par, False, False, (), dict(streams[sid]), blob,
-                                   type(spout).__name__, driver_blob, origin))
+                                   type(spout).__name__, driver_blob, origin, layout=spout_layout(spout)))
     for bid in order:
         bolt, par, committer, core = bolts[bid]
         # commit components run on the driver unless a run places them on executors (``placed``)
@@ -410,9 +421,20 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
                                    tuple(inputs[bid]), dict(streams[bid]), blob,
                                    getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
                                    bool(getattr(bolt, "accepts_columns", False)), core,
-                                   tuple(getattr(bolt, "writes_states", ())), dict((confs or {}).get(bid, {}))))
+                                   tuple(getattr(bolt, "writes_states", ())), dict((confs or {}).get(bid, {})),
+                                   dict(getattr(bolt, "layout_info", None) or {})))
     _DRIVER_OBJECTS[origin] = table
     return Topology(topology_id, first, tuple(comps), frozenset(commit), kind)
+
+
+def spout_layout(spout: Any) -> dict[str, Any]:
+    """A spout's identity in the recorded layout: its class, whether it is opaque, the
+    source it reads (a topic, a stream key), and the ``uid`` a user gives to keep its
+    identity across a rename."""
+    source = next((str(getattr(spout, a)) for a in ("topic", "stream", "key") if isinstance(getattr(spout, a, None), str)),
+                  None)
+    return {"class": type(spout).__name__, "opaque": bool(getattr(spout, "opaque", False)), "source": source,
+            "uid": getattr(spout, "uid", None)}
 
 
 def _check_id(what: str, value: Any) -> None:

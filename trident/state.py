@@ -26,6 +26,7 @@ query a transactional map (``state_query``) and write its answers to an opaque m
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,13 +47,21 @@ class StateType(str, enum.Enum):
 class MapStateFactory:
     """A map state of the topology: its ``name`` and flavour (``state_type``); with
     ``ttl_secs``, a key not written (``ttl_from="read"``: nor read) for that long, by the
-    txids' recorded times, is gone (docs/operations.md, "State that expires")."""
+    txids' recorded times, is gone (docs/operations.md, "State that expires").
+
+    ``version`` and ``migrate`` (docs/operations.md, "Changing a running topology"): the
+    shape of the values it stores, and ``migrate(value, from_version)`` turning a value an
+    earlier version stored into this version's; ``trident upgrade`` refuses a new version
+    without one. ``uid``: the state's stable id when its name changes (default: the name)."""
 
     name: str
     state_type: StateType = StateType.OPAQUE
     ttl_secs: float | None = None
     ttl_from: str = "write"
     ttl_grace_secs: float | None = None
+    version: int = 1
+    migrate: Callable[[Any, int], Any] | None = None
+    uid: str | None = None
 
     def __post_init__(self) -> None:
         from state.map.ttl import Ttl
@@ -62,6 +71,12 @@ class MapStateFactory:
         ttl = Ttl.of(self.ttl_secs, self.ttl_from, self.ttl_grace_secs)    # checked now, before a run
         if ttl is not None:
             ttl.check_kind(self.name, self.state_type.value)
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            msg = f"state {self.name!r}: version is an int >= 1 (the shape of its values); got {self.version!r}"
+            raise ConfigError(msg)
+        if self.migrate is not None and not callable(self.migrate):
+            msg = f"state {self.name!r}: migrate is a function (value, from_version) -> value; got {self.migrate!r}"
+            raise ConfigError(msg)
 
     @property
     def ttl(self) -> dict[str, Any]:
@@ -69,29 +84,39 @@ class MapStateFactory:
         return {"ttl_secs": self.ttl_secs, "ttl_from": self.ttl_from, "ttl_grace_secs": self.ttl_grace_secs}
 
 
+#: what a map factory takes besides its name: a TTL (docs/operations.md, "State that
+#: expires") and its value version (docs/operations.md, "Changing a running topology")
+Migrate = Callable[[Any, int], Any] | None
+
+
 def transactional(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
-                  ttl_grace_secs: float | None = None) -> MapStateFactory:
+                  ttl_grace_secs: float | None = None, version: int = 1, migrate: Migrate = None,
+                  uid: str | None = None) -> MapStateFactory:
     """A transactional map (exactly-once with a transactional spout)."""
-    return MapStateFactory(name, StateType.TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs)
+    return MapStateFactory(name, StateType.TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs, version, migrate, uid)
 
 
 def opaque(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
-           ttl_grace_secs: float | None = None) -> MapStateFactory:
+           ttl_grace_secs: float | None = None, version: int = 1, migrate: Migrate = None,
+           uid: str | None = None) -> MapStateFactory:
     """An opaque map (exactly-once with any spout we have)."""
-    return MapStateFactory(name, StateType.OPAQUE, ttl_secs, ttl_from, ttl_grace_secs)
+    return MapStateFactory(name, StateType.OPAQUE, ttl_secs, ttl_from, ttl_grace_secs, version, migrate, uid)
 
 
-def counters(name: str, *, ttl_secs: float | None = None) -> MapStateFactory:
+def counters(name: str, *, ttl_secs: float | None = None, version: int = 1, migrate: Migrate = None,
+             uid: str | None = None) -> MapStateFactory:
     """A map of numbers that ``Count``/``Sum`` add to, exactly once per txid, in one atomic
     write per batch without reading the keys (``state.map.CounterMap``). It cannot expire
     keys (it never reads them): ``ttl_secs`` is refused, naming ``transactional``."""
-    return MapStateFactory(name, StateType.COUNTER, ttl_secs)
+    return MapStateFactory(name, StateType.COUNTER, ttl_secs, "write", None, version, migrate, uid)
 
 
 def non_transactional(name: str, *, ttl_secs: float | None = None, ttl_from: str = "write",
-                      ttl_grace_secs: float | None = None) -> MapStateFactory:
+                      ttl_grace_secs: float | None = None, version: int = 1, migrate: Migrate = None,
+                      uid: str | None = None) -> MapStateFactory:
     """A non-transactional map (at-least-once: a replayed batch is applied again)."""
-    return MapStateFactory(name, StateType.NON_TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs)
+    return MapStateFactory(name, StateType.NON_TRANSACTIONAL, ttl_secs, ttl_from, ttl_grace_secs, version, migrate,
+                           uid)
 
 
 PAIRING_TABLE = """\

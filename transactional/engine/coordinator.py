@@ -347,15 +347,16 @@ class Coordinator:
         self._publish("activated", self.last_committed, 0, now, by=by)
         return self._fill(now)
 
-    def kill(self, now: float, by: str = "") -> list[Action]:
+    def kill(self, now: float, by: str = "", reason: str | None = None) -> list[Action]:
         """End the run now (Storm's ``kill``): a commit under way has finished (a Commit is
         answered before the next event); every txid in flight is cancelled, one whose
         Commit was asked for but not yet carried out included -- the engine carries out
-        nothing but Cancels after this Stop -- and will be emitted again by the next run."""
+        nothing but Cancels after this Stop -- and will be emitted again by the next run.
+        ``reason``: the stop's, when not a kill (``"rebalance"``: the run goes on with new task counts)."""
         if self.stopped is not None:
             return []
         cancels: list[Action] = [Cancel(b.txid, b.attempt) for b in self.inflight.values()]
-        return [*cancels, self._stop(Stop(f"killed{' by ' + by if by else ''}"), now)]
+        return [*cancels, self._stop(Stop(reason or f"killed{' by ' + by if by else ''}"), now)]
 
     def next_wakeup(self, now: float) -> float | None:
         """When ``tick`` next has something to do (None: only events matter)."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
+from transactional.engine import layout
 from transactional.engine.attempts import Attempts, Jobs
 from transactional.engine.coordinator import (
     Action,
@@ -40,6 +41,7 @@ from transactional.engine.coordinator import (
 )
 from transactional.engine.core.runner import CoreRunner
 from transactional.engine.events import Tally, Transition
+from transactional.engine.faults import crash_point
 from transactional.engine.maps import StateRegistry
 from transactional.engine.plan import (
     InProcessExecutor,
@@ -47,7 +49,7 @@ from transactional.engine.plan import (
 )
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
-from transactional.engine.user_states import check_factories, forget_states
+from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.redaction import remember
 from transactional.result import RunResult
@@ -95,6 +97,12 @@ class Engine:
         self.clock = clock
         #: called once the run holds the lock and hears the operator (``LocalCluster``)
         self.on_start: Callable[[], None] = on_start if on_start is not None else _nothing
+        self._on_commit = on_commit
+        #: the topology as its file built it (``trident rebalance`` records counts over it)
+        self.built = topology
+        #: the rebalance that stopped this engine's run (``transactional.ops.control``), and the last one applied
+        self.rebalance_asked: dict[str, Any] | None = None
+        self.applied_rebalance = ""
         # commit components are pickled for executors only when the run places them there
         topology = topology.placed(config.commit_placement)
         self.topology = topology
@@ -175,43 +183,143 @@ class Engine:
         try:
             self._take_lock(state, owner)
             store = CoordinatorStore(state)
+            # the task counts rebalances gave, and one asked that no driver finished
+            engine = self._rebalanced(state)
+            # refuse, before anything is written, a version its stored state cannot follow
+            layout.check(state, engine.topology, allow_dropped_state=self.config.allow_dropped_state)
             # refuse, before anything is written, state that would silently lose what was committed
-            keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(self.topology)
+            keeps = bool(store.recover_maps()) or self.runner_class.keeps_state(engine.topology)
             store.check_user_state(self.config.state, self.config.coordination, keeps_state=keeps,
                                    accept_loss=self.config.accept_state_loss)
-            check_factories(self.topology.user_states, self.conf, self.topology.topology_id)
-            self.states.record_map = store.record_map
+            check_factories(engine.topology.user_states, engine.conf, engine.topology.topology_id)
             # a new lock holder takes a higher epoch, durably, and fences user state with it
             epoch = store.take_epoch()
-            runner = self.runner_class(self, state, store, epoch)
-            error: BaseException | None = None
-            try:
-                self.watch.locked(self, state, owner, runner)
-                jobs = Jobs(self, owner)
-                try:
-                    self._loop(store, runner, jobs, max_batches)
-                finally:
-                    jobs.close()
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                try:
-                    runner.close(error is None)
-                finally:
-                    self.watch.unlocking(error)
+            # a txid a crashed driver began to commit with other task counts: finished with them first
+            engine._replay_with_recorded_tasks(state, store, owner, epoch)
+            layout.record_versions(state, engine.topology)     # a declared migration: from the next txid
+            layout.record(state, engine.topology)
+            engine._run_locked(state, store, owner, epoch, max_batches)
+            while engine.rebalance_asked is not None:      # `trident rebalance`: on with the new task counts
+                engine = engine._rebalance(state, store, owner, epoch, max_batches)
         finally:
             state.close()
             forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 
+    def _sibling(self, topology: Topology) -> Engine:
+        """An engine for ``topology`` (other task counts) that goes on with this run: the
+        same result, maps, hooks, clock, Spark context and status page."""
+        e = Engine(topology, self.config, self.sc, self._on_commit, None, self.clock, self.watch)
+        e.result = self.result
+        # this run's listeners (the watch's among them), the result's tally counting into the same result
+        e.listeners = [Tally(self.result), *self.listeners[1:]]
+        e.built, e.states = self.built, self.states   # one map registry for the run
+        return e
+
+    def _rebalanced(self, state: TransactionalState) -> Engine:
+        """This engine, or one with the task counts ``trident rebalance`` gave (recorded,
+        ``layout.rebalanced_tasks``), after finishing a rebalance asked that no driver
+        finished (``transactional.ops.control``)."""
+        req = layout.pending_rebalance(state)
+        if req is not None and float(req.get("not_before") or 0) <= time.time():   # a wait: the run does it
+            tasks = {str(c): int(n) for c, n in req["tasks"].items()}
+            try:
+                layout.check_rebalance(layout.layout_of(self.topology), tasks, self.topology.topology_id)
+                log.info("%s: finishing the rebalance to %s asked by %s", self.topology.topology_id, tasks,
+                         req.get("by"))
+            except layout.RebalanceRefusedError as e:
+                log.warning("%s", e)
+                tasks = {}
+            crash_point("rebalance.before_record")
+            layout.record_rebalanced(state, self.built, str(req["id"]), tasks)
+            crash_point("rebalance.recorded")
+        tasks = layout.rebalanced_tasks(state, self.built)
+        engine = self if all(self.topology.component(c).parallelism == n for c, n in tasks.items()) \
+            else self._sibling(self.topology.with_tasks(tasks))
+        engine.applied_rebalance = str(layout.rebalanced(state).get("id") or "")
+        return engine
+
+    def _rebalance(self, state: TransactionalState, store: CoordinatorStore, owner: str, epoch: int,
+                   max_batches: int | None) -> Engine:
+        """The run stopped for ``trident rebalance`` after its last commit (nothing in flight
+        has begun to commit): record the new task counts in one write -- a driver killed
+        before it runs the old counts, after it the new ones -- and go on with them."""
+        req = self.rebalance_asked or {}
+        tid = self.topology.topology_id
+        tasks = {str(c): int(n) for c, n in (req.get("tasks") or {}).items()}
+        try:
+            layout.check_rebalance(layout.layout_of(self.topology), tasks, tid)
+        except layout.RebalanceRefusedError as e:
+            log.warning("%s", e)
+            tasks = {}
+        crash_point("rebalance.before_record")
+        layout.record_rebalanced(state, self.built, str(req.get("id")), tasks)
+        crash_point("rebalance.recorded")
+        forget_states(tid)
+        engine = self._sibling(self.topology.with_tasks(tasks))
+        engine.applied_rebalance = str(req.get("id"))
+        layout.record(state, engine.topology)
+        log.info("%s: rebalanced to %s after txid %d; going on", tid,
+                 ", ".join(f"{c}={n}" for c, n in sorted(tasks.items())) or "the same task counts",
+                 self.result.last_txid or 0)
+        left = None if max_batches is None else max(0, max_batches - self.result.batches_committed)
+        engine._run_locked(state, store, owner, epoch, left)
+        return engine
+
+    def _replay_with_recorded_tasks(self, state: TransactionalState, store: CoordinatorStore, owner: str,
+                                    epoch: int) -> None:
+        """Replay the pending txids whose commit began with the task counts the layout
+        recorded (``transactional.engine.layout``), when the topology's differ, so that
+        every task undoes or skips exactly what it wrote of them; then the new counts."""
+        if self.topology.kind != "transactional":
+            return       # core topologies: stateful bolts move their state at a checkpoint (engine/core)
+        rec = store.recover()
+        old = layout.replay_tasks(layout.recorded(state), self.topology, rec.pending)
+        if old is None:
+            return
+        last = layout.started_txids(rec.pending)[-1]
+        log.info("%s: txid(s) %d..%d began to commit with task counts %s; replaying them with those counts "
+                 "before the new ones take over", self.topology.topology_id, rec.last_committed + 1, last,
+                 ", ".join(f"{c}={n}" for c, n in sorted(old.items())))
+        sub = self._sibling(self.topology.with_tasks(old))
+        sub._run_locked(state, store, owner, epoch, last - rec.last_committed, status=False)
+        self.sc = sub.sc
+        forget_states(self.topology.topology_id)
+
+    def _run_locked(self, state: TransactionalState, store: CoordinatorStore, owner: str, epoch: int,
+                    max_batches: int | None, status: bool = True) -> None:
+        """The run, holding the lock with ``epoch``; ``status``: keep the record ``trident status`` shows."""
+        self.states.record_map = store.record_map
+        self.conf[MIGRATIONS] = layout.versions(state)       # read by the stages that open maps
+        runner = self.runner_class(self, state, store, epoch)
+        # ``status`` False: a replay of txids begun with other task counts, before the run proper:
+        # the watch (status record, operator's requests) is not told of it
+        watch = self.watch if status else RunWatch()
+        error: BaseException | None = None
+        try:
+            watch.locked(self, state, owner, runner)
+            jobs = Jobs(self, owner)
+            try:
+                self._loop(store, runner, jobs, max_batches, watch)
+            finally:
+                jobs.close()
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            try:
+                runner.close(error is None)
+            finally:
+                watch.unlocking(error)
+
     def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs, max_batches: int | None) -> None:
+    def _loop(self, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs, max_batches: int | None,
+              watch: RunWatch) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
@@ -225,7 +333,7 @@ class Engine:
                      rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
         attempts = Attempts(self, jobs, store, runner)
         clock = time.monotonic
-        watch = self.watch                        # what an operator asks (`trident deactivate|activate|kill`)
+        # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
         pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))
         self.on_start()
         try:
@@ -255,6 +363,7 @@ class Engine:
                 pending += coord.tick(clock())
                 watch.between(runner, clock())
         finally:
+            self.rebalance_asked = watch.rebalance_asked()
             attempts.close()
             watch.stopped()
 
@@ -278,6 +387,11 @@ class RunWatch:
 
     def between(self, runner: TopologyRunner, now: float) -> None:
         """Between commits, at least every ``CONTROL_CHECK_SECS``."""
+
+    def rebalance_asked(self) -> dict[str, Any] | None:
+        """The rebalance (``trident rebalance``: ``{"id", "tasks": {component: n}, ...}``) that
+        stopped the run's loop, if one did: the engine goes on with its task counts."""
+        return None
 
     def stopped(self) -> None:
         """The run's loop ended (its jobs are cancelled)."""

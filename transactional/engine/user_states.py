@@ -32,6 +32,8 @@ TOPOLOGY_ID = "trident.topology.id"
 COMPONENT_ID = "trident.component.id"
 #: the conf key of a commit phase's txid time (ms, ``CoordinatorStore.commit_time``)
 TXID_TIME_MS = "transactional.txid.time.ms"
+#: conf key: state id -> value version boundaries (``state.map.migrate``; the driver sets it)
+MIGRATIONS = "trident.migrations"
 
 log = logging.getLogger("trident")
 #: set in the conf of a ``trident verify`` run (docs/verify.md): every user state is then made

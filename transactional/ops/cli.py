@@ -14,6 +14,9 @@
                                           (exactly once, proven: runs under faults against a clean run; docs/verify.md)
     trident replay ID --file FILE --txids A..B --into NAMESPACE [--trace COMPONENT]
                                           (re-emit kept batches into scratch state; keep_batch_meta)
+    trident rebalance ID -e COMPONENT=N [-e ...] [-w SECS]   (new task counts at a txid boundary)
+    trident upgrade FILE --from ID [--dry-run] [--shadow A..B] [--allow-dropped-state] [run's options]
+                                          (check a new version against the recorded layout, then run it)
     trident --version
 
 A topology file defines ``build_topology()`` returning a ``TransactionalTopologyBuilder``,
@@ -47,7 +50,9 @@ from typing import Any
 
 from transactional.config import TopologyConfig
 from transactional.exceptions import TridentError
+from transactional.ops import rebalance as rebalance_command
 from transactional.ops import replay as replay_command
+from transactional.ops import upgrade as upgrade_command
 from transactional.ops import verify as verify_command
 from transactional.ops.logs import quiet_spark, setup_logging
 from transactional.ops.progress import plural
@@ -95,6 +100,9 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accept-state-loss", action="store_true", default=None,
                         help="run although state an earlier run committed would be lost (another --state than the "
                              "one its txids were committed to, or zk:// coordination with memory:// state)")
+    parser.add_argument("--allow-dropped-state", action="store_true", default=None,
+                        help="run a new version that no longer has a state (or spout) an earlier version stored "
+                             "values (or offsets) in: they stay unread")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the status page (/) and Prometheus metrics (/metrics) on this port (0: a free one)")
     parser.add_argument("--metrics-host", metavar="ADDRESS", help="the address they bind (default 127.0.0.1)")
@@ -140,6 +148,8 @@ def cli_layer(args: argparse.Namespace) -> Layer:
     _set_items(getattr(args, "set", []), kw, origins)
     if getattr(args, "accept_state_loss", None):
         kw["accept_state_loss"], origins["accept_state_loss"] = True, "--accept-state-loss"
+    if getattr(args, "allow_dropped_state", None):
+        kw["allow_dropped_state"], origins["allow_dropped_state"] = True, "--allow-dropped-state"
     if getattr(args, "quiet", False):
         kw["progress"], origins["progress"] = False, "-q"
     return Layer("command line", kw, origins=origins)
@@ -403,6 +413,8 @@ def _parser() -> argparse.ArgumentParser:
         _coordination_args(p)
     verify_command.add_parser(sub)
     replay_command.add_parser(sub)
+    upgrade_command.add_parser(sub, _config_args)
+    rebalance_command.add_parser(sub, _coordination_args)
     from transactional.ops import dev_servers, doctor, kafka_broker
 
     kafka_broker.add_parser(sub)
@@ -501,7 +513,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``trident`` command: ``run``, ``describe``, ``package``, ``status``, ``list``,
-    ``deactivate``, ``activate``, ``kill``, ``ui``, ``verify``, ``replay``, ``drpc`` or
+    ``deactivate``, ``activate``, ``kill``, ``ui``, ``verify``, ``replay``, ``upgrade``, ``rebalance``, ``drpc`` or
     ``kafka-broker``; returns the exit status."""
     args = parse_args(_parser(), argv)
     command = _COMMANDS.get(args.command, _status)
@@ -554,6 +566,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": _manage, "deactivate": _manage, "activate": _manage, "kill": _manage, "ui": _ui,
     "verify": lambda args: verify_command.command(args), "replay": lambda args: replay_command.command(args),
     "drpc": _drpc, "kafka-broker": _kafka_broker,
+    "upgrade": lambda args: upgrade_command.command(args, _run, config_from_args),
+    "rebalance": lambda args: rebalance_command.command(args, _coordination_config),
     "dev-servers": lambda args: _ops_command("dev_servers", args),
     "doctor": lambda args: _ops_command("doctor", args),
 }

@@ -4,7 +4,8 @@
 The record ``control`` under the topology's root holds what the operator asked::
 
     control   {"state": "active" | "inactive",
-               "kill": {"owner": "<the driver's lock owner>", "by": "<who>", "at": <unix time>} | null}
+               "kill": {"owner": "<the driver's lock owner>", "by": "<who>", "at": <unix time>} | null,
+               "rebalance": {"id", "tasks": {<component>: n}, "by", "at", "not_before": <unix time>} | null}
 
 ``trident deactivate|activate|kill TOPOLOGY --coordination zk://...`` writes it
 (``request``); the driver that holds the topology's lock watches it (``RunControl``, a
@@ -14,6 +15,11 @@ says -- until ``active`` again; a driver started while the record says ``inactiv
 starts deactivated, as Storm keeps a topology's status); ``kill`` names the driver it is
 meant for, which stops after the commit under way and releases the lock (the next run
 emits the cancelled txids again). A kill of a topology no driver runs is refused.
+``rebalance`` (``trident rebalance ID -e component=N [-w SECS]``, Storm's ``rebalance``):
+the driver stops emitting at once, waits ``SECS`` (the txids in flight commit), stops
+after the commit under way, and goes on with the new task counts (``transactional.engine.
+layout``: recorded in one write, so a driver killed at any point runs the old counts or
+the new ones; a request no driver finished is finished by the next start).
 
 >>> from state.base import MemoryTransactionalState
 >>> MemoryTransactionalState("control-doctest").set("committed", {"txid": 1, "meta": None, "partitions": None})
@@ -37,7 +43,7 @@ from transactional.exceptions import StateCorruptError, TridentError
 __all__ = ["request", "RunControl", "ACTIONS", "CONTROL"]
 
 CONTROL = "control"
-ACTIONS = ("deactivate", "activate", "kill")
+ACTIONS = ("deactivate", "activate", "kill", "rebalance")
 log = logging.getLogger("trident")
 
 
@@ -50,10 +56,12 @@ def _who() -> str:
 
 
 def request(coordination: str, topology_id: str, action: str, *, auth: str | None = None,
-            connect_timeout: float = 10.0, by: str | None = None) -> dict[str, Any]:
-    """Ask the driver of ``topology_id`` to ``deactivate``, ``activate`` or ``kill``;
-    returns ``{"topology_id", "action", "state", "lock_holder"}``. Raises ``TridentError``
-    for an unknown topology, and for a kill when no driver holds the lock."""
+            connect_timeout: float = 10.0, by: str | None = None, tasks: dict[str, int] | None = None,
+            wait: float = 0.0) -> dict[str, Any]:
+    """Ask the driver of ``topology_id`` to ``deactivate``, ``activate``, ``kill`` or
+    ``rebalance`` (to ``tasks``, after ``wait`` seconds); returns ``{"topology_id",
+    "action", "state", "lock_holder"}``. Raises ``TridentError`` for an unknown topology,
+    for a kill when no driver holds the lock, and for a rebalance its layout refuses."""
     if action not in ACTIONS:
         msg = f"unknown action {action!r}; use one of {', '.join(ACTIONS)}"
         raise TridentError(msg)
@@ -74,6 +82,8 @@ def request(coordination: str, topology_id: str, action: str, *, auth: str | Non
                 msg = f"no driver runs topology {topology_id!r} now (its lock is free): nothing to kill"
                 raise TridentError(msg)
             rec["kill"] = {"owner": holder, "by": by or _who(), "at": time.time()}
+        elif action == "rebalance":
+            rec["rebalance"] = _rebalance_request(state, topology_id, tasks or {}, wait, by)
         else:
             rec["state"] = "inactive" if action == "deactivate" else "active"
             rec["by"] = by or _who()
@@ -81,6 +91,26 @@ def request(coordination: str, topology_id: str, action: str, *, auth: str | Non
         return {"topology_id": topology_id, "action": action, "state": rec["state"], "lock_holder": holder}
     finally:
         state.close()
+
+
+def _rebalance_request(state: TransactionalState, topology_id: str, tasks: dict[str, int], wait: float,
+                       by: str | None) -> dict[str, Any]:
+    """The ``rebalance`` entry, checked against the recorded layout first."""
+    import uuid
+
+    from transactional.engine import layout
+
+    rec = layout.recorded(state)
+    if rec is None:
+        msg = f"topology {topology_id!r} has no recorded layout yet: run it once (trident run) before a rebalance"
+        raise TridentError(msg)
+    if not tasks:
+        msg = "trident rebalance: give at least one -e COMPONENT=N"
+        raise TridentError(msg)
+    layout.check_rebalance(rec, tasks, topology_id)
+    now = time.time()
+    return {"id": uuid.uuid4().hex[:12], "tasks": dict(tasks), "by": by or _who(), "at": now,
+            "not_before": now + max(0.0, float(wait))}
 
 
 class RunControl:
@@ -102,6 +132,10 @@ class RunControl:
         self._value: Any = None
         self._next_poll = 0.0
         self.watching = state.watch(CONTROL, self._changed)
+        #: the rebalance that stopped this run (the engine goes on with its task counts)
+        self.rebalance: dict[str, Any] | None = None
+        #: the id of the last rebalance applied (``layout.rebalanced``): not asked again
+        self.applied = ""
 
     def _changed(self, value: Any) -> None:
         """The watch's callback (the backend's thread): the record changed; ``value`` reads it."""
@@ -138,4 +172,20 @@ class RunControl:
         if isinstance(kill, dict) and kill.get("owner") == self.owner and coord.stopped is None:
             log.info("%s killed by %s: stopping after the commit under way", self.state.topology_id, kill.get("by"))
             out += coord.kill(now, str(kill.get("by") or ""))
-        return out
+        return out + self._rebalance(rec, coord, now)
+
+    def _rebalance(self, rec: dict[str, Any], coord: Any, now: float) -> list[Any]:
+        """A rebalance asked: no new txids, then (after its wait) stop after the commit under
+        way; the engine goes on with the new task counts (``self.rebalance``)."""
+        req = rec.get("rebalance")
+        if not isinstance(req, dict) or req.get("id") in (self.applied, None) or coord.stopped is not None:
+            return []
+        if time.time() < float(req.get("not_before") or 0):
+            if coord.paused:
+                return []
+            log.info("%s: rebalance to %s asked by %s: no new batches while it waits", self.state.topology_id,
+                     req.get("tasks"), req.get("by"))
+            return list(coord.deactivate(now, str(req.get("by") or "")))
+        log.info("%s: rebalance to %s: stopping after the commit under way", self.state.topology_id, req.get("tasks"))
+        self.rebalance = req
+        return list(coord.kill(now, str(req.get("by") or ""), reason="rebalance"))

@@ -70,7 +70,9 @@ class OperatorWatch(driver.RunWatch):
                                        verify=config.conf.get("trident.verify"),
                                        spark_ui=spark_ui_url if config.executor == "spark" else None)
         engine.listeners.append(self.recorder)       # the record `trident status` shows
-        self.control = RunControl(state, owner)      # `trident deactivate|activate|kill`
+        self.listeners = engine.listeners
+        self.control = RunControl(state, owner)      # `trident deactivate|activate|kill|rebalance`
+        self.control.applied = engine.applied_rebalance   # the last rebalance applied: not asked again
 
     def requests(self, coord: Coordinator, now: float, fresh: bool = False) -> list[Action]:
         """What ``trident deactivate|activate|kill`` (or the page's controls) asked."""
@@ -81,6 +83,10 @@ class OperatorWatch(driver.RunWatch):
         if self.observer is not None:
             runner.show(self.observer, now)
 
+    def rebalance_asked(self) -> dict[str, Any] | None:
+        """The rebalance ``trident rebalance`` asked that stopped the loop (``RunControl``)."""
+        return self.control.rebalance if self.control is not None else None
+
     def stopped(self) -> None:
         """The closing progress line."""
         if self.progress_lines is not None:
@@ -90,6 +96,9 @@ class OperatorWatch(driver.RunWatch):
         """The last status record (the run's end, and ``error``)."""
         if self.recorder is not None:
             self.recorder.close(error)
+            if self.recorder in self.listeners:      # a rebalanced run goes on with a record of its own
+                self.listeners.remove(self.recorder)
+            self.recorder = None
 
     def ended(self) -> None:
         """The status page stops."""

@@ -49,7 +49,8 @@ def topology_status(coordination_url: str, topology_id: str, *, auth: str | None
          "run": {...} | None,                 # the driver's status record (``StatusRecorder``)
          "run_state": {"state": "running" | "stale" | "dead" | "ended", "why": ..., "age_secs": ...} | None,
          "runs": [...],                       # the last runs, newest first (``StatusRecorder``)
-         "control": {...} | None}             # what `trident deactivate|activate|kill` asked
+         "control": {...} | None,             # what `trident deactivate|activate|kill|rebalance` asked
+         "rebalanced": {...} | None}          # the task counts rebalances gave (transactional.engine.layout)
 
     Raises ``StateUnavailableError`` (naming the address) when ZooKeeper cannot be reached
     within ``connect_timeout``, ``ConfigError`` for a bad URL.
@@ -99,6 +100,7 @@ def _read(state: TransactionalState, url: str, topology_id: str) -> dict[str, An
         "run_state": run_state(run, contenders[0] if contenders else None),
         "runs": [x for x in (state.get("runs") or []) if isinstance(x, dict)],
         "control": state.get("control"),
+        "rebalanced": state.get("rebalanced"),
     }
 
 
@@ -193,6 +195,14 @@ def format_status(status: dict[str, Any]) -> str:
     if control.get("state") == "inactive":
         lines.append(f"  deactivated{' by ' + control['by'] if control.get('by') else ''}: no new batches until "
                      "`trident activate`")
+    asked = control.get("rebalance")
+    if isinstance(asked, dict) and asked.get("id") != (status.get("rebalanced") or {}).get("id"):
+        import time
+
+        wait = float(asked.get("not_before") or 0) - time.time()
+        lines.append(f"  rebalance: to {', '.join(f'{c}={n}' for c, n in (asked.get('tasks') or {}).items())} asked by "
+                     f"{asked.get('by')}, in progress" + (f" (no new batches for {wait:.0f} s more)" if wait > 0 else
+                                                          " (after the commit under way)"))
     for waiting in status.get("lock_waiting", []):
         lines.append(f"        waiting: {waiting}")
     pending = status["uncommitted"]

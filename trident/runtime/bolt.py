@@ -168,6 +168,21 @@ class TridentBolt(BaseBatchBolt):
                                    if op.kind in ("persist", "partition_persist") and op.state is not None))
 
     @property
+    def layout_info(self) -> dict[str, Any]:
+        """The states this stage updates or queries, for the recorded layout
+        (``transactional.engine.layout``): per state id (its ``uid``, else its name; a
+        window's store by its name) the kind, the key fields, the declared value
+        ``version``, whether it has a ``migrate`` function, and how the stage uses it
+        (``persist``, ``partition_persist``, ``query``, ``window``); whether it keeps
+        windows; the grouping and keys of each consumer it sends Arrow batches to."""
+        states = {state_id(op.state): state_spec(op) for op in self.ops if op.state is not None}
+        states.update({op.fn.store.name: {"kind": "window", "name": op.fn.store.name, "keys": None, "use": "window",
+                                          "version": 1, "migrate": False}
+                       for op in self.ops if op.kind == "window"})
+        return {"states": states, "windows": any(op.kind == "window" for op in self.ops),
+                "arrow_outs": {o.stream: [o.grouping, list(o.keys)] for o in self.arrow_outs}}
+
+    @property
     def describe_as(self) -> str:
         """What ``Topology.describe`` shows as the class: the stage's operations where its
         component id does not already say them (a stage the user named)."""
@@ -175,6 +190,20 @@ class TridentBolt(BaseBatchBolt):
 
     def __repr__(self) -> str:
         return f"TridentBolt({self.description})"
+
+
+def state_id(factory: Any) -> str:
+    """A state's stable id: the ``uid`` its factory was given (a rename keeps it), else its name."""
+    return str(getattr(factory, "uid", None) or getattr(factory, "name", None) or type(factory).__name__)
+
+
+def state_spec(op: Op) -> dict[str, Any]:
+    """What the recorded layout keeps of a state an operation uses (``layout_info``)."""
+    f = op.state
+    kind = getattr(getattr(f, "state_type", None), "value", None) or f"user:{type(f).__name__}"
+    keys = [op.fields[i] for i in op.group_idx] if op.kind == "persist" else list(op.in_fields)
+    return {"kind": kind, "name": str(getattr(f, "name", type(f).__name__)), "keys": keys, "use": op.kind,
+            "version": int(getattr(f, "version", 1) or 1), "migrate": getattr(f, "migrate", None) is not None}
 
 
 class TridentCommitterBolt(TridentBolt, Committer):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from state.map.migrate import VALUE_FIELDS, MigratingBacking
+from transactional.engine.user_states import MIGRATIONS
 from trident.operation import ReducerAggregator, TridentTuple
 from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
@@ -203,7 +205,13 @@ def _open_state(bolt: TridentBolt, op: Any) -> Any:
     its ``begin_commit``/``commit`` around the task's batch)."""
     if is_state_factory(op.state):
         return bolt.context.state(op.state)
-    return bolt.context.map_state(op.state.name, op.state.state_type.value, **op.state.ttl)
+    sid = op.state.uid or op.state.name
+    m = bolt.context.map_state(sid, op.state.state_type.value, **op.state.ttl)
+    bounds = (getattr(bolt, "conf", None) or {}).get(MIGRATIONS, {}).get(sid)
+    kind = op.state.state_type.value
+    if bounds and op.state.migrate is not None and kind in VALUE_FIELDS and not isinstance(m.backing, MigratingBacking):
+        m.backing = MigratingBacking(m.backing, kind, op.state.migrate, bounds)   # values of earlier versions
+    return m
 
 
 class _ReadView:

@@ -297,12 +297,21 @@ class JoinProc(Proc):
 
 @dataclass
 class ArrowOut:
-    """One consumer fed Arrow buffers: its stream, grouping, key columns and task count."""
+    """One consumer fed Arrow buffers: its stream (``arrow-<consumer id>``), grouping, key
+    columns and task count when built (a run takes the count from the running topology,
+    ``tasks_now``: a rebalance or a replay with an earlier layout changes it)."""
 
     stream: str
     grouping: str                     # "local", "shuffle", "fields", "global", "all"
     keys: tuple[str, ...]
     tasks: int
+
+    def tasks_now(self, context: Any) -> int:
+        """The consumer's task count in the running topology (``context.component_tasks``)."""
+        try:
+            return int(context.component_tasks(self.stream[len("arrow-"):]))
+        except (AttributeError, KeyError):
+            return self.tasks
 
 
 class EmitProc(Proc):
@@ -357,8 +366,9 @@ class EmitProc(Proc):
             return
         direct, att = self.bolt.collector.emit_direct, self.attempt
         grouping = routing.LOCAL_OR_SHUFFLE if out.grouping == "local" else out.grouping
-        parts = routing.split_batch(grouping, b, out.tasks, out.keys, task=self.bolt.task,
-                                    local=self.bolt.num_tasks == out.tasks)
+        tasks = out.tasks_now(self.bolt.context)
+        parts = routing.split_batch(grouping, b, tasks, out.keys, task=self.bolt.task,
+                                    local=self.bolt.num_tasks == tasks)
         uncounted = 0 if counted else b.num_rows      # a row counts once, however many tasks get it
         buffers: dict[int, bytes] = {}                # one IPC buffer for a part sent to several tasks
         for t, part in parts:

@@ -186,7 +186,8 @@ class RunObserver:
                 self.control = {"state": "inactive" if t.kind == "deactivated" else "active",
                                 "by": str(t.info.get("by") or "")}
             elif t.kind == "stopped":
-                self.phase = "stopped"
+                # a rebalance stops the run after its commit and goes on with new task counts
+                self.phase = "rebalancing" if t.info.get("reason") == "rebalance" else "stopped"
                 self.stopped_because = str(t.info.get("reason", ""))
                 self.retrying = None
                 for b in self.inflight.values():

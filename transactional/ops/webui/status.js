@@ -85,6 +85,7 @@ function renderHeader(s) {
   if (s.control && s.control.state === "inactive" && !["stopped", "ended", "dead"].includes(s.phase)) {
     said = `deactivated${s.control.by ? ` by ${s.control.by}` : ""}: no new batches until activated`;
   }
+  if (s.phase === "rebalancing") said = "rebalance in progress: the new task counts take over from the next txid";
   $("stopped-because").textContent = said;
   const spark = $("spark-ui");
   spark.hidden = !s.spark_ui;
