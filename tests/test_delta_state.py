@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import delta_reader as dr
 import lake_kill_topology as lk
+import lake_pause as lp
 import pytest
-from crash_plans import REPO, crash_plan, run_topology_file
+from crash_plans import crash_plan, run_topology_file
 
 from state.errors import ConfigError, LeadershipLostError, StateAheadError, UnstorableValueError
 from transactional import Fields, TopologyConfig, run_topology
@@ -132,37 +132,6 @@ def test_an_unwritable_location_and_an_unstorable_value(tmp_path: Path) -> None:
     assert dr.rows(tmp_path, "word") == []
 
 
-CHILD = """
-import sys
-from lake_kill_topology import COUNTS
-from trident.delta import DeltaStateFactory
-from trident.states import EPOCH, TOPOLOGY_ID
-f = DeltaStateFactory(sys.argv[1], COUNTS, mode="add", key_fields=["word"])
-st = f.make_state({EPOCH: 1, TOPOLOGY_ID: "t"}, None, 0, 1)
-st.begin_commit(2); st.add_rows([("a", 10), ("b", 1)])
-try:
-    st.commit(2)
-except Exception as e:
-    print(type(e).__name__, e); sys.exit(3)
-"""
-
-
-def commit_paused_at_delta_commit(tmp_path: Path, while_paused) -> subprocess.CompletedProcess[str]:
-    """A child commits txid 2 of task 0, SIGSTOPped just before its Delta commit while
-    ``while_paused()`` writes the table; then it goes on."""
-    env = {**os.environ, "TRIDENT_PAUSE_AT": "delta.before_commit:txid=2",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    assert p.stderr is not None
-    line = p.stderr.readline()                          # written just before the child stops itself
-    assert "pause point delta.before_commit" in line, line
-    while_paused()
-    os.kill(p.pid, signal.SIGCONT)
-    out, err = p.communicate(timeout=60)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
-
-
 def test_a_concurrent_writer_is_caught_by_the_tables_conflict_check_and_nothing_is_lost(tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
@@ -170,7 +139,7 @@ def test_a_concurrent_writer_is_caught_by_the_tables_conflict_check_and_nothing_
     apply(make(f), 1, [("a", 1), ("z", 5)])
     # while the task waits to commit txid 2, another writer deletes z: the task's MERGE read
     # the file z was in, Delta refuses its commit, the task reads again and commits on top
-    p = commit_paused_at_delta_commit(tmp_path, lambda: DeltaTable(str(tmp_path)).delete("word = 'z'"))
+    p = lp.commit_paused("delta", tmp_path, lambda: DeltaTable(str(tmp_path)).delete("word = 'z'"))
     assert p.returncode == 0, p.stdout + p.stderr
     assert counts(tmp_path) == {"a": 11, "b": 1}
     ops = [h["operation"] for h in DeltaTable(str(tmp_path)).history()]
@@ -181,7 +150,7 @@ def test_a_driver_paused_between_its_check_and_its_commit_is_refused_by_the_tabl
     f = DeltaStateFactory(str(tmp_path), COUNTS, mode="add", key_fields=["word"], create=True)
     apply(make(f), 1, [("a", 1)])
     # a new driver (epoch 2) takes over and commits txid 2 while the old one is paused
-    p = commit_paused_at_delta_commit(tmp_path, lambda: apply(make(f, epoch=2), 2, [("a", 100)]))
+    p = lp.commit_paused("delta", tmp_path, lambda: apply(make(f, epoch=2), 2, [("a", 100)]))
     assert p.returncode == 3
     assert p.stdout.startswith("LeadershipLostError") and "a newer driver (epoch 2)" in p.stdout
     assert counts(tmp_path) == {"a": 101}

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import lake_kill_topology as lk
+import lake_pause as lp
 import pytest
 from crash_plans import crash_plan, run_topology_file
 
@@ -108,6 +109,29 @@ def test_bad_input(tmp_path: Path) -> None:
           else "file:///proc/trident-iceberg"}
     with pytest.raises(ConfigError, match=r"iceberg:trident.u: the table cannot be created .*give a warehouse location"):
         make(IcebergStateFactory(ro, "trident.u", COUNTS, create=True))
+
+
+def test_a_concurrent_writer_is_caught_by_the_catalogs_compare_and_swap_and_nothing_is_lost(tmp_path: Path) -> None:
+    cat = sql_catalog(str(tmp_path))
+    f = IcebergStateFactory(cat, "trident.counts", COUNTS, mode="add", key_fields=["word"], create=True)
+    apply(make(f), 1, [("a", 1), ("z", 5)])
+
+    def delete_z() -> None:        # another writer commits while the task waits to commit txid 2
+        f.load_catalog().load_table("trident.counts").delete("word == 'z'")
+    p = lp.commit_paused("iceberg", tmp_path, delete_z)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "retrying" not in p.stderr                # pyiceberg did not replay it on its own: the state did
+    assert read(cat, "trident.counts", "word, count") == [("a", 11), ("b", 1)]
+
+
+def test_a_driver_paused_between_its_check_and_its_commit_is_refused(tmp_path: Path) -> None:
+    cat = sql_catalog(str(tmp_path))
+    f = IcebergStateFactory(cat, "trident.counts", COUNTS, mode="add", key_fields=["word"], create=True)
+    apply(make(f), 1, [("a", 1)])
+    p = lp.commit_paused("iceberg", tmp_path, lambda: apply(make(f, epoch=2), 2, [("a", 100)]))
+    assert p.returncode == 3
+    assert p.stdout.startswith("LeadershipLostError") and "a newer driver (epoch 2)" in p.stdout
+    assert read(cat, "trident.counts", "word, count") == [("a", 101)]
 
 
 @pytest.mark.parametrize("flavour", ["transactional", "opaque"])
