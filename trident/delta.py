@@ -32,8 +32,8 @@ and retries (``max_commit_retries``), then fails the txid, which the driver repl
 
 **Reading.** Any Delta reader sees each txid once (Spark, DuckDB's ``delta_scan``,
 ``deltalake``). ``trident_txid`` says which txid wrote a row; ``read_as_of(t)`` is the
-table as of the last commit of txid ``t`` or before (time travel), for a cut across
-sinks (docs/states.md, "One cut across sinks").
+table as of a txid ``t`` the coordinator recorded, for a cut across sinks
+(docs/states.md, "One cut across sinks").
 """
 
 from __future__ import annotations
@@ -138,29 +138,29 @@ class DeltaStateFactory(StateFactory):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def commits(self) -> list[tuple[int, int]]:
-        """``(table version, txid)`` of every commit of this state (newest first), from the
-        commits' ``trident.txid`` metadata."""
+    def _table(self) -> Any:
         from deltalake import DeltaTable
 
-        dt = DeltaTable(self.table_uri, storage_options=self.storage_options or None)
-        return [(int(h["version"]), int(h[META_TXID])) for h in dt.history() if META_TXID in h]
+        return DeltaTable(self.table_uri, storage_options=self.storage_options or None)
+
+    def commits(self, dt: Any = None) -> list[tuple[int, int]]:
+        """``(table version, txid)`` of every commit of this state up to ``dt``'s version
+        (default: the latest), newest first, from the commits' ``trident.txid`` metadata."""
+        dt = dt or self._table()
+        v = dt.version()
+        return [(int(h["version"]), int(h[META_TXID])) for h in dt.history() if META_TXID in h and h["version"] <= v]
 
     def committed_txid(self) -> int:
-        """The newest txid written to the table (0: none)."""
-        c = self.commits()
-        return max((t for _, t in c), default=0)
+        """The newest txid written to the table (0: none): how far the sink has got."""
+        return max((t for _, t in self.commits()), default=0)
 
     def read_as_of(self, txid: int, columns: Sequence[str] | None = None) -> Any:
-        """The table (a ``pyarrow.Table``) as of txid ``txid``: the version before the first
-        commit of a later txid (commits come in txid order), by Delta's time travel."""
-        from deltalake import DeltaTable
-
-        dt = DeltaTable(self.table_uri, storage_options=self.storage_options or None)
-        later = [v for v, t in self.commits() if t > txid]
-        if later:
-            dt.load_as_version(min(later) - 1)
-        return dt.to_pyarrow_table(columns=list(columns) if columns else None)
+        """The user's columns (a ``pyarrow.Table``) as of txid ``txid``, a txid the
+        coordinator recorded (``trident.cut.committed_txid``): one snapshot of the table,
+        rows of ``txid + 1`` read as their values before it (``trident.lakehouse.AS_OF_SQL``
+        is the same as a query any Delta reader can run)."""
+        t = lh.as_of(self.name, self._table().to_pyarrow_table(), txid, self.mode, self.key_fields)
+        return t.select(list(columns)) if columns else t
 
 
 def _names(fields: Any) -> list[str]:

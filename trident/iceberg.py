@@ -142,29 +142,23 @@ class IcebergStateFactory(StateFactory):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def snapshots(self) -> list[tuple[int, int]]:
+    def snapshots(self, tbl: Any = None) -> list[tuple[int, int]]:
         """``(snapshot id, txid)`` of every snapshot this state wrote, oldest first."""
-        tbl = self.load_catalog().load_table(self.table)
+        tbl = tbl or self.load_catalog().load_table(self.table)
         return [(s.snapshot_id, int(s.summary[P_TXID])) for s in tbl.metadata.snapshots
                 if s.summary is not None and P_TXID in s.summary.additional_properties]
 
     def committed_txid(self) -> int:
-        """The newest txid written to the table (0: none)."""
+        """The newest txid written to the table (0: none): how far the sink has got."""
         return max((t for _, t in self.snapshots()), default=0)
 
     def read_as_of(self, txid: int, columns: Sequence[str] | None = None) -> Any:
-        """The table (a ``pyarrow.Table``) as of txid ``txid``: the snapshot before the
-        first one of a later txid (snapshots come in txid order)."""
+        """The user's columns (a ``pyarrow.Table``) as of txid ``txid``, a txid the
+        coordinator recorded: one snapshot of the table, rows of ``txid + 1`` read as their
+        values before it (``trident.lakehouse.AS_OF_SQL``)."""
         tbl = self.load_catalog().load_table(self.table)
-        snaps = tbl.metadata.snapshots
-        later = {sid for sid, t in self.snapshots() if t > txid}
-        cut = next((i for i, s in enumerate(snaps) if s.snapshot_id in later), None)
-        sel = tuple(columns) if columns else ("*",)
-        if cut is None:
-            return tbl.scan(selected_fields=sel).to_arrow()
-        if cut == 0:
-            return tbl.scan(selected_fields=sel).to_arrow().slice(0, 0)
-        return tbl.scan(selected_fields=sel, snapshot_id=snaps[cut - 1].snapshot_id).to_arrow()
+        t = lh.as_of(self.name, tbl.scan().to_arrow(), txid, self.mode, self.key_fields)
+        return t.select(list(columns)) if columns else t
 
 
 def _names(fields: Any) -> list[str]:

@@ -23,7 +23,12 @@ from typing import Any
 from state.errors import ConfigError, UnstorableValueError
 
 __all__ = ["TXID", "PARTITION", "PREV_EXISTS", "MODES", "prev", "user_schema", "table_schema", "check_schema",
-           "check_mode", "batch_table", "dedupe", "trident_columns"]
+           "check_mode", "batch_table", "dedupe", "trident_columns", "as_of", "AS_OF_SQL"]
+
+#: The query any reader of the table runs for its rows as of txid ``:t`` (an ``add``/``upsert``
+#: table; an ``append`` table: ``WHERE trident_txid <= :t``), ``c`` standing for each value column
+AS_OF_SQL = ("SELECT k, CASE WHEN trident_txid <= :t THEN c ELSE trident_prev_c END AS c FROM table "
+             "WHERE trident_txid <= :t OR trident_prev_exists")
 
 TXID, PARTITION, PREV_EXISTS = "trident_txid", "trident_partition", "trident_prev_exists"
 MODES = ("append", "upsert", "add")
@@ -158,3 +163,30 @@ def dedupe(table: Any, key_fields: Sequence[str], add: bool) -> Any:
     idx = pa.array(range(table.num_rows), pa.int64())
     last = table.append_column("__i", idx).group_by(list(key_fields), use_threads=False).aggregate([("__i", "max")])
     return table.take(last.column("__i_max").combine_chunks().sort())
+
+
+def as_of(what: str, table: Any, txid: int, mode: str, key_fields: Sequence[str]) -> Any:
+    """The user's columns of ``table`` (one snapshot of the whole table) as of ``txid``,
+    when ``txid`` is recorded by the coordinator: rows of ``txid + 1`` (the one txid that
+    may be partly written) read as their values before it; a row of a later txid means the
+    cut moved while the table was read (``trident.cut.CutMovedError``)."""
+    import pyarrow.compute as pc
+
+    from trident.cut import CutMovedError
+
+    user = [c for c in table.column_names if not c.startswith("trident_")]
+    if table.num_rows:
+        newest = pc.max(table.column(TXID)).as_py()
+        if newest is not None and newest > txid + 1:
+            msg = f"{what} holds txid {newest}, past {txid + 1}: the cut moved while it was read"
+            raise CutMovedError(msg)
+    done = pc.less_equal(table.column(TXID), txid)
+    if mode == "append":
+        return table.filter(done).select(user)
+    keep = pc.or_(done, table.column(PREV_EXISTS).fill_null(False))
+    t = table.filter(keep)
+    done = pc.less_equal(t.column(TXID), txid)
+    cols = [t.column(c) if c in key_fields else pc.if_else(done, t.column(c), t.column(prev(c))) for c in user]
+    import pyarrow as pa
+
+    return pa.Table.from_arrays(cols, names=user)
