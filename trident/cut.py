@@ -76,10 +76,10 @@ def read_map_as_of(url: str, namespace: str, txid: int) -> dict[Any, Any]:
     from state.map.openers import open_map_backing
     from state.map.rules import OpaqueValue, TransactionalValue
 
-    backing: Any = open_map_backing(url, namespace)       # every map backing here can scan()
+    backing: Any = open_map_backing(url, namespace)
     try:
         out = {}
-        for k, s in backing.scan().items():
+        for k, s in _scan(backing).items():
             v: Any = OpaqueValue.from_stored(k, s) if "curr" in s else TransactionalValue.from_stored(k, s)
             if v.txid > txid + 1 or (v.txid > txid and isinstance(v, TransactionalValue) and not v.has_prev):
                 msg = f"map {namespace!r} key {k!r}"
@@ -98,8 +98,17 @@ def map_committed_txid(url: str, namespace: str) -> int:
     """The newest txid a map's values hold (0: none): how far the sink has got."""
     from state.map.openers import open_map_backing
 
-    backing: Any = open_map_backing(url, namespace)
-    return max((int(s["txid"]) for s in backing.scan().values()), default=0)
+    return max((int(s["txid"]) for s in _scan(open_map_backing(url, namespace)).values()), default=0)
+
+
+def _scan(backing: Any) -> dict[Any, Any]:
+    """Every stored ``key -> value`` of a map backing (Redis: SCAN; memory: its dict)."""
+    if hasattr(backing, "scan"):
+        return dict(backing.scan())
+    from state.keys import decode_key, hashable_key
+
+    return {hashable_key(decode_key(k)): v for k, v in dict(backing.data).items()
+            if not k.startswith("~") or k[1:2] in ("s", "b", "j")}     # not the backing's own ~written entries
 
 
 def read_postgres_as_of(factory: Any, txid: int, state_id: str) -> list[tuple[Any, ...]]:
