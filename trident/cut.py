@@ -42,14 +42,9 @@ class CutMovedError(StateError):
 
 def committed_txid(coordination: str, topology_id: str) -> int:
     """The cut: the last txid the coordinator recorded for ``topology_id`` (0: none)."""
-    from state.base import open_transactional_state
+    from transactional.ops.verify_child import last_committed_txid
 
-    s = open_transactional_state(coordination, topology_id)
-    try:
-        c = s.get("committed")
-        return int(c["txid"]) if c else 0
-    finally:
-        s.close()
+    return last_committed_txid(coordination, topology_id)
 
 
 def read_cut(coordination: str, topology_id: str, readers: Mapping[str, Callable[[int], Any]],

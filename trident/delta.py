@@ -38,14 +38,13 @@ table as of a txid ``t`` the coordinator recorded, for a cut across sinks
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError
-from transactional.engine.faults import crash_point
+from state.errors import ConfigError
 from trident import lakehouse as lh
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
-from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+from trident.states import EPOCH, TOPOLOGY_ID, StateFactory
 
 __all__ = ["DeltaStateFactory", "DeltaState", "DeltaUpdater"]
 
@@ -167,73 +166,26 @@ def _names(fields: Any) -> list[str]:
     return list(fields.names if hasattr(fields, "names") and not isinstance(fields, tuple) else fields)
 
 
-class DeltaState(State):
+class DeltaState(lh.TableState):
     """One task's commits to the table (module docstring): rows of a batch (``add_rows``)
     written at ``commit(txid)`` as one Delta commit carrying the txid."""
 
+    kind = "delta"
+
     def __init__(self, factory: DeltaStateFactory, dt: Any, user: Any, state_id: str, partition: int,
                  epoch: int | None) -> None:
-        self.f, self.dt, self.user = factory, dt, user
-        self.state_id, self.partition, self.epoch = state_id, partition, epoch
-        self.app = factory.app_id(state_id, partition)
-        self.epoch_app = factory.app_id(state_id, "epoch")
-        self.rows: list[Sequence[Any]] = []
-
-    def begin_commit(self, txid: int) -> None:
-        """Start batch ``txid``."""
-        self.rows = []
-
-    def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Rows of this batch (values in the order of the state's columns)."""
-        self.rows.extend(rows)
-
-    def commit(self, txid: int) -> None:
-        """Steps: 1. the batch as an Arrow table (a value the column cannot store stops
-        here); 2. read the table's ``txn`` versions: refuse a newer epoch or txid; 3. one
-        Delta commit with the rows and both ``txn`` markers (replacing an earlier attempt
-        of ``txid``); a conflict with a concurrent commit: read again, retry."""
         from deltalake.exceptions import CommitFailedError
 
-        # Step 1.
-        table = lh.batch_table(self.f.name, self.user, self.rows, txid)
-        self.rows = []
-        if self.f.mode != "append":
-            table = lh.dedupe(table, self.f.key_fields, self.f.mode == "add")
-        for _ in range(self.f.max_commit_retries + 1):
-            # Step 2.
-            replay = self._check(txid)
-            if table.num_rows == 0 and not replay:
-                return                      # nothing to write, nothing to take back
-            crash_point("delta.before_commit", txid=txid, task=self.partition)
-            # Step 3.
-            try:
-                self._write(table, txid, replay)
-                return
-            except CommitFailedError as e:
-                last = e
-        msg = (f"{self.f.name}: txid {txid} task {self.partition}: {self.f.max_commit_retries + 1} commits refused by "
-               f"concurrent writers ({last}); the txid fails and is replayed")
-        raise StateUnavailableError(msg)
+        super().__init__(factory, user, state_id, partition, epoch)
+        self.conflict = CommitFailedError
+        self.dt = dt
+        self.app = factory.app_id(state_id, partition)
+        self.epoch_app = factory.app_id(state_id, "epoch")
 
-    def _check(self, txid: int) -> bool:
-        """Whether ``txid`` is a replay of a committed attempt; refuses a newer epoch or txid."""
-        try:
-            self.dt.update_incremental()
-        except OSError as e:
-            msg = f"{self.f.name}: the table cannot be read ({e})"
-            raise StateUnavailableError(msg) from None
-        stored_epoch = self.dt.transaction_version(self.epoch_app)
-        if self.epoch is not None and stored_epoch is not None and stored_epoch > self.epoch:
-            msg = (f"{self.f.name}: a newer driver (epoch {stored_epoch}) writes state {self.state_id!r}; this driver "
-                   f"(epoch {self.epoch}) lost its lock and writes nothing")
-            raise LeadershipLostError(msg)
-        stored = self.dt.transaction_version(self.app)
-        if stored is not None and stored > txid:
-            msg = (f"{self.f.name} (state {self.state_id!r}, task {self.partition}) holds txid {stored}, newer than "
-                   f"the batch's {txid}: another topology writes it, or the topology id was reused. Use another "
-                   "state_id or table")
-            raise StateAheadError(msg)
-        return bool(stored == txid)
+    def markers(self) -> tuple[int | None, int | None]:
+        """The ``txn`` versions of this task and of the epoch, from the latest version."""
+        self.dt.update_incremental()
+        return self.dt.transaction_version(self.app), self.dt.transaction_version(self.epoch_app)
 
     def _commit_properties(self, txid: int) -> Any:
         from deltalake import CommitProperties, Transaction
@@ -244,7 +196,8 @@ class DeltaState(State):
         meta = {META_STATE: self.state_id, META_TXID: str(txid), META_TASK: str(self.partition)}
         return CommitProperties(custom_metadata=meta, app_transactions=txns, max_commit_retries=0)
 
-    def _write(self, table: Any, txid: int, replay: bool) -> None:
+    def write(self, table: Any, txid: int, replay: bool) -> None:
+        """One Delta commit (module docstring)."""
         import pyarrow as pa
         from deltalake import write_deltalake
 

@@ -33,14 +33,13 @@ production, e.g. ``{"name": "prod", "type": "rest", "uri": ...}``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError
-from transactional.engine.faults import crash_point
+from state.errors import ConfigError
 from trident import lakehouse as lh
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
-from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+from trident.states import EPOCH, TOPOLOGY_ID, StateFactory
 
 __all__ = ["IcebergStateFactory", "IcebergState", "IcebergUpdater", "sql_catalog"]
 
@@ -165,59 +164,22 @@ def _names(fields: Any) -> list[str]:
     return list(fields.names if hasattr(fields, "names") and not isinstance(fields, tuple) else fields)
 
 
-class IcebergState(State):
+class IcebergState(lh.TableState):
     """One task's commits to the table (module docstring)."""
+
+    kind = "iceberg"
 
     def __init__(self, factory: IcebergStateFactory, tbl: Any, user: Any, state_id: str, partition: int,
                  epoch: int | None) -> None:
-        self.f, self.tbl, self.user = factory, tbl, user
-        self.state_id, self.partition, self.epoch = state_id, partition, epoch
-        self.rows: list[Sequence[Any]] = []
-
-    def begin_commit(self, txid: int) -> None:
-        """Start batch ``txid``."""
-        self.rows = []
-
-    def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Rows of this batch (values in the order of the state's columns)."""
-        self.rows.extend(rows)
-
-    def commit(self, txid: int) -> None:
-        """Steps: 1. the batch as an Arrow table; 2. read the table's snapshots: refuse a
-        newer epoch or txid; 3. one commit with the rows and the txid in its snapshot
-        summary (replacing an earlier attempt of ``txid``); refused by the catalog's
-        compare-and-swap: read again, retry."""
         from pyiceberg.exceptions import CommitFailedException
 
-        # Step 1.
-        table = lh.batch_table(self.f.name, self.user, self.rows, txid)
-        self.rows = []
-        if self.f.mode != "append":
-            table = lh.dedupe(table, self.f.key_fields, self.f.mode == "add")
-        for _ in range(self.f.max_commit_retries + 1):
-            # Step 2.
-            replay = self._check(txid)
-            if table.num_rows == 0 and not replay:
-                return
-            crash_point("iceberg.before_commit", txid=txid, task=self.partition)
-            # Step 3.
-            try:
-                with warnings.catch_warnings():   # "Delete operation did not match any records": a first write
-                    warnings.filterwarnings("ignore", "Delete operation did not match", UserWarning)
-                    self._write(table, txid, replay)
-                return
-            except CommitFailedException as e:
-                last = e
-        msg = (f"{self.f.name}: txid {txid} task {self.partition}: {self.f.max_commit_retries + 1} commits refused by "
-               f"concurrent writers ({last}); the txid fails and is replayed")
-        raise StateUnavailableError(msg)
+        super().__init__(factory, user, state_id, partition, epoch)
+        self.conflict = CommitFailedException
+        self.tbl = tbl
 
-    def _check(self, txid: int) -> bool:
-        try:
-            self.tbl.refresh()
-        except OSError as e:
-            msg = f"{self.f.name}: the table cannot be read ({e})"
-            raise StateUnavailableError(msg) from None
+    def markers(self) -> tuple[int | None, int | None]:
+        """This task's last txid and the state's newest epoch, from the snapshot summaries."""
+        self.tbl.refresh()
         stored_epoch, stored = 0, None
         for s in self.tbl.metadata.snapshots:
             p = s.summary.additional_properties if s.summary is not None else {}
@@ -226,16 +188,13 @@ class IcebergState(State):
             stored_epoch = max(stored_epoch, int(p.get(P_EPOCH) or 0))
             if p.get(P_TASK) == str(self.partition):
                 stored = int(p[P_TXID])
-        if self.epoch is not None and stored_epoch > self.epoch:
-            msg = (f"{self.f.name}: a newer driver (epoch {stored_epoch}) writes state {self.state_id!r}; this driver "
-                   f"(epoch {self.epoch}) lost its lock and writes nothing")
-            raise LeadershipLostError(msg)
-        if stored is not None and stored > txid:
-            msg = (f"{self.f.name} (state {self.state_id!r}, task {self.partition}) holds txid {stored}, newer than "
-                   f"the batch's {txid}: another topology writes it, or the topology id was reused. Use another "
-                   "state_id or table")
-            raise StateAheadError(msg)
-        return stored == txid
+        return stored, stored_epoch
+
+    def write(self, table: Any, txid: int, replay: bool) -> None:
+        """One catalog commit (module docstring)."""
+        with warnings.catch_warnings():   # "Delete operation did not match any records": a first write
+            warnings.filterwarnings("ignore", "Delete operation did not match", UserWarning)
+            self._write(table, txid, replay)
 
     def _write(self, table: Any, txid: int, replay: bool) -> None:
         import pyarrow as pa

@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from state.errors import ConfigError, UnstorableValueError
+from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError, UnstorableValueError
+from transactional.engine.faults import crash_point
+from trident.states import State
 
 __all__ = ["TXID", "PARTITION", "PREV_EXISTS", "MODES", "prev", "user_schema", "table_schema", "check_schema",
-           "check_mode", "batch_table", "dedupe", "trident_columns", "as_of", "AS_OF_SQL"]
+           "check_mode", "batch_table", "dedupe", "trident_columns", "as_of", "AS_OF_SQL", "TableState"]
 
 #: The query any reader of the table runs for its rows as of txid ``:t`` (an ``add``/``upsert``
 #: table; an ``append`` table: ``WHERE trident_txid <= :t``), ``c`` standing for each value column
@@ -190,3 +192,81 @@ def as_of(what: str, table: Any, txid: int, mode: str, key_fields: Sequence[str]
     import pyarrow as pa
 
     return pa.Table.from_arrays(cols, names=user)
+
+
+class TableState(State):
+    """One task's commits to a lake table: rows of a batch (``add_rows``) written at
+    ``commit(txid)`` as one table commit carrying the txid. Subclasses (the Delta and
+    Iceberg states) give ``kind``, ``conflict`` (the exception of a commit the table's
+    conflict check refused), ``markers()`` and ``write(table, txid, replay)``; ``f`` is
+    their factory (``name``, ``mode``, ``key_fields``, ``max_commit_retries``)."""
+
+    kind = "table"
+    conflict: type[BaseException] = Exception
+
+    def __init__(self, factory: Any, user: Any, state_id: str, partition: int, epoch: int | None) -> None:
+        self.f, self.user = factory, user
+        self.state_id, self.partition, self.epoch = state_id, partition, epoch
+        self.rows: list[Sequence[Any]] = []
+
+    def begin_commit(self, txid: int) -> None:
+        """Start batch ``txid``."""
+        self.rows = []
+
+    def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Rows of this batch (values in the order of the state's columns)."""
+        self.rows.extend(rows)
+
+    def markers(self) -> tuple[int | None, int | None]:
+        """``(txid, epoch)``: this task's last committed txid and the state's newest epoch,
+        read from the table's latest version (None: none)."""
+        raise NotImplementedError
+
+    def write(self, table: Any, txid: int, replay: bool) -> None:
+        """One table commit of ``table`` with the markers of ``txid`` (``replay``: replacing
+        the earlier attempt's); raises ``conflict`` when the table refuses it."""
+        raise NotImplementedError
+
+    def commit(self, txid: int) -> None:
+        """Steps: 1. the batch as an Arrow table (a value a column cannot store stops
+        here); 2. read the table's markers: refuse a newer epoch or txid; 3. one table
+        commit with the rows and the markers (replacing an earlier attempt of ``txid``);
+        refused by the table's conflict check: read again, retry."""
+        # Step 1.
+        table = batch_table(self.f.name, self.user, self.rows, txid)
+        self.rows = []
+        if self.f.mode != "append":
+            table = dedupe(table, self.f.key_fields, self.f.mode == "add")
+        for _ in range(self.f.max_commit_retries + 1):
+            # Step 2.
+            replay = self.check(txid)
+            if table.num_rows == 0 and not replay:
+                return                      # nothing to write, nothing to take back
+            crash_point(f"{self.kind}.before_commit", txid=txid, task=self.partition)
+            # Step 3.
+            try:
+                self.write(table, txid, replay)
+                return
+            except self.conflict as e:
+                last = e
+        msg = (f"{self.f.name}: txid {txid} task {self.partition}: {self.f.max_commit_retries + 1} commits refused by "
+               f"concurrent writers ({last}); the txid fails and is replayed")
+        raise StateUnavailableError(msg)
+
+    def check(self, txid: int) -> bool:
+        """Whether ``txid`` is a replay of a committed attempt; refuses a newer epoch or txid."""
+        try:
+            stored, stored_epoch = self.markers()
+        except OSError as e:
+            msg = f"{self.f.name}: the table cannot be read ({e})"
+            raise StateUnavailableError(msg) from None
+        if self.epoch is not None and stored_epoch is not None and stored_epoch > self.epoch:
+            msg = (f"{self.f.name}: a newer driver (epoch {stored_epoch}) writes state {self.state_id!r}; this driver "
+                   f"(epoch {self.epoch}) lost its lock and writes nothing")
+            raise LeadershipLostError(msg)
+        if stored is not None and stored > txid:
+            msg = (f"{self.f.name} (state {self.state_id!r}, task {self.partition}) holds txid {stored}, newer than "
+                   f"the batch's {txid}: another topology writes it, or the topology id was reused. Use another "
+                   "state_id or table")
+            raise StateAheadError(msg)
+        return bool(stored == txid)
