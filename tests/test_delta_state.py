@@ -190,3 +190,22 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_tables_exact(
     assert run(None).returncode == 0
     assert [s for (s,) in dr.rows(out / "sentences", "sentence")] == lk.sentences()
     assert counts(out / "counts") == lk.expected()
+
+
+@pytest.mark.integration
+def test_commits_on_spark_executors_reach_the_same_table(tmp_path: Path, spark_context, redis_url: str) -> None:
+    """commit_placement='executors': the tasks' Delta commits run at once in executor
+    processes (each writes the epoch ``txn``: Delta refuses all but one, the others read
+    the table again and commit on top)."""
+    os.environ.update(TRIDENT_TEST_LAKE="delta", TRIDENT_TEST_LAKE_DIR=str(tmp_path), TRIDENT_TEST_FLAVOUR="opaque",
+                      TRIDENT_TEST_TOPOLOGY=f"delta-ex-{uuid.uuid4().hex[:6]}")
+    try:
+        topo = lk.build_topology()
+    finally:
+        for k in ("TRIDENT_TEST_LAKE", "TRIDENT_TEST_LAKE_DIR", "TRIDENT_TEST_FLAVOUR", "TRIDENT_TEST_TOPOLOGY"):
+            os.environ.pop(k)
+    run_topology(topo, TopologyConfig(executor="spark", spark_master="local[2]", commit_placement="executors",
+                                      state=redis_url, progress=False, max_spout_pending=3),
+                 spark_context=spark_context)
+    assert [s for (s,) in dr.rows(tmp_path / "sentences", "sentence")] == lk.sentences()
+    assert counts(tmp_path / "counts") == lk.expected()
