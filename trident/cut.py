@@ -12,8 +12,11 @@ partly written when ``C`` is the last recorded):
   ``C + 1`` wrote reads as its ``prev`` (``read_map_as_of``);
 * a PostgreSQL ``append`` table: ``WHERE trident_txid <= C``; an ``upsert`` table: the
   rows a task's ``C + 1`` overwrote come back from ``trident_undo`` (``read_postgres_as_of``);
-* a Delta or Iceberg table: time travel to the last commit of ``C`` or before
-  (``DeltaStateFactory.read_as_of``, ``IcebergStateFactory.read_as_of``).
+* a Delta or Iceberg table: one snapshot, the rows ``C + 1`` wrote read as their
+  ``trident_prev_*`` values (``DeltaStateFactory.read_as_of``,
+  ``IcebergStateFactory.read_as_of``; ``trident.lakehouse.AS_OF_SQL`` for any reader).
+  (Not time travel by the commits' txids: delta-rs labels ``history()`` versions from the
+  loaded snapshot, which a concurrent commit can shift.)
 
 A sink that already holds ``C + 2`` moved on while it was read (``C + 1`` was recorded
 meanwhile): the read raises ``CutMovedError`` and ``read_cut`` starts again from the new
