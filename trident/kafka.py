@@ -21,14 +21,16 @@ among the txid's records in that partition) and ``trident.epoch``. Before writin
 
 A replay of an *opaque* spout may be another batch, and records once in a topic cannot be
 taken back: this state refuses opaque spouts when the topology is built. On a broker
-with full transaction support, ``transactional_id`` makes each task's commit one Kafka
-transaction as well, so ``read_committed`` consumers never see a partial txid.
+that hides aborted records, ``transactions=True`` makes each task's commit one Kafka
+transaction instead (``trident.kafka_txn``), so ``read_committed`` consumers never see a
+partial txid; which mode a state runs in is logged when it starts.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +39,7 @@ from state.errors import ConfigError, LeadershipLostError, StateAheadError, Stat
 from transactional.bolt import BaseTransactionalBolt, Committer
 from transactional.core import BaseRichBolt
 from transactional.extras import missing_extra
+from trident.kafka_txn import KafkaTransactions
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
 from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
 
@@ -65,15 +68,18 @@ class TridentKafkaStateFactory(StateFactory):
     ``value_field``: the tuple fields that become each record's key and value (no
     ``key_field``: records without a key); ``serializer``: value -> bytes (default
     ``default_serializer``; also used for keys); ``producer_config``: more librdkafka
-    settings."""
+    settings; ``transactions``: each task's txid as one Kafka transaction, for
+    ``read_committed`` consumers (``trident.kafka_txn``; needs a broker that hides aborted
+    records)."""
 
     opaque_safe = False
 
     def __init__(self, bootstrap: str, topic: str, *, key_field: str | None = None, value_field: str = "value",
                  serializer: Callable[[Any], bytes | None] = default_serializer,
                  producer_config: dict[str, Any] | None = None, state_id: str | None = None,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, transactions: bool = False) -> None:
         self.bootstrap = bootstrap
+        self.transactions = transactions
         self.topic = topic
         self.key_field = key_field
         self.value_field = value_field
@@ -182,7 +188,15 @@ class TridentKafkaStateFactory(StateFactory):
                    f"task writes partitions of its own: give the state at most {n} tasks (parallelism_hint)")
             raise ConfigError(msg)
         sid = self.state_id or f"{conf.get(TOPOLOGY_ID, 'trident')}:{self.topic}"
-        return TridentKafkaState(self, sid, partition_index, num_partitions, n, conf.get(EPOCH))
+        st = TridentKafkaState(self, sid, partition_index, num_partitions, n, conf.get(EPOCH))
+        if partition_index == 0:
+            logging.getLogger("trident").info(
+                "Kafka state %s: %s", self.name,
+                "one Kafka transaction per task and txid (read_committed consumers see whole txids where the broker "
+                "hides aborted records)" if self.transactions else
+                "exact by record headers, without Kafka transactions: a consumer may see a txid's records before "
+                "its commit is recorded (transactions=True for read_committed consumers)")
+        return st
 
 
 class TridentKafkaState(State):
@@ -198,9 +212,15 @@ class TridentKafkaState(State):
         self.parts = factory.owned_partitions(task, num_tasks, num_partitions)
         self.epoch = epoch
         self.records: list[tuple[bytes | None, bytes | None]] = []
-        self.producer = Producer({"bootstrap.servers": factory.bootstrap, "enable.idempotence": True,
-                                  "acks": "all", "linger.ms": 5, "logger": _Quiet(),
-                                  **factory.producer_config})
+        config = {"bootstrap.servers": factory.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                  "logger": _Quiet(), **factory.producer_config}
+        self.txn: KafkaTransactions | None = None
+        if factory.transactions:
+            self.txn = KafkaTransactions(factory.bootstrap, factory.topic, state_id, task, self.parts[0], epoch,
+                                         config, factory.connect_timeout)
+            self.producer = self.txn.producer
+        else:
+            self.producer = Producer(config)
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``."""
@@ -238,7 +258,18 @@ class TridentKafkaState(State):
             if err is not None:
                 errors.append(str(err))
 
-        skips = self._written_before(sorted(by_part), txid)
+        if self.txn is not None:
+            self.txn.commit(txid, lambda _p: self._produce(by_part, dict.fromkeys(by_part, 0), txid, delivered))
+        else:
+            self._produce(by_part, self._written_before(sorted(by_part), txid), txid, delivered)
+        left = self.producer.flush(60)
+        if left or errors:
+            msg = f"Kafka topic {self.f.topic!r}: txid {txid}: {left} record(s) not delivered; {errors[:3]}"
+            raise StateUnavailableError(msg)
+
+    def _produce(self, by_part: dict[int, list[tuple[bytes | None, bytes | None]]], skips: dict[int, int], txid: int,
+                 delivered: Callable[[Any, Any], None]) -> None:
+        """Produce each partition's records after its first ``skips[p]``."""
         for p, recs in sorted(by_part.items()):
             skip = skips[p]
             for seq, (k, v) in enumerate(recs):
@@ -253,10 +284,6 @@ class TridentKafkaState(State):
                         break
                     except BufferError:
                         self.producer.poll(0.05)
-        left = self.producer.flush(60)
-        if left or errors:
-            msg = f"Kafka topic {self.f.topic!r}: txid {txid}: {left} record(s) not delivered; {errors[:3]}"
-            raise StateUnavailableError(msg)
 
     def _written_before(self, parts: list[int], txid: int) -> dict[int, int]:
         """Per partition: how many of ``txid``'s records an earlier attempt wrote there,
@@ -301,6 +328,8 @@ class TridentKafkaState(State):
     def close(self) -> None:
         """Flush the producer, close the tail reader."""
         self.producer.flush(10)
+        if self.txn is not None:
+            self.txn.close()
         c = getattr(self, "_tail_consumer", None)
         if c is not None:
             c.close()

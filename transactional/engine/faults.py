@@ -14,6 +14,10 @@ first. The engine calls ``crash_point(name, **labels)`` at:
 * ``commit.before_record`` user state written for txid, txid not yet recorded
 * ``commit.after_record``  txid recorded, its metadata not yet dropped
 
+and states at their own commit steps: ``delta.before_commit`` / ``iceberg.before_commit``
+(a task's table commit, labels txid, task), ``kafka.before_commit_transaction`` (a task's
+records sent in its Kafka transaction, not committed).
+
 Task failures: ``TRIDENT_FAIL_TASKS=seed=S,rate=R[,max_attempt=M]`` makes ``task_fault``
 (called by the task runner before each bolt task of each attempt, in Spark tasks and on
 the driver alike) raise ``FailedException`` for a seeded-random share ``R`` of (component,
