@@ -288,3 +288,14 @@ def open_transactional_state(url: str, topology_id: str, **options: Any) -> Tran
     from state.backends import COORDINATION, opener
 
     return cast(TransactionalState, opener(COORDINATION, url)(url, topology_id, **options))
+
+
+def last_committed_txid(coordination: str, topology_id: str) -> int:
+    """The last txid ``topology_id`` committed under ``coordination`` (0: none yet): the
+    coordinator's ``committed`` record, read once (``trident verify``, ``trident.cut``)."""
+    s = open_transactional_state(coordination, topology_id)
+    try:
+        c = s.get("committed")
+        return int(c["txid"]) if c else 0
+    finally:
+        s.close()

@@ -45,7 +45,7 @@ class CutMovedError(StateError):
 
 def committed_txid(coordination: str, topology_id: str) -> int:
     """The cut: the last txid the coordinator recorded for ``topology_id`` (0: none)."""
-    from transactional.ops.verify_child import last_committed_txid
+    from state.base import last_committed_txid
 
     return last_committed_txid(coordination, topology_id)
 

@@ -8,26 +8,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from state.base import last_committed_txid
 from transactional.exceptions import TridentError
 
 __all__ = ["PREFIX", "last_committed_txid", "map_kinds", "CRASH_POINTS", "VerifyError", "VerifyOptions", "Kill", "RunOutcome", "VerifyReport", "plan_random_kills"]
 
 
-
 #: what every line of this protocol starts with (the topology's own prints go through)
 PREFIX = "@verify "
-
-
-def last_committed_txid(coordination: str, topology_id: str) -> int:
-    """The last txid the topology committed (0: none yet)."""
-    from state.base import open_transactional_state
-
-    s = open_transactional_state(coordination, topology_id)
-    try:
-        c = s.get("committed")
-        return int(c["txid"]) if c else 0
-    finally:
-        s.close()
 
 
 #: the driver's crash points of the commit protocol, in the order a txid reaches them
