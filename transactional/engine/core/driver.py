@@ -135,6 +135,7 @@ class CoreDriver:
                            if (f := tick_freq(c, config.tick_tuple_freq_secs)) is not None}
         start = clock()
         self.last_tick = dict.fromkeys(self.tick_every, start)
+        self.quiet_since: float | None = None      # since when the spouts have emitted nothing
 
     def _due_ticks(self, now: float) -> dict[str, float]:
         """The bolts whose tick interval passed since their last tick (they get one now)."""
@@ -151,8 +152,26 @@ class CoreDriver:
             due = self.windows.due()
             if due is not None and due <= now:
                 return True
+            if self._input_ended(now):
+                self.windows.final = True            # the pending windows fire in this micro-batch
+                return True
         return bool(self.tick_every) and self.busy() and any(
             now - self.last_tick[c] >= f for c, f in self.tick_every.items())
+
+    def _note_quiet(self, emitted: int, now: float) -> None:
+        """Since when the spouts have emitted nothing (None: they just did)."""
+        if emitted:
+            self.quiet_since = None
+        elif self.quiet_since is None:
+            self.quiet_since = now
+
+    def _input_ended(self, now: float) -> bool:
+        """The spouts had nothing for ``idle_timeout_secs`` and every micro-batch before is
+        committed, while windows that are not persistent hold tuples: the input is over
+        (as a bounded input in Flink), so they fire and ack their tuples."""
+        idle = self.config.idle_timeout_secs
+        return (idle is not None and self.quiet_since is not None and now - self.quiet_since >= idle
+                and not self.batches and self.windows is not None and self.windows.flushable())
 
     def conf_for(self, txid: int, conf: dict[str, Any]) -> dict[str, Any]:
         """``conf`` for the tasks of micro-batch ``txid``: with the bolts that get a tick."""
@@ -187,6 +206,7 @@ class CoreDriver:
                     self._register(t, roots)
             if not progressed or self.clock() >= deadline:
                 break
+        self._note_quiet(n, now)
         if n == 0 and not self._wants_batch(self.clock()):
             return None
         fed: dict[str, Any] = {s.id: [t.collector.outputs.records() for t in self.tasks if t.spout_id == s.id]
@@ -353,13 +373,17 @@ class CoreDriver:
             times.append(cp.last + cp.interval)
         if self.windows is not None and (due := self.windows.due()) is not None:
             times.append(due)
+        idle = self.config.idle_timeout_secs
+        if idle is not None and self.quiet_since is not None and self.windows is not None and self.windows.flushable():
+            times.append(self.quiet_since + idle)
         if self.tick_every and self.busy():
             times += [self.last_tick[c] + f for c, f in self.tick_every.items()]
         return min(times) if times else None
 
     def busy(self) -> bool:
         """Trees are pending: the run is not idle even when the spouts have nothing new."""
-        return any(t.pending for t in self.tasks)
+        return any(t.pending for t in self.tasks) or (self.windows is not None and self.windows.flushable()
+                                                      and self.config.idle_timeout_secs is not None)
 
     def pending(self) -> dict[str, int]:
         """Tracked spout tuples not yet acked or failed, per spout."""

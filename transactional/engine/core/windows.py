@@ -119,6 +119,7 @@ class WindowTask:
         self.bolt: Any = None
         self.now_ms = 0
         self.batch_chunk = 0
+        self.final = False                   # this micro-batch ends the input: fire what is pending
 
     # -- a micro-batch -------------------------------------------------------------------------
     def begin(self, router: Any, bolt: Any, kv: Any = None) -> None:
@@ -162,23 +163,21 @@ class WindowTask:
                 self.count_since = 0
                 self._fire_count(ts)
 
-    def end(self) -> None:
+    def end(self, watermark: int | None = None) -> None:
         """End of the micro-batch: the watermark, the time triggers, ids folded, the
-        persistent window written."""
+        persistent window written. ``watermark``: event time advanced by hand (a test
+        driver's), used instead of the one the timestamps give when it is higher."""
         now_s = self.clock()
         self.now_ms = int(now_s * 1000)
         cfg = self.config
-        if cfg.event_time and self.maxts:
-            iv = cfg.watermark_interval
-            if iv is None or self.watermark_at is None or now_s - self.watermark_at >= iv.ms / 1000:
-                wm = min(self.maxts.values()) - self.lag
-                if self.watermark is None or wm > self.watermark:
-                    self.watermark = wm
-                self.watermark_at = now_s
+        if cfg.event_time:
+            self._advance_watermark(now_s, watermark)
         if not self.count_trigger:
             ref = self.watermark if cfg.event_time else self.now_ms
             if ref is not None:
                 self._fire_time(ref)
+        if self.final and not cfg.persistent and self.events:
+            self._flush()
         report = self.router.ids.report
         for e in self.events:
             m = e.tuple.message_id
@@ -186,6 +185,18 @@ class WindowTask:
                 e.tuple.message_id = report(e.tuple.key, m)
         if cfg.persistent:
             self._save()
+
+    def _advance_watermark(self, now_s: float, by_hand: int | None) -> None:
+        """The least greatest timestamp over the input partitions minus the lag (at most
+        every watermark interval), or ``by_hand`` when higher; it never goes back."""
+        wm = by_hand
+        iv = self.config.watermark_interval
+        if self.maxts and (iv is None or self.watermark_at is None or now_s - self.watermark_at >= iv.ms / 1000):
+            seen = min(self.maxts.values()) - self.lag
+            wm = seen if wm is None else max(wm, seen)
+            self.watermark_at = now_s
+        if wm is not None and (self.watermark is None or wm > self.watermark):
+            self.watermark = wm
 
     def due_ms(self) -> int | None:
         """When a processing-time window next fires (driver's clock, ms), if it holds tuples."""
@@ -196,25 +207,40 @@ class WindowTask:
         return self.next_end
 
     # -- firing and eviction ------------------------------------------------------------------
+    def _flush(self) -> None:
+        """The input ended (``WindowKeeper.final``): every window still pending fires, as
+        Flink's do at the end of a bounded input, and every tuple leaves (acked)."""
+        last = max(e.ts for e in self.events)
+        if self.count_trigger:
+            if self.count_since:
+                self.count_since = 0
+                self._fire_count(last)
+        else:
+            step = self.slide
+            self._fire_time((last // step + 1) * step if self.count_length else last + self.length)
+        self._evict(list(self.events))
+
     def _fire_count(self, ref: int) -> None:
+        """A count trigger, as Storm's ``WindowManager.onTrigger``: first evict what the
+        window no longer holds (beyond the last ``length`` tuples, or older than ``ref -
+        length``), then the window is every tuple left."""
         if self.count_length:
-            window = self.events[-self.length:]
+            self._evict(self.events[:max(len(self.events) - self.length, 0)])
             start = None
         else:
             start = ref - self.length + 1
-            window = [e for e in self.events if start <= e.ts <= ref]
-        self._execute(window, start, ref)
-        if self.count_length:
-            keep = max(self.length - self.slide, 0)
-            self._evict(self.events[:len(self.events) - keep] if keep else list(self.events))
-        else:
-            self._evict([e for e in self.events if e.ts < ref - self.length + 1])
+            self._evict([e for e in self.events if e.ts < start])
+        window = [e for e in self.events if e.ts <= ref] if start is not None else list(self.events)
+        if window:
+            self._execute(window, start, ref)
 
     def _fire_time(self, ref: int) -> None:
         step = self.slide
         while self.events:
             first = (min(e.ts for e in self.events) // step + 1) * step
             if self.next_end is None or self.next_end < first:
+                if self.next_end is not None and self.next_end <= ref:
+                    self.expired = []                # an empty window fired: Storm drops its expired
                 self.next_end = first                # the windows before hold nothing
             end = self.next_end
             if end > ref:
@@ -229,6 +255,8 @@ class WindowTask:
                 gone = [e for e in self.events if e.ts < end + step - self.length]
             if window:
                 self._execute(window, start, end)
+            else:
+                self.expired = []                    # as Storm's onTrigger of an empty window
             self._evict(gone)
             self.next_end = end + step
 
@@ -344,6 +372,8 @@ class WindowKeeper:
         self.tasks: dict[tuple[str, int], WindowTask] = {}
         self.snaps: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.configs = {c.id: c.new_instance().window_config for c in topology.bolts if c.core in WINDOWED_KINDS}
+        #: the micro-batch being run ends a finite input: pending windows fire (``WindowTask._flush``)
+        self.final = False
 
     def task(self, component: str, task: int) -> WindowTask:
         key = (component, task)
@@ -352,11 +382,13 @@ class WindowKeeper:
             t = self.tasks[key] = WindowTask(self.topology, component, task, self.configs[component], self.clock)
         if key not in self.snaps:
             self.snaps[key] = t.snapshot()
+        t.final = self.final
         return t
 
     def commit(self) -> None:
         """The micro-batch committed: drop its undo."""
         self.snaps = {}
+        self.final = False
 
     def rollback(self, reload: bool = False) -> None:
         """The micro-batch failed: every window as before it (``reload``: persistent ones
@@ -364,6 +396,7 @@ class WindowKeeper:
         for key, snap in self.snaps.items():
             self.tasks[key].restore(snap)
         self.snaps = {}
+        self.final = False
         if reload:
             for t in self.tasks.values():
                 if t.config.persistent:
@@ -372,6 +405,10 @@ class WindowKeeper:
     def holding(self) -> bool:
         """Some window holds tuples."""
         return any(t.events for t in self.tasks.values())
+
+    def flushable(self) -> bool:
+        """Some window that is not persistent holds tuples: the end of the input fires it."""
+        return any(t.events for t in self.tasks.values() if not t.config.persistent)
 
     def due(self) -> float | None:
         """When (driver's clock, seconds) a processing-time window next fires."""
