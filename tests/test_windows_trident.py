@@ -107,6 +107,65 @@ def test_event_time_windows_drop_late_tuples_and_count_them(executor: str, caplo
     assert "1 late tuple(s) dropped (below the watermark 2000); 1 so far" in caplog.text
 
 
+class Bounds(BaseAggregator):
+    """Per window: its words and its bounds, as the aggregator finds them (collector.window)."""
+
+    def init(self, batch_id, collector):
+        return []
+
+    def aggregate(self, acc, tuple, collector):
+        acc.append(tuple[0])
+
+    def complete(self, acc, collector):
+        w = collector.window
+        collector.emit((" ".join(acc), w.get_start_timestamp(), w.get_end_timestamp()))
+
+
+class Keep(BaseFilter):
+    """Keeps every tuple, noting it under ``SEEN[name]`` (in-process runs only)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def is_keep(self, t):
+        SEEN.setdefault(self.name, []).append(tuple(t))
+        return True
+
+
+SEEN: dict[str, list] = {}
+
+
+def test_late_tuples_flow_on_the_late_stream_and_aggregators_see_the_windows_bounds() -> None:
+    words = [("a", 1000), ("b", 2500), ("c", 1500), ("d", 1900), ("e", 4200), ("f", 3100),
+             ("g", 9000), ("h", 5100), ("i", 6000)]
+    name = uid("tlate")
+    t = TridentTopology(name)
+    (t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3))
+     .tumbling_window(Duration(2, "seconds"), WindowsStoreFactory("ev"), Fields("word"), Bounds(),
+                      Fields("words", "start", "end"), timestamp_field="ts", lag=Duration(500), late_stream="late")
+     .each(Fields("words", "start", "end"), Keep(name + "/windows")))
+    t.late_stream("late").each(Fields("word", "ts"), Keep(name + "/late"))
+    r = run_topology(t.build(), config("in-process"))
+    assert SEEN[name + "/windows"] == [("a c", 0, 2000), ("b f", 2000, 4000), ("e h", 4000, 6000), ("i", 6000, 8000)]
+    assert SEEN[name + "/late"] == [("d", 1900)]
+    assert r.map_state("ev").multi_get(["window:0"])[0]["late"] == 1
+    with pytest.raises(ConfigError, match=r"no window has late_stream='other' \(those that have: \['late'\]\)"):
+        t.late_stream("other")
+
+
+def test_a_sliding_count_window_follows_storms_window_manager() -> None:
+    name = uid("tstorm")
+    t = TridentTopology(name)
+    (t.new_stream("words", MemoryTransactionalSpout([(str(i), i) for i in range(1, 9)], Fields("word", "ts"), 3))
+     .sliding_window(5, 2, WindowsStoreFactory("s"), Fields("word"), Bounds(), Fields("words", "start", "end"))
+     .each(Fields("words", "start", "end"), Keep(name)))
+    run_topology(t.build(), config("in-process"), clock=lambda: 7.0)
+    # length 5 sliding 2 over 1, 2, 3 ...: [1,2], [1..4], [2..6], [4..8]; a count window has no
+    # start, and ends at its newest tuple's time (processing time: the txid's, 7 s)
+    assert SEEN[name] == [("1 2", None, 7000), ("1 2 3 4", None, 7000), ("2 3 4 5 6", None, 7000),
+                          ("4 5 6 7 8", None, 7000)]
+
+
 def test_a_replayed_txid_fires_the_same_windows_once(executor: str) -> None:
     words = [(f"w{i}", i) for i in range(12)]
     key = uid("replay")

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: ``ComponentSpec.core`` of windowed bolts (plain, and stateful).
 WINDOWED_KINDS = ("windowed", "swindowed")
 
-__all__ = ["Count", "Duration", "TupleWindow", "WindowConfig", "BaseWindowedBolt", "BaseStatefulWindowedBolt"]
+__all__ = ["Count", "Duration", "TupleWindow", "WindowInfo", "WindowConfig", "BaseWindowedBolt", "BaseStatefulWindowedBolt"]
 
 _UNITS_MS = {"ms": 1, "milliseconds": 1, "millis": 1, "s": 1000, "seconds": 1000, "secs": 1000,
              "m": 60_000, "minutes": 60_000, "h": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "days": 86_400_000}
@@ -167,6 +167,37 @@ class TupleWindow(Protocol):
     def get_end_timestamp(self) -> int:
         """The window's end in milliseconds (a count window: its newest tuple's time)."""
         ...
+
+    def get_key(self) -> Any:
+        """The key the window is of (a session window per key); None for these windows."""
+        ...
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """Which window is being aggregated: what a Trident window's aggregator finds in
+    ``collector.window`` (the same three questions a core ``TupleWindow`` answers).
+
+    >>> w = WindowInfo(0, 2000, "alice")
+    >>> w.get_start_timestamp(), w.get_end_timestamp(), w.get_key()
+    (0, 2000, 'alice')
+    """
+
+    start: int | None
+    end: int
+    key: Any = None
+
+    def get_start_timestamp(self) -> int | None:
+        """The window's start in ms (inclusive); None for a count window."""
+        return self.start
+
+    def get_end_timestamp(self) -> int:
+        """The window's end in ms (exclusive; a count window: its newest tuple's time)."""
+        return self.end
+
+    def get_key(self) -> Any:
+        """The group the window is of (a session's key); None for a window of the whole stream."""
+        return self.key
 
 
 @dataclass(frozen=True)

@@ -334,33 +334,34 @@ class Stream:
 
     # -- windows (trident.windowing) ------------------------------------------------------------
     def window(self, window_config: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
-               *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+               *, timestamp_field: str | None = None, lag: Any = None, late_stream: str | None = None) -> Stream:
         """Aggregate windows of the stream (``TumblingCountWindow.of(n)``, ...), exactly
         once, with open windows kept by ``store_factory``; the stream becomes what the
-        aggregator emits per window fired (``out_fields``). ``timestamp_field``: event time
-        (ms), with ``lag``. See ``trident.windowing``."""
-        spec = window_spec(self.fields, window_config, store_factory, aggregator, timestamp_field, lag, "window")
+        aggregator emits per window fired (``out_fields``); the aggregator finds the
+        window's bounds in ``collector.window`` (a ``WindowInfo``). ``timestamp_field``:
+        event time (ms), with ``lag``; ``late_stream``: late tuples flow on the stream
+        ``TridentTopology.late_stream(name)`` instead of being dropped. See ``trident.windowing``."""
+        spec = window_spec(self.fields, window_config, store_factory, aggregator, timestamp_field, lag, "window",
+                           late_stream)
         f, idx = self._in(in_fields, "window")
         out = _fields(out_fields, "window: output fields")
         op = Op("window", self.fields, out, fn=spec, in_idx=idx, in_fields=f)
         return self.topology._add(Node("window", [self.node], out, op=op, grouping="global"))
 
     def tumbling_window(self, size: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
-                        *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+                        **event_time: Any) -> Stream:
         """``window`` over tumbling windows of ``size``: a number of tuples (``Count(n)`` or an
-        int) or a ``Duration``."""
+        int) or a ``Duration``; ``event_time``: ``window``'s keywords."""
         cfg = TumblingDurationWindow.of(size) if isinstance(size, Duration) else TumblingCountWindow.of(size)
-        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
-                           lag=lag)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, **event_time)
 
     def sliding_window(self, size: Any, sliding: Any, store_factory: Any, in_fields: Any, aggregator: Any,
-                       out_fields: Any, *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+                       out_fields: Any, **event_time: Any) -> Stream:
         """``window`` over windows of ``size`` sliding by ``sliding`` (both counts or both
-        ``Duration``s)."""
+        ``Duration``s); ``event_time``: ``window``'s keywords."""
         cfg = SlidingDurationWindow.of(size, sliding) if isinstance(size, Duration) else \
             SlidingCountWindow.of(size, sliding)
-        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
-                           lag=lag)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, **event_time)
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(self)``: a reusable piece of stream (e.g. ``FirstN``)."""

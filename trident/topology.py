@@ -54,6 +54,17 @@ class TridentTopology:
         ``TridentState.new_values_stream``)."""
         return Stream(self, node)
 
+    def late_stream(self, name: str) -> Stream:
+        """The late tuples of the window that set ``late_stream=name``: each whole tuple of
+        the window's input stream (its fields), in the txid it arrived in."""
+        for n in self.nodes:
+            if n.kind == "window" and n.op is not None and n.op.fn.late_stream == name:
+                return self._add(Node("late", [n], n.op.fields, extra=f"late-{name}"))
+        named = sorted(n.op.fn.late_stream for n in self.nodes
+                       if n.kind == "window" and n.op is not None and n.op.fn.late_stream)
+        msg = f"no window has late_stream={name!r} (those that have: {named}); pass late_stream={name!r} to it"
+        raise ConfigError(msg)
+
     def _state(self, factory: Any, node: Node | None) -> TridentState:
         if not isinstance(factory, MapStateFactory):      # a State API factory: its own state
             return TridentState(self, factory, node)

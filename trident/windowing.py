@@ -153,10 +153,12 @@ class WindowSpec:
     aggregator: Any
     timestamp_idx: int | None = None
     lag: int = 0
+    late_stream: str | None = None
 
 
 def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
-                timestamp_field: str | None, lag: Duration | int | None, what: str) -> WindowSpec:
+                timestamp_field: str | None, lag: Duration | int | None, what: str,
+                late_stream: str | None = None) -> WindowSpec:
     """The checked ``WindowSpec`` of a window over a stream of ``fields``; ``ConfigError``
     naming ``what`` and the fix."""
     from trident.operation import Aggregator, CombinerAggregator, ReducerAggregator
@@ -178,6 +180,12 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
     if lag is not None and timestamp_field is None:
         msg = f"{what}: a lag needs event time; give timestamp_field='<field with the time in ms>'"
         raise ConfigError(msg)
+    if late_stream is not None and (not isinstance(late_stream, str) or not late_stream):
+        msg = f"{what}: late_stream is the name of a stream (e.g. 'late'); got {late_stream!r}"
+        raise ConfigError(msg)
+    if late_stream is not None and timestamp_field is None:
+        msg = f"{what}: a late_stream needs event time; give timestamp_field='<field with the time in ms>'"
+        raise ConfigError(msg)
     ts_idx = None
     if timestamp_field is not None:
         if timestamp_field not in fields:
@@ -185,4 +193,4 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
                    f"{list(fields)}; fix the name or add the field first")
             raise ConfigError(msg)
         ts_idx = list(fields).index(timestamp_field)
-    return WindowSpec(config, store, aggregator, ts_idx, lag_ms)
+    return WindowSpec(config, store, aggregator, ts_idx, lag_ms, late_stream)

@@ -79,6 +79,9 @@ class Window:
     def get_end_timestamp(self) -> int:
         return self._end
 
+    def get_key(self) -> Any:
+        return None
+
     def __repr__(self) -> str:
         return f"Window({len(self._all)} tuples, start={self._start}, end={self._end})"
 
