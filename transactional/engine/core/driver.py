@@ -97,7 +97,7 @@ class CoreDriver:
 
     def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
                  store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-                 epoch: int | None = None) -> None:
+                 epoch: int | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.topology = topology
         self.config = config
         self.result = result
@@ -129,7 +129,8 @@ class CoreDriver:
         for name in ("acked", "failed", "timed_out"):
             getattr(result, name).update({s.id: 0 for s in topology.spouts})
         # windows (kept here across micro-batches) and tick tuples (transactional.ticks)
-        self.windows = WindowKeeper(topology, clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
+        # processing time of windows: the driver's wall clock (``run_topology(clock=)``, a test driver's)
+        self.windows = WindowKeeper(topology, wall_clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
             else None
         self.tick_every = {c.id: f for c in topology.bolts
                            if (f := tick_freq(c, config.tick_tuple_freq_secs)) is not None}
@@ -149,8 +150,8 @@ class CoreDriver:
         a processing-time window holding tuples must fire, or a tick is due while tuples
         are pending (so that what waits for time moves on)."""
         if self.windows is not None:
-            due = self.windows.due()
-            if due is not None and due <= now:
+            due = self.windows.due_in()
+            if due is not None and due <= 0:
                 return True
             if self._input_ended(now):
                 self.windows.final = True            # the pending windows fire in this micro-batch
@@ -371,8 +372,8 @@ class CoreDriver:
         cp = self.checkpointer
         if cp is not None and cp.dirty():
             times.append(cp.last + cp.interval)
-        if self.windows is not None and (due := self.windows.due()) is not None:
-            times.append(due)
+        if self.windows is not None and (due := self.windows.due_in()) is not None:
+            times.append(self.clock() + due)
         idle = self.config.idle_timeout_secs
         if idle is not None and self.quiet_since is not None and self.windows is not None and self.windows.flushable():
             times.append(self.quiet_since + idle)

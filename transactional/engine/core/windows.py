@@ -418,6 +418,11 @@ class WindowKeeper:
         times = [d for d in (t.due_ms() for t in self.tasks.values()) if d is not None]
         return min(times) / 1000 if times else None
 
+    def due_in(self) -> float | None:
+        """In how many seconds a processing-time window next fires (<= 0: now)."""
+        due = self.due()
+        return None if due is None else due - self.clock()
+
     def fired(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for (c, _), t in self.tasks.items():
