@@ -70,3 +70,37 @@ def test_count_windows_through_the_driver_follow_storm() -> None:
     d.pipe("s", [str(i) for i in range(1, 8)])
     d.run(builder(d, Words().with_window(Count(5), Count(2))))
     assert [w for w, _, _ in d.emitted("w")] == ["1 2", "1 2 3 4", "2 3 4 5 6", "3 4 5 6 7"]
+
+
+class Session(BaseWindowedBolt):
+    """Emits each session: its key, clicks, start and end."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, window: Any) -> None:
+        self.collector.emit((window.get_key(), [t[1] for t in window.get()], window.get_start_timestamp(),
+                             window.get_end_timestamp()), anchors=window.get())
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("user", "clicks", "start", "end"))
+
+
+def test_session_windows_per_user_merge_when_a_late_click_bridges_them() -> None:
+    d = TopologyTestDriver("sessions")
+    # one micro-batch per step; the watermark is the greatest timestamp minus the lag (10 s)
+    d.pipe("s", [("ann", 1000), ("bob", 1500), ("ann", 3000)])           # watermark -7000
+    d.advance_time(1).pipe("s", [("ann", 12_000), ("bob", 16_000)])     # 6000: nothing ended yet
+    d.advance_time(1).pipe("s", [("ann", 7500), ("cid", 31_000)])       # 21 000; ann 7500 bridges
+    d.advance_time(1).pipe("s", [("ann", 5000), ("bob", 60_000)])       # 50 000; ann 5000 is late
+    bolt = Session().with_session_window(Duration(5, "s"), key_field="user").with_timestamp_field("ts") \
+        .with_lag(Duration(10, "s")).with_late_tuple_stream("late")
+    r = d.run(builder(d, bolt, Fields("user", "ts")))
+    assert d.emitted("w") == [
+        ("ann", [1000, 3000, 12_000, 7500], 1000, 17_000),    # [1000, 8000) and [12 000, 17 000) merged
+        ("bob", [1500], 1500, 6500), ("bob", [16_000], 16_000, 21_000),
+        ("cid", [31_000], 31_000, 36_000),
+        ("bob", [60_000], 60_000, 65_000)]                     # fired as the input ended
+    assert d.emitted("w", "late") == [(("ann", 5000),)]
+    assert sorted(d.acked("s")) == [(s, i) for s, n in enumerate([3, 2, 2, 2]) for i in range(n)]
+    assert r.failed == {"s": 0}

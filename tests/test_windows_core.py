@@ -295,3 +295,36 @@ def test_a_persistent_window_resumes_after_a_restart() -> None:
     b = PersistentCounter(name).with_tumbling_window(Count(3)).with_persistence()
     run_topology(topology(name, [("x", 9)], b, upper=False), cfg)
     assert FIRED[name] == [["w0", "w1", "w2"], ["w3", "w4", "x"]]
+
+
+class PersistentSessions(BaseStatefulWindowedBolt):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, window):
+        FIRED.setdefault(self.name, []).append((window.get_key(), [t[1] for t in window.get()],
+                                                window.get_start_timestamp(), window.get_end_timestamp()))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("n"))
+
+
+def test_a_persistent_session_window_resumes_its_open_sessions_after_a_restart() -> None:
+    name = uid("psession")
+    cfg = config("in-process", state=f"memory://{name}", checkpoint_interval_ms=0)
+
+    def bolt() -> BaseWindowedBolt:
+        return PersistentSessions(name).with_session_window(Duration(5, "s"), key_field="word") \
+            .with_timestamp_field("ts").with_persistence()
+
+    run_topology(topology(name, [("ann", 1000), ("bob", 2000), ("ann", 3000)], bolt(), upper=False), cfg)
+    assert FIRED.get(name) is None                   # the sessions stay open, in the state
+    assert acks(name, "ack") == [0, 1, 2]            # acked at the checkpoint that holds them
+    run_topology(topology(name, [("ann", 20_000)], bolt(), upper=False), cfg)
+    assert FIRED[name] == [("ann", [1000, 3000], 1000, 8000), ("bob", [2000], 2000, 7000)]

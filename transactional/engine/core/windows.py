@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
+from transactional.engine.sessions import is_late, split_sessions
 from transactional.exceptions import ConfigError, FailedException
 from transactional.ticks import is_tick
 from transactional.topology import Topology
@@ -59,10 +60,12 @@ class _Event:
 class Window:
     """A ``TupleWindow`` (``transactional.windowing``)."""
 
-    __slots__ = ("_all", "_new", "_expired", "_start", "_end")
+    __slots__ = ("_all", "_new", "_expired", "_start", "_end", "_key")
 
-    def __init__(self, all: list[Any], new: list[Any], expired: list[Any], start: int | None, end: int) -> None:
+    def __init__(self, all: list[Any], new: list[Any], expired: list[Any], start: int | None, end: int,
+                 key: Any = None) -> None:
         self._all, self._new, self._expired, self._start, self._end = all, new, expired, start, end
+        self._key = key
 
     def get(self) -> list[Any]:
         return self._all
@@ -80,7 +83,7 @@ class Window:
         return self._end
 
     def get_key(self) -> Any:
-        return None
+        return self._key
 
     def __repr__(self) -> str:
         return f"Window({len(self._all)} tuples, start={self._start}, end={self._end})"
@@ -145,7 +148,8 @@ class WindowTask:
         if cfg.event_time:
             ts = int(t[cfg.timestamp_field] if cfg.timestamp_field is not None
                      else cfg.timestamp_extractor(t))                 # type: ignore[misc]
-            if self.watermark is not None and ts < self.watermark:
+            if is_late(ts, self.length, self.watermark) if cfg.session else \
+                    (self.watermark is not None and ts < self.watermark):
                 self._late(t, ts)
                 return
             k = (t.source_component, t.source_stream, t.source_task)
@@ -175,7 +179,10 @@ class WindowTask:
         cfg = self.config
         if cfg.event_time:
             self._advance_watermark(now_s, watermark)
-        if not self.count_trigger:
+        if cfg.session:
+            if self.watermark is not None:
+                self._fire_sessions(self.watermark)
+        elif not self.count_trigger:
             ref = self.watermark if cfg.event_time else self.now_ms
             if ref is not None:
                 self._fire_time(ref)
@@ -214,7 +221,9 @@ class WindowTask:
         """The input ended (``WindowKeeper.final``): every window still pending fires, as
         Flink's do at the end of a bounded input, and every tuple leaves (acked)."""
         last = max(e.ts for e in self.events)
-        if self.count_trigger:
+        if self.config.session:
+            self._fire_sessions(last + self.length)
+        elif self.count_trigger:
             if self.count_since:
                 self.count_since = 0
                 self._fire_count(last)
@@ -222,6 +231,18 @@ class WindowTask:
             step = self.slide
             self._fire_time((last // step + 1) * step if self.count_length else last + self.length)
         self._evict(list(self.events))
+
+    def _fire_sessions(self, ref: int) -> None:
+        """Every session (``transactional.engine.sessions``) whose end the watermark
+        reached fires, its tuples in arrival order, and its tuples leave."""
+        field = self.config.session_key
+        key = (lambda e: e.tuple[field]) if field is not None else (lambda e: None)
+        for s in split_sessions(self.events, lambda e: e.ts, key, self.length):
+            if s.end <= ref:
+                self.expired = []                    # a session has no expired tuples
+                self._execute(s.members, s.start, s.end, s.key)
+                self._evict(s.members)
+        self.expired = []
 
     def _fire_count(self, ref: int) -> None:
         """A count trigger, as Storm's ``WindowManager.onTrigger``: first evict what the
@@ -263,10 +284,10 @@ class WindowTask:
             self._evict(gone)
             self.next_end = end + step
 
-    def _execute(self, window: list[_Event], start: int | None, end: int) -> None:
+    def _execute(self, window: list[_Event], start: int | None, end: int, key: Any = None) -> None:
         tuples = [e.tuple for e in window]
         new = [e.tuple for e in window if e.seq > self.last_fired]
-        w = Window(tuples, new, self.expired, start, end)
+        w = Window(tuples, new, self.expired, start, end, key)
         try:
             self.bolt.execute(w)
         except FailedException as e:
