@@ -154,6 +154,8 @@ class WindowSpec:
     timestamp_idx: int | None = None
     lag: int = 0
     late_stream: str | None = None
+    session: bool = False             # a session window: ``config.length`` is the gap
+    key_idx: tuple[int, ...] = ()     # a session per value of these fields (a grouped stream)
 
 
 def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
@@ -194,3 +196,19 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
             raise ConfigError(msg)
         ts_idx = list(fields).index(timestamp_field)
     return WindowSpec(config, store, aggregator, ts_idx, lag_ms, late_stream)
+
+
+def session_spec(fields: Any, gap: Any, store: WindowsStoreFactory, aggregator: Any, timestamp_field: Any,
+                 lag: Any, late_stream: str | None, key_idx: tuple[int, ...], what: str) -> WindowSpec:
+    """The checked ``WindowSpec`` of a session window (``Stream.session_window``)."""
+    from dataclasses import replace
+
+    if timestamp_field is None:
+        msg = f"{what}: a session window is over event time; give timestamp_field='<field with the time in ms>'"
+        raise ConfigError(msg)
+    ms = _ms(gap, f"{what}: gap")
+    if ms <= 0:
+        msg = f"{what}: the gap must be > 0 ms; got {gap!r}"
+        raise ConfigError(msg)
+    spec = window_spec(fields, WindowConfig(ms, ms, False), store, aggregator, timestamp_field, lag, what, late_stream)
+    return replace(spec, session=True, key_idx=key_idx)

@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.commit import TXID_TIME_MS
+from transactional.engine.sessions import is_late, split_sessions
 from transactional.exceptions import ConfigError
 from transactional.windowing import WindowInfo
 from trident.operation import TridentTuple
@@ -78,7 +79,7 @@ class WindowProc(Proc):
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
         self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
-        self.collector = _WindowCollect(self.nxt.row, len(op.out_fields), op_label(op))
+        self.collector = _WindowCollect(self.nxt.row, len(op.out_fields) - len(self.spec.key_idx), op_label(op))
         self.late_out = None if self.spec.late_stream is None else f"late-{self.spec.late_stream}"
         self.bolt = bolt
         self.rows_in: list[tuple[str, tuple[Any, ...]]] = []
@@ -99,7 +100,7 @@ class WindowProc(Proc):
         for part, r in self.rows_in:
             if spec.timestamp_idx is not None:
                 ts = int(r[spec.timestamp_idx])
-                if wm is not None and ts < wm:
+                if is_late(ts, cfg.length, wm) if spec.session else (wm is not None and ts < wm):
                     late += 1
                     self._late(r)
                     continue
@@ -108,7 +109,8 @@ class WindowProc(Proc):
             else:
                 ts = now
             rec["seq"] += 1
-            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx)])   # type: ignore[union-attr]
+            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx),   # type: ignore[union-attr]
+                                  *([[r[i] for i in spec.key_idx]] if spec.session else [])])
             if cfg.count:
                 self._count(ts)
         if late:
@@ -119,7 +121,7 @@ class WindowProc(Proc):
         if not cfg.count:
             ref = watermark(maxima, spec.lag) if spec.timestamp_idx is not None else now
             if ref is not None:
-                self._fire_time(ref)
+                (self._fire_sessions if spec.session else self._fire_time)(ref)
         rec["txid"], rec["now"] = self.txid, now
         self.map.multi_update([key], lambda _old: rec)
         super().finish()
@@ -140,6 +142,18 @@ class WindowProc(Proc):
             self._fire(rec["events"][-cfg.length:], None, ts)
             keep = cfg.length - cfg.sliding
             rec["events"] = rec["events"][-keep:] if keep else []
+
+    def _fire_sessions(self, ref: int) -> None:
+        """Every session (``transactional.engine.sessions``; events ``[seq, ts, values,
+        key]``) whose end the watermark reached fires, emitted after its key's fields, and
+        leaves the record."""
+        rec, gone = self.rec, set[int]()
+        for s in split_sessions(rec["events"], lambda e: e[1], lambda e: tuple(e[3]), self.spec.config.length):
+            if s.end <= ref:
+                self._fire(s.members, s.start, s.end, s.key)
+                gone.update(e[0] for e in s.members)
+        if gone:
+            rec["events"] = [e for e in rec["events"] if e[0] not in gone]
 
     def _fire_time(self, ref: int) -> None:
         cfg, rec = self.spec.config, self.rec
@@ -162,9 +176,9 @@ class WindowProc(Proc):
         """One window through the aggregator, which finds its bounds in ``collector.window``."""
         self.rec["fired"] += 1
         c, agg, tt = self.collector, self.agg, self.tt
-        c.current = ()
-        c.window = WindowInfo(start, end, key)
+        c.current = key if key is not None else ()          # a group's fields come first
+        c.window = WindowInfo(start, end, None if not key else key[0] if len(key) == 1 else key)
         state = agg.init(self.attempt, c)
-        for _, _, values in window:
-            agg.aggregate(state, tt(tuple(values)), c)
+        for e in window:
+            agg.aggregate(state, tt(tuple(e[2])), c)
         agg.complete(state, c)
