@@ -226,7 +226,6 @@ def _expected() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
 def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_path: Path, zk_url: str,
                                                                           redis_url: str) -> None:
     import trident_window_kill_topology as k
-
     from crash_plans import crash_plan
 
     # every commit crash point once, then TRIDENT_TEST_KILLS more at random points (seeded)
