@@ -1,11 +1,12 @@
 """A Trident windowed count for the driver-SIGKILL test (``trident run`` loads it in a child):
 tumbling windows of 5 tuples, sliding event-time windows over two partitions, and session
 windows per user (a word's index mod 3), each window's result summed into a persistent map
-under the window's id -- a window fired twice into the state would double its sum."""
+under the window's id -- a window fired twice into the state would double its sum; and an
+interval join of the users' words within 300 ms, counted per word."""
 
 from spouts import MemoryTransactionalSpout
 from transactional import Fields
-from trident import BaseAggregator, BaseFunction, Sum, TridentTopology, state
+from trident import BaseAggregator, BaseFunction, Count, Sum, TridentTopology, state
 from trident.windowing import Duration, WindowsStoreFactory
 
 DATA = {p: [(f"w{p}-{i}", p * 100 + i * 250) for i in range(40)] for p in range(2)}
@@ -46,4 +47,11 @@ def build_topology():
                      Fields("first", "n"), timestamp_field="ts", lag=Duration(300))
      .group_by(Fields("first")).persistent_aggregate(state.transactional("fired_session"), Fields("n"), Sum(),
                                                       Fields("n")))
+    users = s.each(Fields("word"), UserOf(), Fields("user"))
+    a = users.project(Fields("word", "ts", "user"))
+    b = users.project(Fields("user", "ts", "word"))
+    (t.interval_join(a, Fields("user"), "ts", b, Fields("user"), "ts", Duration(300), Duration(300),
+                     WindowsStoreFactory("joins"), Fields("word", "ts", "user", "user_b", "ts_b", "word_b"),
+                     lag=Duration(300))
+     .group_by(Fields("word")).persistent_aggregate(state.transactional("fired_join"), Count(), Fields("n")))
     return t.build()

@@ -134,6 +134,9 @@ class _Compiler:
             ps = self.seg_of[id(n.parents[0])]
             committer = k in ("persist", "window") or ps.committer
             seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
+        elif k == "ijoin":               # an interval join: both sides to one task, in the commit phase
+            segs = [self.seg_of[id(p)] for p in n.parents]
+            seg = self._new([_Input(s, "global", side=i) for i, s in enumerate(segs)], True)
         elif k == "late":                # a window's late tuples: its stage's side stream
             ps = self.seg_of[id(n.parents[0])]
             seg = self._new([_Input(ps, "local", stream=n.extra)], ps.committer)

@@ -9,6 +9,7 @@ from transactional.columns import ColumnBatch, rows_of
 from transactional.tuples import Fields
 from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
 from trident.runtime.arrow import from_ipc
+from trident.runtime.interval_join import IntervalJoinProc
 from trident.runtime.op import Op
 from trident.runtime.persistence import PartitionPersistProc, PersistProc, QueryProc
 from trident.runtime.processors import (
@@ -53,6 +54,7 @@ PROCS: dict[str, type[Proc]] = {
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
     "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
     "join": JoinProc, "window": WindowProc, "peek": FilterProc, "multi_reduce": MultiReduceProc,
+    "ijoin": IntervalJoinProc,
 }
 
 
