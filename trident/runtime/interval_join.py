@@ -67,6 +67,9 @@ class IntervalJoinProc(JoinProc):
         maxima: dict[str, int] = dict(rec["maxima"])
         wm = watermark(maxima, spec.lag)
         late = 0
+        index: dict[tuple[int, str], list[list[Any]]] = {}      # (side, key) -> its stored rows
+        for x in rows:
+            index.setdefault((x[0], repr(x[2])), []).append(x)
         for side, part, r in self.rows_in:
             ts = int(r[spec.ts[side]])
             if wm is not None and ts < wm:
@@ -76,8 +79,10 @@ class IntervalJoinProc(JoinProc):
                 continue
             maxima[f"{side}/{part}"] = max(ts, maxima.get(f"{side}/{part}", ts))
             k = [r[i] for i in spec.keys[side]]
-            self._match(side, ts, k, r, rows)
-            rows.append([side, ts, k, list(r)])
+            self._match(side, ts, r, index.get((1 - side, repr(k)), ()))
+            row = [side, ts, k, list(r)]
+            rows.append(row)
+            index.setdefault((side, repr(k)), []).append(row)
         wm = watermark(maxima, spec.lag)
         if wm is not None:
             rows = [x for x in rows if x[1] + (spec.lower if x[0] == 0 else spec.upper) >= wm]
@@ -87,14 +92,12 @@ class IntervalJoinProc(JoinProc):
         self.map.multi_update([key], lambda _old: new)
         Proc.finish(self)
 
-    def _match(self, side: int, ts: int, k: list[Any], r: tuple[Any, ...], rows: list[list[Any]]) -> None:
-        """Emit ``r`` joined with every stored row of the other side it matches (a's
-        fields first)."""
+    def _match(self, side: int, ts: int, r: tuple[Any, ...], others: Any) -> None:
+        """Emit ``r`` joined with every stored row of the other side with its key
+        (``others``) whose time matches (a's fields first)."""
         assert self.nxt is not None
         lo, hi = self.spec.lower, self.spec.upper
-        for other, ots, ok, ovalues in rows:
-            if other == side or ok != k:
-                continue
+        for _, ots, _, ovalues in others:
             a_ts, b_ts = (ts, ots) if side == 0 else (ots, ts)
             if b_ts - lo <= a_ts <= b_ts + hi:
                 self.nxt.row((*r, *ovalues) if side == 0 else (*ovalues, *r))
