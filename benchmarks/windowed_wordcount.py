@@ -1,8 +1,9 @@
 """Sliding-window word count over the reference corpus: windows of 60 s of event time,
-sliding every 10 s, lag 1 s, in a core topology and in Trident.
+sliding every 10 s, lag 1 s, in a core topology and in Trident; and, in Trident, sessions
+of each word (gap 5 s) and an interval join of each word with its occurrences within 1 s.
 
-    python benchmarks/windowed_wordcount.py [--sentences 20000] [--span-secs 600] [--mode core|trident|all]
-           [--executor in-process|spark] [--master local[2]]
+    python benchmarks/windowed_wordcount.py [--sentences 20000] [--span-secs 600]
+           [--mode core|trident|sessions|join|all] [--executor in-process|spark] [--master local[2]]
 
 Sentence ``i`` carries event time ``i * span / n`` (ms), so the corpus covers ``--span-secs``
 of event time (60 windows for 600 s). ``core``: a spout on the driver -> SplitSentence
@@ -12,6 +13,10 @@ window. Prints one JSON line per mode: words per second end to end, and the late
 window's end to its result -- the wall time from the moment the first sentence that moves
 the watermark past the window's end was emitted (core: by the spout; Trident: seen by the
 stage before the window) to the moment the window's result was computed, p50/p99.
+``sessions``: ``group_by(word).session_window(5 s)`` counting each session's words (latency
+from a session's end, as for windows). ``join``: ``interval_join`` of the words with
+themselves on the word, within 1 s either way (latency: from the emission of the later
+word's sentence to the joined pair's output).
 """
 
 from __future__ import annotations
@@ -118,6 +123,49 @@ class CountWords(BaseAggregator):
         collector.emit((len(acc),))
 
 
+class SessionWords(BaseAggregator):
+    def init(self, batch_id, collector):
+        return [0]
+
+    def aggregate(self, acc, tuple, collector):
+        acc[0] += 1
+
+    def complete(self, acc, collector):
+        FIRED.append((collector.window.get_end_timestamp(), time.time()))
+        collector.emit((acc[0],))
+
+
+JOINED: list[float] = []                 # ms from the later row's sentence emission to the pair's output
+
+
+class JoinLatency(BaseFunction):
+    def execute(self, tuple, collector):
+        JOINED.append((time.time() - EMITTED[max(tuple[2], tuple[5])]) * 1000)
+
+
+def _trident(mode: str, rows: list[tuple[str, int]]) -> Any:
+    t = TridentTopology(f"bench-windowed-{mode}")
+    words = (t.new_stream("sentences", MemoryTransactionalSpout([(*row, i) for i, row in enumerate(rows)],
+                                                                Fields("sentence", "ts", "i"), 1000))
+             .each(Fields("sentence", "ts", "i"), Split(), Fields("word", "wts")))
+    if mode == "trident":
+        words.sliding_window(Duration(LENGTH), Duration(SLIDE), WindowsStoreFactory("bench-windows"),
+                             Fields("word", "wts"), CountWords(), Fields("distinct"), timestamp_field="wts",
+                             lag=Duration(LAG))
+    elif mode == "sessions":
+        words.group_by(Fields("word")).session_window(Duration(5_000), WindowsStoreFactory("bench-sessions"),
+                                                      Fields("wts"), SessionWords(), Fields("n"),
+                                                      timestamp_field="wts", lag=Duration(LAG))
+    else:
+        a = words.project(Fields("word", "wts", "i"))
+        b = words.project(Fields("word", "wts", "i"))
+        out = Fields("word", "wts", "i", "word_b", "wts_b", "i_b")
+        t.interval_join(a, Fields("word"), "wts", b, Fields("word"), "wts", Duration(1_000), Duration(1_000),
+                        WindowsStoreFactory("bench-join"), out, lag=Duration(LAG)) \
+            .each(out, JoinLatency(), Fields())
+    return t.build()
+
+
 def percentile(xs: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     s = sorted(xs)
@@ -152,18 +200,13 @@ def run(mode: str, rows: list[tuple[str, int]], executor: str, master: str) -> d
                    .with_lag(Duration(LAG)), 1).global_grouping("split")
         r = run_topology(b.build(), cfg)
     else:
-        t = TridentTopology("bench-windowed-trident")
-        (t.new_stream("sentences", MemoryTransactionalSpout([(*row, i) for i, row in enumerate(rows)],
-                                                            Fields("sentence", "ts", "i"), 1000))
-         .each(Fields("sentence", "ts", "i"), Split(), Fields("word", "wts"))
-         .sliding_window(Duration(LENGTH), Duration(SLIDE), WindowsStoreFactory("bench-windows"),
-                         Fields("word", "wts"), CountWords(), Fields("distinct"), timestamp_field="wts",
-                         lag=Duration(LAG)))
-        r = run_topology(t.build(), cfg)
+        JOINED.clear()
+        r = run_topology(_trident(mode, rows), cfg)
     secs = time.monotonic() - t0
-    lat = latencies(rows)
+    lat = JOINED if mode == "join" else latencies(rows)
     return {"mode": mode, "executor": executor, "sentences": len(rows), "words": words, "seconds": round(secs, 3),
-            "words_per_s": round(words / secs), "windows": len(FIRED), "batches": r.batches_committed,
+            "words_per_s": round(words / secs), "windows": len(FIRED), "pairs": len(JOINED),
+            "batches": r.batches_committed,
             "latency_ms_p50": round(percentile(lat, 50), 1) if lat else None,
             "latency_ms_p99": round(percentile(lat, 99), 1) if lat else None}
 
@@ -172,14 +215,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sentences", type=int, default=20_000)
     p.add_argument("--span-secs", type=int, default=600)
-    p.add_argument("--mode", choices=["core", "trident", "all"], default="all")
+    p.add_argument("--mode", choices=["core", "trident", "sessions", "join", "all"], default="all")
     p.add_argument("--executor", choices=["in-process", "spark"], default="in-process")
     p.add_argument("--master", default="local[2]")
     a = p.parse_args()
     corpus = make_corpus(a.sentences, vocab=5000)
     step = a.span_secs * 1000 / a.sentences
     rows = [(s, int(i * step)) for i, s in enumerate(corpus)]
-    for mode in (["core", "trident"] if a.mode == "all" else [a.mode]):
+    for mode in (["core", "trident", "sessions", "join"] if a.mode == "all" else [a.mode]):
         print(json.dumps(run(mode, rows, a.executor, a.master)), flush=True)
 
 

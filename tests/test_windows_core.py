@@ -136,8 +136,36 @@ def test_a_sliding_count_window_holds_the_last_n_and_slides_by_s(executor: str) 
                                    ["w4", "w5", "w6", "w7"]]
     assert [w[1] for w in got] == [["w0", "w1"], ["w2", "w3"], ["w4", "w5"], ["w6", "w7"]]
     assert [w[2] for w in got] == [[], [], ["w0", "w1"], ["w2", "w3"]]
-    # w0..w5 left the window and were acked; w6, w7 are still in it
-    assert acks(name, "ack") == [0, 1, 2, 3, 4, 5]
+    # as Storm's WindowManager: a tuple leaves (and is acked) at the trigger that evicts it;
+    # w4..w7 are in the last window fired and still in the window
+    assert acks(name, "ack") == [0, 1, 2, 3]
+
+
+def test_a_sliding_count_window_follows_storms_window_manager_and_the_end_of_the_input_fires_the_rest(
+        executor: str) -> None:
+    name = uid("storm")
+    items = [(f"w{i}", i) for i in range(7)]
+    r = run_topology(topology(name, items, Recorder(name).with_window(Count(5), Count(2)), upper=False),
+                     config(executor))
+    got = FIRED[name]
+    # length 5 sliding 2 over 1, 2, 3...: [1,2], [1..4], [2..6] with [1] expired; then the input
+    # ended with w6 after the last trigger: a last window fires, and every tuple is acked once
+    assert [w[0] for w in got] == [["w0", "w1"], ["w0", "w1", "w2", "w3"], ["w1", "w2", "w3", "w4", "w5"],
+                                   ["w2", "w3", "w4", "w5", "w6"]]
+    assert [w[2] for w in got] == [[], [], ["w0"], ["w1"]]
+    assert acks(name, "ack") == [0, 1, 2, 3, 4, 5, 6]     # each once
+    assert r.pending == {"s": 0} and r.failed == {"s": 0}
+
+
+def test_a_finite_event_time_run_fires_its_last_windows_at_the_end(executor: str) -> None:
+    name = uid("evend")
+    items = [("a", 1000), ("b", 2500), ("c", 4100)]
+    bolt = Recorder(name).with_tumbling_window(Duration(2, "seconds")).with_timestamp_field("ts") \
+        .with_lag(Duration(5, "seconds"))
+    r = run_topology(topology(name, items, bolt, per_call=3, upper=False), config(executor))
+    # the watermark never passed 0 (lag 5 s): every window fires when the input ends
+    assert [(w[0], w[3], w[4]) for w in FIRED[name]] == [(["a"], 0, 2000), (["b"], 2000, 4000), (["c"], 4000, 6000)]
+    assert acks(name, "ack") == [0, 1, 2] and r.pending == {"s": 0} and r.failed == {"s": 0}
 
 
 def test_event_time_windows_fire_at_the_watermark_and_late_tuples_go_to_the_late_stream(executor: str) -> None:
@@ -267,3 +295,36 @@ def test_a_persistent_window_resumes_after_a_restart() -> None:
     b = PersistentCounter(name).with_tumbling_window(Count(3)).with_persistence()
     run_topology(topology(name, [("x", 9)], b, upper=False), cfg)
     assert FIRED[name] == [["w0", "w1", "w2"], ["w3", "w4", "x"]]
+
+
+class PersistentSessions(BaseStatefulWindowedBolt):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, window):
+        FIRED.setdefault(self.name, []).append((window.get_key(), [t[1] for t in window.get()],
+                                                window.get_start_timestamp(), window.get_end_timestamp()))
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("n"))
+
+
+def test_a_persistent_session_window_resumes_its_open_sessions_after_a_restart() -> None:
+    name = uid("psession")
+    cfg = config("in-process", state=f"memory://{name}", checkpoint_interval_ms=0)
+
+    def bolt() -> BaseWindowedBolt:
+        return PersistentSessions(name).with_session_window(Duration(5, "s"), key_field="word") \
+            .with_timestamp_field("ts").with_persistence()
+
+    run_topology(topology(name, [("ann", 1000), ("bob", 2000), ("ann", 3000)], bolt(), upper=False), cfg)
+    assert FIRED.get(name) is None                   # the sessions stay open, in the state
+    assert acks(name, "ack") == [0, 1, 2]            # acked at the checkpoint that holds them
+    run_topology(topology(name, [("ann", 20_000)], bolt(), upper=False), cfg)
+    assert FIRED[name] == [("ann", [1000, 3000], 1000, 8000), ("bob", [2000], 2000, 7000)]

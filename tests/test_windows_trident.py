@@ -107,6 +107,65 @@ def test_event_time_windows_drop_late_tuples_and_count_them(executor: str, caplo
     assert "1 late tuple(s) dropped (below the watermark 2000); 1 so far" in caplog.text
 
 
+class Bounds(BaseAggregator):
+    """Per window: its words and its bounds, as the aggregator finds them (collector.window)."""
+
+    def init(self, batch_id, collector):
+        return []
+
+    def aggregate(self, acc, tuple, collector):
+        acc.append(tuple[0])
+
+    def complete(self, acc, collector):
+        w = collector.window
+        collector.emit((" ".join(acc), w.get_start_timestamp(), w.get_end_timestamp()))
+
+
+class Keep(BaseFilter):
+    """Keeps every tuple, noting it under ``SEEN[name]`` (in-process runs only)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def is_keep(self, t):
+        SEEN.setdefault(self.name, []).append(tuple(t))
+        return True
+
+
+SEEN: dict[str, list] = {}
+
+
+def test_late_tuples_flow_on_the_late_stream_and_aggregators_see_the_windows_bounds() -> None:
+    words = [("a", 1000), ("b", 2500), ("c", 1500), ("d", 1900), ("e", 4200), ("f", 3100),
+             ("g", 9000), ("h", 5100), ("i", 6000)]
+    name = uid("tlate")
+    t = TridentTopology(name)
+    (t.new_stream("words", MemoryTransactionalSpout(words, Fields("word", "ts"), 3))
+     .tumbling_window(Duration(2, "seconds"), WindowsStoreFactory("ev"), Fields("word"), Bounds(),
+                      Fields("words", "start", "end"), timestamp_field="ts", lag=Duration(500), late_stream="late")
+     .each(Fields("words", "start", "end"), Keep(name + "/windows")))
+    t.late_stream("late").each(Fields("word", "ts"), Keep(name + "/late"))
+    r = run_topology(t.build(), config("in-process"))
+    assert SEEN[name + "/windows"] == [("a c", 0, 2000), ("b f", 2000, 4000), ("e h", 4000, 6000), ("i", 6000, 8000)]
+    assert SEEN[name + "/late"] == [("d", 1900)]
+    assert r.map_state("ev").multi_get(["window:0"])[0]["late"] == 1
+    with pytest.raises(ConfigError, match=r"no window has late_stream='other' \(those that have: \['late'\]\)"):
+        t.late_stream("other")
+
+
+def test_a_sliding_count_window_follows_storms_window_manager() -> None:
+    name = uid("tstorm")
+    t = TridentTopology(name)
+    (t.new_stream("words", MemoryTransactionalSpout([(str(i), i) for i in range(1, 9)], Fields("word", "ts"), 3))
+     .sliding_window(5, 2, WindowsStoreFactory("s"), Fields("word"), Bounds(), Fields("words", "start", "end"))
+     .each(Fields("words", "start", "end"), Keep(name)))
+    run_topology(t.build(), config("in-process"), clock=lambda: 7.0)
+    # length 5 sliding 2 over 1, 2, 3 ...: [1,2], [1..4], [2..6], [4..8]; a count window has no
+    # start, and ends at its newest tuple's time (processing time: the txid's, 7 s)
+    assert SEEN[name] == [("1 2", None, 7000), ("1 2 3 4", None, 7000), ("2 3 4 5 6", None, 7000),
+                          ("4 5 6 7 8", None, 7000)]
+
+
 def test_a_replayed_txid_fires_the_same_windows_once(executor: str) -> None:
     words = [(f"w{i}", i) for i in range(12)]
     key = uid("replay")
@@ -155,27 +214,31 @@ def _run_child(tmp_path: Path, zk_url: str, redis_url: str, crash_at: str | None
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
 
-def _expected() -> tuple[dict[str, int], dict[str, int]]:
+def _expected() -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
     """The windows a fault-free run fires (computed from the spout's batches directly)."""
     import trident_window_kill_topology as k
 
     r = run_topology(k.build_topology(), config("in-process"))
     rows = [w for p in k.DATA.values() for w, _ in p]
-    return windows_of(r, "fired", rows), windows_of(r, "fired_time", rows)
+    return (windows_of(r, "fired", rows), windows_of(r, "fired_time", rows), windows_of(r, "fired_session", rows),
+            windows_of(r, "fired_join", rows))
 
 
 def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_path: Path, zk_url: str,
                                                                           redis_url: str) -> None:
     import trident_window_kill_topology as k
+    from crash_plans import crash_plan
 
-    for crash in ("commit.before_record:txid=4", "commit.after_record:txid=9"):
+    # every commit crash point once, then TRIDENT_TEST_KILLS more at random points (seeded)
+    for crash in crash_plan():
         p = _run_child(tmp_path, zk_url, redis_url, crash)
         assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
     p = _run_child(tmp_path, zk_url, redis_url, None)
     assert p.returncode == 0, p.stderr[-3000:]
-    want_count, want_time = _expected()
+    want_count, want_time, want_session, want_join = _expected()
     rows = [w for part in k.DATA.values() for w, _ in part]
-    for name, want in (("fired", want_count), ("fired_time", want_time)):
+    for name, want in (("fired", want_count), ("fired_time", want_time), ("fired_session", want_session),
+                       ("fired_join", want_join)):
         m = TransactionalMap(open_map_backing(redis_url, f"trident-window-kill:{name}"), name)
         got = {w: v for w, v in zip(rows, m.multi_get(rows), strict=True) if v is not None}
         assert got == want and sum(want.values()) > 0
@@ -260,3 +323,66 @@ def test_the_event_time_watermark_waits_for_the_partition_that_lags() -> None:
     assert [fired for _, _, fired in seen[:4]] == [0, 0, 0, 0] and seen[4][2] > 0
     first = "b0 b1 b2 b3 b4 b5 b6 b7"
     assert windows_of(r, "fired", [first, "a0", f"a0 {first}"]) == {f"{first}": 1}
+
+
+class Clicks(BaseAggregator):
+    """Per session: its timestamps in arrival order, and its bounds."""
+
+    def init(self, batch_id, collector):
+        return []
+
+    def aggregate(self, acc, tuple, collector):
+        acc.append(tuple[0])
+
+    def complete(self, acc, collector):
+        w = collector.window
+        collector.emit((" ".join(map(str, acc)), w.get_start_timestamp(), w.get_end_timestamp()))
+
+
+def test_session_windows_per_user_merge_bridged_sessions_and_send_late_clicks_on() -> None:
+    # batches of 3 clicks; the watermark is the greatest timestamp minus the lag (10 s)
+    clicks = [("ann", 1000), ("bob", 1500), ("ann", 3000),          # watermark -7000
+              ("ann", 12_000), ("bob", 16_000), ("cid", 9000),     # 6000: nothing ended
+              ("ann", 7500), ("cid", 31_000), ("ann", 8000),       # 21 000; ann 7500 bridges two sessions
+              ("ann", 5000), ("bob", 60_000), ("bob", 61_000)]     # 50 000; ann 5000 is late
+    name = uid("tsession")
+    t = TridentTopology(name)
+    (t.new_stream("clicks", MemoryTransactionalSpout(clicks, Fields("user", "ts"), 3))
+     .group_by(Fields("user"))
+     .session_window(Duration(5, "s"), WindowsStoreFactory("sessions"), Fields("ts"), Clicks(),
+                     Fields("clicks", "start", "end"), timestamp_field="ts", lag=Duration(10, "s"), late_stream="late")
+     .each(Fields("user", "clicks", "start", "end"), Keep(name)))
+    t.late_stream("late").each(Fields("user", "ts"), Keep(name + "/late"))
+    r = run_topology(t.build(), config("in-process"))
+    assert SEEN[name] == [("ann", "1000 3000 12000 7500 8000", 1000, 17_000),
+                          ("bob", "1500", 1500, 6500), ("bob", "16000", 16_000, 21_000),
+                          ("cid", "9000", 9000, 14_000),
+                          ("cid", "31000", 31_000, 36_000)]
+    assert SEEN[name + "/late"] == [("ann", 5000)]
+    rec = r.map_state("sessions").multi_get(["window:0"])[0]
+    assert [(e[3], e[1]) for e in rec["events"]] == [(["bob"], 60_000), (["bob"], 61_000)]   # still open
+
+
+def test_a_replayed_txid_fires_the_same_sessions_once() -> None:
+    clicks = [("ann", 1000), ("bob", 1500), ("ann", 3000), ("ann", 12_000), ("bob", 16_000), ("cid", 9000),
+              ("ann", 7500), ("cid", 31_000), ("ann", 8000), ("bob", 60_000), ("bob", 61_000), ("cid", 90_000)]
+    key = uid("sreplay")
+
+    def build(fail: bool) -> Any:
+        t = TridentTopology(uid("tsreplay"))
+        w = (t.new_stream("clicks", MemoryTransactionalSpout(clicks, Fields("user", "ts"), 3))
+             .group_by(Fields("user"))
+             .session_window(Duration(5, "s"), WindowsStoreFactory("s"), Fields("ts"), Clicks(),
+                             Fields("clicks", "start", "end"), timestamp_field="ts", lag=Duration(10, "s")))
+        if fail:
+            w = w.each(Fields("clicks"), FailOnce(key, "7500"))
+        w.group_by(Fields("user", "clicks")).persistent_aggregate(state.transactional("fired"), Count(), Fields("n"))
+        return t.build()
+
+    clean = run_topology(build(False), config("in-process"))
+    failed = run_topology(build(True), config("in-process"))
+    keys = [("ann", "1000 3000 12000 7500 8000"), ("bob", "1500"), ("bob", "16000"), ("cid", "9000"),
+            ("cid", "31000"), ("bob", "60000 61000"), ("ann", "1000 3000"), ("ann", "12000")]
+    assert key in FAILED_ONCE and failed.attempts > clean.attempts
+    want = dict.fromkeys(keys[:6], 1)
+    assert windows_of(failed, "fired", keys) == windows_of(clean, "fired", keys) == want

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         TopologyFailedError,
         TridentError,
     )
+    from transactional.join import JoinBolt
     from transactional.local_cluster import LocalCluster
     from transactional.ops.run import run_topology
     from transactional.result import RunResult
@@ -39,7 +40,7 @@ __all__ = [
     "TopologyConfig", "run_topology", "RunResult",
     "TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector",
     "TridentError", "ConfigError", "TopologyError", "InvalidTupleError", "TopologyFailedError",
-    "is_tick", "BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration",
+    "is_tick", "BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration", "JoinBolt",
     "LocalCluster",
 ]
 
@@ -54,7 +55,7 @@ _WHERE = {
     "TopologyConfig": "transactional.config", "RunResult": "transactional.result",
     "LocalCluster": "transactional.local_cluster",
     **{n: "transactional.core" for n in ("TopologyBuilder", "BaseRichBolt", "BaseStatefulBolt", "OutputCollector")},
-    "is_tick": "transactional.ticks",
+    "is_tick": "transactional.ticks", "JoinBolt": "transactional.join",
     **{n: "transactional.windowing" for n in ("BaseWindowedBolt", "BaseStatefulWindowedBolt", "Count", "Duration")},
     "Topology": "transactional.topology", "TransactionalTopologyBuilder": "transactional.topology",
     "Fields": "transactional.tuples", "TransactionAttempt": "transactional.tuples",

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: ``ComponentSpec.core`` of windowed bolts (plain, and stateful).
 WINDOWED_KINDS = ("windowed", "swindowed")
 
-__all__ = ["Count", "Duration", "TupleWindow", "WindowConfig", "BaseWindowedBolt", "BaseStatefulWindowedBolt"]
+__all__ = ["Count", "Duration", "TupleWindow", "WindowInfo", "WindowConfig", "BaseWindowedBolt", "BaseStatefulWindowedBolt"]
 
 _UNITS_MS = {"ms": 1, "milliseconds": 1, "millis": 1, "s": 1000, "seconds": 1000, "secs": 1000,
              "m": 60_000, "minutes": 60_000, "h": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "days": 86_400_000}
@@ -168,6 +168,37 @@ class TupleWindow(Protocol):
         """The window's end in milliseconds (a count window: its newest tuple's time)."""
         ...
 
+    def get_key(self) -> Any:
+        """The key the window is of (a session window per key); None for these windows."""
+        ...
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """Which window is being aggregated: what a Trident window's aggregator finds in
+    ``collector.window`` (the same three questions a core ``TupleWindow`` answers).
+
+    >>> w = WindowInfo(0, 2000, "alice")
+    >>> w.get_start_timestamp(), w.get_end_timestamp(), w.get_key()
+    (0, 2000, 'alice')
+    """
+
+    start: int | None
+    end: int
+    key: Any = None
+
+    def get_start_timestamp(self) -> int | None:
+        """The window's start in ms (inclusive); None for a count window."""
+        return self.start
+
+    def get_end_timestamp(self) -> int:
+        """The window's end in ms (exclusive; a count window: its newest tuple's time)."""
+        return self.end
+
+    def get_key(self) -> Any:
+        """The group the window is of (a session's key); None for a window of the whole stream."""
+        return self.key
+
 
 @dataclass(frozen=True)
 class WindowConfig:
@@ -181,6 +212,8 @@ class WindowConfig:
     watermark_interval: Duration | None = None
     late_stream: str | None = None
     persistent: bool = False
+    session: bool = False                 # a session window: ``length`` is the gap
+    session_key: str | None = None        # the field whose value a session is of (None: the task's input)
 
     @property
     def event_time(self) -> bool:
@@ -212,6 +245,10 @@ class WindowConfig:
             raise TopologyError(msg)
         if self.watermark_interval is not None and self.watermark_interval.ms <= 0:
             msg = f"windowed bolt {component!r}: watermark interval {self.watermark_interval!r} must be > 0 ms"
+            raise TopologyError(msg)
+        if self.session and not self.event_time:
+            msg = (f"windowed bolt {component!r} has a session window, which is over event time; add "
+                   "with_timestamp_field(name) or with_timestamp_extractor(fn)")
             raise TopologyError(msg)
         if (self.lag is not None or self.late_stream is not None) and not self.event_time:
             msg = (f"windowed bolt {component!r} sets a lag or a late-tuple stream but no event time; add "
@@ -245,12 +282,23 @@ class BaseWindowedBolt:
         _check_length("window length", length)
         if sliding_interval is not None:
             _check_length("sliding interval", sliding_interval)
-        return self._with(length=length, sliding=sliding_interval or Count(1))
+        return self._with(length=length, sliding=sliding_interval or Count(1), session=False)
+
+    def with_session_window(self, gap: Duration, key_field: str | None = None) -> BaseWindowedBolt:
+        """Session windows over event time (add ``with_timestamp_field``): a session is a
+        run of tuples each less than ``gap`` after the one before, per value of
+        ``key_field`` (None: of all the task's tuples); it fires when the watermark passes
+        its last tuple plus ``gap``, and a late tuple that bridges two sessions merges them
+        (``transactional.engine.sessions``). ``window.get_key()`` is the key."""
+        if not isinstance(gap, Duration) or gap.ms <= 0:
+            msg = f"with_session_window takes a Duration gap > 0 ms (e.g. Duration(30, 'seconds')); got {gap!r}"
+            raise TopologyError(msg)
+        return self._with(length=gap, sliding=gap, session=True, session_key=key_field)
 
     def with_tumbling_window(self, length: Length) -> BaseWindowedBolt:
         """Windows of ``length`` that do not overlap: each tuple is in exactly one."""
         _check_length("window length", length)
-        return self._with(length=length, sliding=length)
+        return self._with(length=length, sliding=length, session=False)
 
     def with_timestamp_field(self, name: str) -> BaseWindowedBolt:
         """Event time: each tuple's field ``name`` holds its time in milliseconds (an int)."""

@@ -32,6 +32,7 @@ class _Input:
     grouping: str                    # local, shuffle, fields, global, all
     keys: Fields = field(default_factory=Fields)
     side: int = 0
+    stream: str = "default"          # a side stream of the segment (a window's late tuples)
 
 
 @dataclass(eq=False)
@@ -135,6 +136,12 @@ class _Compiler:
             ps = self.seg_of[id(n.parents[0])]
             committer = k in ("persist", "window") or ps.committer
             seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
+        elif k == "ijoin":               # an interval join: both sides to one task, in the commit phase
+            segs = [self.seg_of[id(p)] for p in n.parents]
+            seg = self._new([_Input(s, "global", side=i) for i, s in enumerate(segs)], True)
+        elif k == "late":                # a window's late tuples: its stage's side stream
+            ps = self.seg_of[id(n.parents[0])]
+            seg = self._new([_Input(ps, "local", stream=n.extra)], ps.committer)
         elif k == "query":
             seg = self._open(n.parents[0], committer=True)
         elif k == "merge":
@@ -252,33 +259,42 @@ class _Compiler:
             inputs.append((s.spout.spout_id or "", "default", "local", Fields(), 0, False))
         for i in s.inputs:
             src = i.segment
-            if src.columnar_out:
+            if i.stream != "default":
+                inputs.append((src.cid, i.stream, i.grouping, i.keys, i.side, False))
+            elif src.columnar_out:
                 inputs.append((src.cid, f"arrow-{s.cid}", "direct", i.keys, i.side, True))
             else:
                 inputs.append((src.cid, "default", i.grouping, i.keys, i.side, False))
+        main = [(c, i) for c, i in s.consumers if i.stream == "default"]
         arrow_outs = [ArrowOut(f"arrow-{c.cid}", i.grouping, tuple(i.keys), c.parallelism)
-                      for c, i in s.consumers if s.columnar_out]
-        rows_out = any(not s.columnar_out for _ in s.consumers)
+                      for c, i in main if s.columnar_out]
+        rows_out = any(not s.columnar_out for _ in main)
+        side_outs = tuple((i.stream, c.nodes[0].fields) for c, i in s.consumers if i.stream != "default")
         bolt_cls = TridentCommitterBolt if s.committer else TridentBolt
         desc = " -> ".join(dict.fromkeys(op_label(op) for op in s.ops)) or "pass"   # partial, final: once
         bolt = bolt_cls(list(s.ops), s.fields, rows_out, arrow_outs,
                         {(c, st): side for c, st, _, _, side, _ in inputs},
                         {(c, st) for c, st, _, _, _, arrow in inputs if arrow}, desc,
-                        named=any(n.name for n in s.nodes))
+                        named=any(n.name for n in s.nodes), side_outs=side_outs)
         d = (b.set_committer_bolt if s.committer else b.set_bolt)(s.cid, bolt, s.parallelism)
-        for cid, stream, grouping, keys, _, _ in inputs:
-            if grouping == "direct":
-                d.direct_grouping(cid, stream)
-            elif grouping == "local":
-                d.local_or_shuffle_grouping(cid, stream)
-            elif grouping == "fields":
-                d.fields_grouping(cid, keys, stream)
-            elif grouping == "global":
-                d.global_grouping(cid, stream)
-            elif grouping == "all":
-                d.all_grouping(cid, stream)
-            else:
-                d.shuffle_grouping(cid, stream)
+        _subscribe(d, inputs)
+
+
+def _subscribe(d: Any, inputs: list[tuple[str, str, str, Fields, int, bool]]) -> None:
+    """Subscribe the declared bolt ``d`` to each of its inputs with its grouping."""
+    for cid, stream, grouping, keys, _, _ in inputs:
+        if grouping == "direct":
+            d.direct_grouping(cid, stream)
+        elif grouping == "local":
+            d.local_or_shuffle_grouping(cid, stream)
+        elif grouping == "fields":
+            d.fields_grouping(cid, keys, stream)
+        elif grouping == "global":
+            d.global_grouping(cid, stream)
+        elif grouping == "all":
+            d.all_grouping(cid, stream)
+        else:
+            d.shuffle_grouping(cid, stream)
 
 
 def _safe(name: str) -> str:

@@ -32,6 +32,7 @@ from trident.windowing import (
     SlidingDurationWindow,
     TumblingCountWindow,
     TumblingDurationWindow,
+    session_spec,
     window_spec,
 )
 
@@ -332,35 +333,41 @@ class Stream:
         op = Op("query", self.fields, out, fn=function, in_idx=idx, in_fields=f, state=state.factory)
         return self.topology._add(Node("query", [self.node], out, op=op))
 
-    # -- windows (trident.windowing) ------------------------------------------------------------
     def window(self, window_config: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
-               *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
-        """Aggregate windows of the stream (``TumblingCountWindow.of(n)``, ...), exactly
-        once, with open windows kept by ``store_factory``; the stream becomes what the
-        aggregator emits per window fired (``out_fields``). ``timestamp_field``: event time
-        (ms), with ``lag``. See ``trident.windowing``."""
-        spec = window_spec(self.fields, window_config, store_factory, aggregator, timestamp_field, lag, "window")
+               *, timestamp_field: str | None = None, lag: Any = None, late_stream: str | None = None) -> Stream:
+        """Aggregate windows (``TumblingCountWindow.of(n)``, ...) exactly once, open ones kept
+        by ``store_factory``; the stream becomes what the aggregator emits per window (it
+        finds the bounds in ``collector.window``). ``timestamp_field``: event time, with
+        ``lag``; ``late_stream``: late tuples on ``TridentTopology.late_stream(name)``."""
+        spec = window_spec(self.fields, window_config, store_factory, aggregator, timestamp_field, lag, "window",
+                           late_stream)
         f, idx = self._in(in_fields, "window")
         out = _fields(out_fields, "window: output fields")
         op = Op("window", self.fields, out, fn=spec, in_idx=idx, in_fields=f)
         return self.topology._add(Node("window", [self.node], out, op=op, grouping="global"))
 
     def tumbling_window(self, size: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
-                        *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+                        **event_time: Any) -> Stream:
         """``window`` over tumbling windows of ``size``: a number of tuples (``Count(n)`` or an
-        int) or a ``Duration``."""
+        int) or a ``Duration``; ``event_time``: ``window``'s keywords."""
         cfg = TumblingDurationWindow.of(size) if isinstance(size, Duration) else TumblingCountWindow.of(size)
-        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
-                           lag=lag)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, **event_time)
 
     def sliding_window(self, size: Any, sliding: Any, store_factory: Any, in_fields: Any, aggregator: Any,
-                       out_fields: Any, *, timestamp_field: str | None = None, lag: Any = None) -> Stream:
+                       out_fields: Any, **event_time: Any) -> Stream:
         """``window`` over windows of ``size`` sliding by ``sliding`` (both counts or both
-        ``Duration``s)."""
+        ``Duration``s); ``event_time``: ``window``'s keywords."""
         cfg = SlidingDurationWindow.of(size, sliding) if isinstance(size, Duration) else \
             SlidingCountWindow.of(size, sliding)
-        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, timestamp_field=timestamp_field,
-                           lag=lag)
+        return self.window(cfg, store_factory, in_fields, aggregator, out_fields, **event_time)
+
+    def session_window(self, gap: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
+                       *, timestamp_field: str, lag: Any = None, late_stream: str | None = None) -> Stream:
+        """Session windows over event time, exactly once: runs of tuples each less than
+        ``gap`` after the one before, fired when the watermark passes the last plus ``gap``;
+        a late tuple bridging two merges them (docs/windows.md)."""
+        return _session(self, Fields(), gap, store_factory, in_fields, aggregator, out_fields, timestamp_field,
+                        lag, late_stream)
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(self)``: a reusable piece of stream (e.g. ``FirstN``)."""
@@ -503,6 +510,12 @@ class GroupedStream:
             in_fields, aggregator, out_fields = None, in_fields, aggregator
         return _persist(self.stream, self.group_fields, state_factory, in_fields, aggregator, out_fields)
 
+    def session_window(self, gap: Any, store_factory: Any, in_fields: Any, aggregator: Any, out_fields: Any,
+                       *, timestamp_field: str, lag: Any = None, late_stream: str | None = None) -> Stream:
+        """``Stream.session_window``, a session per group: outputs group fields + ``out_fields``."""
+        return _session(self.stream, self.group_fields, gap, store_factory, in_fields, aggregator, out_fields,
+                        timestamp_field, lag, late_stream)
+
     def chained_agg(self) -> ChainedAggregatorDeclarer:
         """Several aggregators per group in one pass."""
         return ChainedAggregatorDeclarer(self.stream, self.group_fields)
@@ -574,3 +587,14 @@ class ChainedAggregatorDeclarer:
             raise ConfigError(msg)
         out = Fields(*[f for _, _, fs in self.parts for f in fs])
         return _aggregate(self.stream, self.group, None, _Chain(self.parts), out, scope=self.scope)
+
+
+def _session(stream: Stream, group: Fields, gap: Any, store_factory: Any, in_fields: Any, aggregator: Any,
+             out_fields: Any, timestamp_field: str, lag: Any, late_stream: str | None) -> Stream:
+    """The session window node of ``stream`` (per value of ``group``, when given)."""
+    key_idx, (f, idx) = stream._in(group, "session_window")[1], stream._in(in_fields, "session_window")
+    spec = session_spec(stream.fields, gap, store_factory, aggregator, timestamp_field, lag, late_stream,
+                        key_idx, "session_window")
+    out = Fields(*group, *_fields(out_fields, "session_window: output fields"))
+    op = Op("window", stream.fields, out, fn=spec, in_idx=idx, in_fields=f)
+    return stream.topology._add(Node("window", [stream.node], out, op=op, grouping="global"))

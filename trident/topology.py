@@ -54,6 +54,51 @@ class TridentTopology:
         ``TridentState.new_values_stream``)."""
         return Stream(self, node)
 
+    def late_stream(self, name: str) -> Stream:
+        """The late tuples of the window that set ``late_stream=name``: each whole tuple of
+        the window's input stream (its fields), in the txid it arrived in."""
+        for n in self.nodes:
+            if n.kind in ("window", "ijoin") and n.op is not None and n.op.fn.late_stream == name:
+                fields = n.op.fields if n.kind == "window" else Fields("side", "values")
+                return self._add(Node("late", [n], fields, extra=f"late-{name}"))
+        named = sorted(n.op.fn.late_stream for n in self.nodes
+                       if n.kind in ("window", "ijoin") and n.op is not None and n.op.fn.late_stream)
+        msg = f"no window has late_stream={name!r} (those that have: {named}); pass late_stream={name!r} to it"
+        raise ConfigError(msg)
+
+    def interval_join(self, a: Stream, a_key: Any, a_ts: str, b: Stream, b_key: Any, b_ts: str, lower: Any,
+                      upper: Any, store: Any, out_fields: Any, *, lag: Any = None,
+                      late_stream: str | None = None) -> Stream:
+        """Join ``a`` and ``b`` where the keys are equal and ``b.ts - lower <= a.ts <= b.ts +
+        upper`` (event time, ms), exactly once, keeping rows only as long as the bounds
+        need (``trident.runtime.interval_join``). Output: ``a``'s fields then ``b``'s, named
+        ``out_fields``; ``store``: a ``WindowsStoreFactory``; late rows of either side on
+        ``late_stream(name)`` as ``("a" or "b", values)``."""
+        from trident.runtime.interval_join import IntervalJoinSpec
+        from trident.windowing import WindowsStoreFactory, _ms
+
+        keys = tuple(s._in(k, "interval_join")[1] for s, k in ((a, a_key), (b, b_key)))
+        if len(keys[0]) != len(keys[1]):
+            msg = f"interval_join: a's key {a_key!r} and b's key {b_key!r} must have as many fields"
+            raise ConfigError(msg)
+        ts = tuple(s._in(Fields(f), "interval_join")[1][0] for s, f in ((a, a_ts), (b, b_ts)))
+        lo, hi, lag_ms = _ms(lower, "interval_join: lower"), _ms(upper, "interval_join: upper"), \
+            0 if lag is None else _ms(lag, "interval_join: lag")
+        if lo < 0 or hi < 0 or lag_ms < 0:
+            msg = f"interval_join: lower, upper and lag are >= 0 ms; got {lower!r}, {upper!r}, {lag!r}"
+            raise ConfigError(msg)
+        if not isinstance(store, WindowsStoreFactory):
+            msg = f"interval_join takes a WindowsStoreFactory (e.g. WindowsStoreFactory('joins')); got {store!r}"
+            raise ConfigError(msg)
+        out = _fields(out_fields, "interval_join: output fields")
+        if len(out) != len(a.fields) + len(b.fields):
+            msg = (f"interval_join: out_fields name a's fields then b's ({len(a.fields) + len(b.fields)} in all: "
+                   f"{list(a.fields)} + {list(b.fields)}); got {list(out)}")
+            raise ConfigError(msg)
+        spec = IntervalJoinSpec((keys[0], keys[1]), (ts[0], ts[1]), lo, hi, lag_ms, store.name, late_stream)
+        op = Op("ijoin", out, out, fn=spec)
+        return self._add(Node("ijoin", [a.node, b.node], out, op=op, grouping="global"))
+
     def _state(self, factory: Any, node: Node | None) -> TridentState:
         if not isinstance(factory, MapStateFactory):      # a State API factory: its own state
             return TridentState(self, factory, node)

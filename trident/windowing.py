@@ -153,10 +153,14 @@ class WindowSpec:
     aggregator: Any
     timestamp_idx: int | None = None
     lag: int = 0
+    late_stream: str | None = None
+    session: bool = False             # a session window: ``config.length`` is the gap
+    key_idx: tuple[int, ...] = ()     # a session per value of these fields (a grouped stream)
 
 
 def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
-                timestamp_field: str | None, lag: Duration | int | None, what: str) -> WindowSpec:
+                timestamp_field: str | None, lag: Duration | int | None, what: str,
+                late_stream: str | None = None) -> WindowSpec:
     """The checked ``WindowSpec`` of a window over a stream of ``fields``; ``ConfigError``
     naming ``what`` and the fix."""
     from trident.operation import Aggregator, CombinerAggregator, ReducerAggregator
@@ -178,6 +182,12 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
     if lag is not None and timestamp_field is None:
         msg = f"{what}: a lag needs event time; give timestamp_field='<field with the time in ms>'"
         raise ConfigError(msg)
+    if late_stream is not None and (not isinstance(late_stream, str) or not late_stream):
+        msg = f"{what}: late_stream is the name of a stream (e.g. 'late'); got {late_stream!r}"
+        raise ConfigError(msg)
+    if late_stream is not None and timestamp_field is None:
+        msg = f"{what}: a late_stream needs event time; give timestamp_field='<field with the time in ms>'"
+        raise ConfigError(msg)
     ts_idx = None
     if timestamp_field is not None:
         if timestamp_field not in fields:
@@ -185,4 +195,20 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
                    f"{list(fields)}; fix the name or add the field first")
             raise ConfigError(msg)
         ts_idx = list(fields).index(timestamp_field)
-    return WindowSpec(config, store, aggregator, ts_idx, lag_ms)
+    return WindowSpec(config, store, aggregator, ts_idx, lag_ms, late_stream)
+
+
+def session_spec(fields: Any, gap: Any, store: WindowsStoreFactory, aggregator: Any, timestamp_field: Any,
+                 lag: Any, late_stream: str | None, key_idx: tuple[int, ...], what: str) -> WindowSpec:
+    """The checked ``WindowSpec`` of a session window (``Stream.session_window``)."""
+    from dataclasses import replace
+
+    if timestamp_field is None:
+        msg = f"{what}: a session window is over event time; give timestamp_field='<field with the time in ms>'"
+        raise ConfigError(msg)
+    ms = _ms(gap, f"{what}: gap")
+    if ms <= 0:
+        msg = f"{what}: the gap must be > 0 ms; got {gap!r}"
+        raise ConfigError(msg)
+    spec = window_spec(fields, WindowConfig(ms, ms, False), store, aggregator, timestamp_field, lag, what, late_stream)
+    return replace(spec, session=True, key_idx=key_idx)

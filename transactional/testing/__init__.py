@@ -5,6 +5,8 @@
 * ``EventLog``: a file that tasks in executors and the driver append JSON events to,
   to observe order and overlap across processes.
 * ``ListSink``: a committer that records what reached the commit phase, per txid.
+* ``TopologyTestDriver``: a core topology run in process, its input and clock scripted
+  (``transactional.testing.driver``).
 * Managed servers for integration tests: ``transactional.testing.zookeeper``,
   ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
 """
@@ -23,10 +25,10 @@ from transactional.bolt import BaseBasicBolt, BaseBatchBolt, Committer
 from transactional.engine.faults import fails
 from transactional.exceptions import FailedException
 
-__all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
+__all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS", "TopologyTestDriver",
            "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port"]
 
-_SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
+_SERVERS = {"TopologyTestDriver": "driver", "ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
             "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process"}
 
 

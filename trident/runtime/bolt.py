@@ -10,6 +10,7 @@ from transactional.metrics import MetricsContext
 from transactional.tuples import Fields
 from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
 from trident.runtime.arrow import from_ipc
+from trident.runtime.interval_join import IntervalJoinProc
 from trident.runtime.op import Op
 from trident.runtime.persistence import PartitionPersistProc, PersistProc, QueryProc
 from trident.runtime.processors import (
@@ -55,6 +56,7 @@ PROCS: dict[str, type[Proc]] = {
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
     "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
     "join": JoinProc, "window": WindowProc, "peek": FilterProc, "multi_reduce": MultiReduceProc,
+    "ijoin": IntervalJoinProc,
 }
 
 
@@ -68,8 +70,10 @@ class TridentBolt(BaseBatchBolt):
 
     def __init__(self, ops: list[Op], out_fields: Fields, rows_out: bool, arrow_outs: list[ArrowOut],
                  sides: dict[tuple[str, str], int], arrow_in: set[tuple[str, str]], description: str,
-                 named: bool = False) -> None:
+                 named: bool = False, side_outs: tuple[tuple[str, Fields], ...] = ()) -> None:
         self.ops = ops
+        #: side streams (stream id, fields) a processor emits on: a window's late tuples
+        self.side_outs = side_outs
         self.out_fields = out_fields
         self.rows_out = rows_out
         self.arrow_outs = arrow_outs
@@ -157,6 +161,8 @@ class TridentBolt(BaseBatchBolt):
     def declare_output_fields(self, declarer: Any) -> None:
         """The stream's fields after the attempt, and a direct stream per Arrow consumer."""
         declarer.declare(Fields(TX_FIELD, *self.out_fields))
+        for stream, fields in self.side_outs:
+            declarer.declare_stream(stream, Fields(TX_FIELD, *fields))
         for out in self.arrow_outs:
             declarer.declare_stream(out.stream, Fields(TX_FIELD, ARROW_FIELD), direct=True)
 

@@ -21,7 +21,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.commit import TXID_TIME_MS
+from transactional.engine.sessions import is_late, split_sessions
 from transactional.exceptions import ConfigError
+from transactional.windowing import WindowInfo
 from trident.operation import TridentTuple
 from trident.runtime.aggregators import as_aggregator
 from trident.runtime.op import op_label
@@ -31,6 +33,16 @@ if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
 
 log = logging.getLogger("trident")
+
+
+class _WindowCollect(_Collect):
+    """A window aggregator's collector: ``window`` is the window being aggregated."""
+
+    __slots__ = ("window",)
+
+    def __init__(self, push: Any, width: int, what: str) -> None:
+        super().__init__(push, width, what)
+        self.window: WindowInfo | None = None
 
 
 def _empty() -> dict[str, Any]:
@@ -67,7 +79,8 @@ class WindowProc(Proc):
         self.tt = TridentTuple.of(op.in_fields)
         self.attempt = bolt.attempt
         self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
-        self.collector = _Collect(self.nxt.row, len(op.out_fields), op_label(op))
+        self.collector = _WindowCollect(self.nxt.row, len(op.out_fields) - len(self.spec.key_idx), op_label(op))
+        self.late_out = None if self.spec.late_stream is None else f"late-{self.spec.late_stream}"
         self.bolt = bolt
         self.rows_in: list[tuple[str, tuple[Any, ...]]] = []
 
@@ -87,33 +100,60 @@ class WindowProc(Proc):
         for part, r in self.rows_in:
             if spec.timestamp_idx is not None:
                 ts = int(r[spec.timestamp_idx])
-                if wm is not None and ts < wm:
+                if is_late(ts, cfg.length, wm) if spec.session else (wm is not None and ts < wm):
                     late += 1
+                    self._late(r)
                     continue
                 if ts > maxima.get(part, ts - 1):
                     maxima[part] = ts
             else:
                 ts = now
             rec["seq"] += 1
-            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx)])   # type: ignore[union-attr]
+            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx),   # type: ignore[union-attr]
+                                  *([[r[i] for i in spec.key_idx]] if spec.session else [])])
             if cfg.count:
-                rec["count_since"] += 1
-                if rec["count_since"] >= cfg.sliding:
-                    rec["count_since"] = 0
-                    self._fire([e for e in rec["events"][-cfg.length:]])
-                    keep = cfg.length - cfg.sliding
-                    rec["events"] = rec["events"][len(rec["events"]) - keep:] if keep else []
+                self._count(ts)
         if late:
             rec["late"] += late
-            log.warning("window stage %r txid %d: %d late tuple(s) dropped (below the watermark %s); %d so far",
-                        self.stage, self.txid, late, wm, rec["late"])
+            log.warning("window stage %r txid %d: %d late tuple(s) %s (below the watermark %s); %d so far",
+                        self.stage, self.txid, late,
+                        "dropped" if spec.late_stream is None else f"sent to {spec.late_stream!r}", wm, rec["late"])
         if not cfg.count:
             ref = watermark(maxima, spec.lag) if spec.timestamp_idx is not None else now
             if ref is not None:
-                self._fire_time(ref)
+                (self._fire_sessions if spec.session else self._fire_time)(ref)
         rec["txid"], rec["now"] = self.txid, now
         self.map.multi_update([key], lambda _old: rec)
         super().finish()
+
+    def _late(self, r: tuple[Any, ...]) -> None:
+        """A late tuple: on the late stream, when the window has one (else only counted)."""
+        if self.late_out is not None:
+            self.bolt.collector.emit((self.attempt, *r), self.late_out)
+
+    def _count(self, ts: int) -> None:
+        """One more tuple for a count trigger: as Storm's ``WindowManager``, every ``sliding``
+        tuples what is beyond the length leaves and the rest fires; only the last ``length -
+        sliding`` can be in a later window."""
+        cfg, rec = self.spec.config, self.rec
+        rec["count_since"] += 1
+        if rec["count_since"] >= cfg.sliding:
+            rec["count_since"] = 0
+            self._fire(rec["events"][-cfg.length:], None, ts)
+            keep = cfg.length - cfg.sliding
+            rec["events"] = rec["events"][-keep:] if keep else []
+
+    def _fire_sessions(self, ref: int) -> None:
+        """Every session (``transactional.engine.sessions``; events ``[seq, ts, values,
+        key]``) whose end the watermark reached fires, emitted after its key's fields, and
+        leaves the record."""
+        rec, gone = self.rec, set[int]()
+        for s in split_sessions(rec["events"], lambda e: e[1], lambda e: tuple(e[3]), self.spec.config.length):
+            if s.end <= ref:
+                self._fire(s.members, s.start, s.end, s.key)
+                gone.update(e[0] for e in s.members)
+        if gone:
+            rec["events"] = [e for e in rec["events"] if e[0] not in gone]
 
     def _fire_time(self, ref: int) -> None:
         cfg, rec = self.spec.config, self.rec
@@ -128,15 +168,17 @@ class WindowProc(Proc):
             start = end - cfg.length
             window = [e for e in rec["events"] if start <= e[1] < end]
             if window:
-                self._fire(window)
+                self._fire(window, start, end)
             rec["events"] = [e for e in rec["events"] if e[1] >= end + step - cfg.length]
             rec["next_end"] = end + step
 
-    def _fire(self, window: list[list[Any]]) -> None:
+    def _fire(self, window: list[list[Any]], start: int | None, end: int, key: Any = None) -> None:
+        """One window through the aggregator, which finds its bounds in ``collector.window``."""
         self.rec["fired"] += 1
         c, agg, tt = self.collector, self.agg, self.tt
-        c.current = ()
+        c.current = key if key is not None else ()          # a group's fields come first
+        c.window = WindowInfo(start, end, None if not key else key[0] if len(key) == 1 else key)
         state = agg.init(self.attempt, c)
-        for _, _, values in window:
-            agg.aggregate(state, tt(tuple(values)), c)
+        for e in window:
+            agg.aggregate(state, tt(tuple(e[2])), c)
         agg.complete(state, c)

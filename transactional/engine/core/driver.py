@@ -97,7 +97,7 @@ class CoreDriver:
 
     def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
                  store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-                 epoch: int | None = None) -> None:
+                 epoch: int | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.topology = topology
         self.config = config
         self.result = result
@@ -129,12 +129,14 @@ class CoreDriver:
         for name in ("acked", "failed", "timed_out"):
             getattr(result, name).update({s.id: 0 for s in topology.spouts})
         # windows (kept here across micro-batches) and tick tuples (transactional.ticks)
-        self.windows = WindowKeeper(topology, clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
+        # processing time of windows: the driver's wall clock (``run_topology(clock=)``, a test driver's)
+        self.windows = WindowKeeper(topology, wall_clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
             else None
         self.tick_every = {c.id: f for c in topology.bolts
                            if (f := tick_freq(c, config.tick_tuple_freq_secs)) is not None}
         start = clock()
         self.last_tick = dict.fromkeys(self.tick_every, start)
+        self.quiet_since: float | None = None      # since when the spouts have emitted nothing
 
     def _due_ticks(self, now: float) -> dict[str, float]:
         """The bolts whose tick interval passed since their last tick (they get one now)."""
@@ -148,11 +150,29 @@ class CoreDriver:
         a processing-time window holding tuples must fire, or a tick is due while tuples
         are pending (so that what waits for time moves on)."""
         if self.windows is not None:
-            due = self.windows.due()
-            if due is not None and due <= now:
+            due = self.windows.due_in()
+            if due is not None and due <= 0:
+                return True
+            if self._input_ended(now):
+                self.windows.final = True            # the pending windows fire in this micro-batch
                 return True
         return bool(self.tick_every) and self.busy() and any(
             now - self.last_tick[c] >= f for c, f in self.tick_every.items())
+
+    def _note_quiet(self, emitted: int, now: float) -> None:
+        """Since when the spouts have emitted nothing (None: they just did)."""
+        if emitted:
+            self.quiet_since = None
+        elif self.quiet_since is None:
+            self.quiet_since = now
+
+    def _input_ended(self, now: float) -> bool:
+        """The spouts had nothing for ``idle_timeout_secs`` and every micro-batch before is
+        committed, while windows that are not persistent hold tuples: the input is over
+        (as a bounded input in Flink), so they fire and ack their tuples."""
+        idle = self.config.idle_timeout_secs
+        return (idle is not None and self.quiet_since is not None and now - self.quiet_since >= idle
+                and not self.batches and self.windows is not None and self.windows.flushable())
 
     def conf_for(self, txid: int, conf: dict[str, Any]) -> dict[str, Any]:
         """``conf`` for the tasks of micro-batch ``txid``: with the bolts that get a tick."""
@@ -187,6 +207,7 @@ class CoreDriver:
                     self._register(t, roots)
             if not progressed or self.clock() >= deadline:
                 break
+        self._note_quiet(n, now)
         if n == 0 and not self._wants_batch(self.clock()):
             return None
         fed: dict[str, Any] = {s.id: [t.collector.outputs.records() for t in self.tasks if t.spout_id == s.id]
@@ -351,15 +372,19 @@ class CoreDriver:
         cp = self.checkpointer
         if cp is not None and cp.dirty():
             times.append(cp.last + cp.interval)
-        if self.windows is not None and (due := self.windows.due()) is not None:
-            times.append(due)
+        if self.windows is not None and (due := self.windows.due_in()) is not None:
+            times.append(self.clock() + due)
+        idle = self.config.idle_timeout_secs
+        if idle is not None and self.quiet_since is not None and self.windows is not None and self.windows.flushable():
+            times.append(self.quiet_since + idle)
         if self.tick_every and self.busy():
             times += [self.last_tick[c] + f for c, f in self.tick_every.items()]
         return min(times) if times else None
 
     def busy(self) -> bool:
         """Trees are pending: the run is not idle even when the spouts have nothing new."""
-        return any(t.pending for t in self.tasks)
+        return any(t.pending for t in self.tasks) or (self.windows is not None and self.windows.flushable()
+                                                      and self.config.idle_timeout_secs is not None)
 
     def pending(self) -> dict[str, int]:
         """Tracked spout tuples not yet acked or failed, per spout."""

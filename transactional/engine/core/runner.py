@@ -57,7 +57,8 @@ class CoreRunner(TopologyRunner):
         self.engine = engine
         self.state = state
         self.store = store
-        self.core = CoreDriver(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch)
+        self.core = CoreDriver(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
+                               wall_clock=engine.clock)
         if self.core.checkpointer is not None:
             engine.result._states = self.core.checkpointer
         self.policy = self.core.policy

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
+from transactional.engine.sessions import is_late, split_sessions
 from transactional.exceptions import ConfigError, FailedException
 from transactional.ticks import is_tick
 from transactional.topology import Topology
@@ -59,10 +60,12 @@ class _Event:
 class Window:
     """A ``TupleWindow`` (``transactional.windowing``)."""
 
-    __slots__ = ("_all", "_new", "_expired", "_start", "_end")
+    __slots__ = ("_all", "_new", "_expired", "_start", "_end", "_key")
 
-    def __init__(self, all: list[Any], new: list[Any], expired: list[Any], start: int | None, end: int) -> None:
+    def __init__(self, all: list[Any], new: list[Any], expired: list[Any], start: int | None, end: int,
+                 key: Any = None) -> None:
         self._all, self._new, self._expired, self._start, self._end = all, new, expired, start, end
+        self._key = key
 
     def get(self) -> list[Any]:
         return self._all
@@ -78,6 +81,9 @@ class Window:
 
     def get_end_timestamp(self) -> int:
         return self._end
+
+    def get_key(self) -> Any:
+        return self._key
 
     def __repr__(self) -> str:
         return f"Window({len(self._all)} tuples, start={self._start}, end={self._end})"
@@ -119,6 +125,7 @@ class WindowTask:
         self.bolt: Any = None
         self.now_ms = 0
         self.batch_chunk = 0
+        self.final = False                   # this micro-batch ends the input: fire what is pending
 
     # -- a micro-batch -------------------------------------------------------------------------
     def begin(self, router: Any, bolt: Any, kv: Any = None) -> None:
@@ -141,7 +148,8 @@ class WindowTask:
         if cfg.event_time:
             ts = int(t[cfg.timestamp_field] if cfg.timestamp_field is not None
                      else cfg.timestamp_extractor(t))                 # type: ignore[misc]
-            if self.watermark is not None and ts < self.watermark:
+            if is_late(ts, self.length, self.watermark) if cfg.session else \
+                    (self.watermark is not None and ts < self.watermark):
                 self._late(t, ts)
                 return
             k = (t.source_component, t.source_stream, t.source_task)
@@ -162,23 +170,24 @@ class WindowTask:
                 self.count_since = 0
                 self._fire_count(ts)
 
-    def end(self) -> None:
+    def end(self, watermark: int | None = None) -> None:
         """End of the micro-batch: the watermark, the time triggers, ids folded, the
-        persistent window written."""
+        persistent window written. ``watermark``: event time advanced by hand (a test
+        driver's), used instead of the one the timestamps give when it is higher."""
         now_s = self.clock()
         self.now_ms = int(now_s * 1000)
         cfg = self.config
-        if cfg.event_time and self.maxts:
-            iv = cfg.watermark_interval
-            if iv is None or self.watermark_at is None or now_s - self.watermark_at >= iv.ms / 1000:
-                wm = min(self.maxts.values()) - self.lag
-                if self.watermark is None or wm > self.watermark:
-                    self.watermark = wm
-                self.watermark_at = now_s
-        if not self.count_trigger:
+        if cfg.event_time:
+            self._advance_watermark(now_s, watermark)
+        if cfg.session:
+            if self.watermark is not None:
+                self._fire_sessions(self.watermark)
+        elif not self.count_trigger:
             ref = self.watermark if cfg.event_time else self.now_ms
             if ref is not None:
                 self._fire_time(ref)
+        if self.final and not cfg.persistent and self.events:
+            self._flush()
         report = self.router.ids.report
         for e in self.events:
             m = e.tuple.message_id
@@ -186,6 +195,18 @@ class WindowTask:
                 e.tuple.message_id = report(e.tuple.key, m)
         if cfg.persistent:
             self._save()
+
+    def _advance_watermark(self, now_s: float, by_hand: int | None) -> None:
+        """The least greatest timestamp over the input partitions minus the lag (at most
+        every watermark interval), or ``by_hand`` when higher; it never goes back."""
+        wm = by_hand
+        iv = self.config.watermark_interval
+        if self.maxts and (iv is None or self.watermark_at is None or now_s - self.watermark_at >= iv.ms / 1000):
+            seen = min(self.maxts.values()) - self.lag
+            wm = seen if wm is None else max(wm, seen)
+            self.watermark_at = now_s
+        if wm is not None and (self.watermark is None or wm > self.watermark):
+            self.watermark = wm
 
     def due_ms(self) -> int | None:
         """When a processing-time window next fires (driver's clock, ms), if it holds tuples."""
@@ -196,25 +217,54 @@ class WindowTask:
         return self.next_end
 
     # -- firing and eviction ------------------------------------------------------------------
+    def _flush(self) -> None:
+        """The input ended (``WindowKeeper.final``): every window still pending fires, as
+        Flink's do at the end of a bounded input, and every tuple leaves (acked)."""
+        last = max(e.ts for e in self.events)
+        if self.config.session:
+            self._fire_sessions(last + self.length)
+        elif self.count_trigger:
+            if self.count_since:
+                self.count_since = 0
+                self._fire_count(last)
+        else:
+            step = self.slide
+            self._fire_time((last // step + 1) * step if self.count_length else last + self.length)
+        self._evict(list(self.events))
+
+    def _fire_sessions(self, ref: int) -> None:
+        """Every session (``transactional.engine.sessions``) whose end the watermark
+        reached fires, its tuples in arrival order, and its tuples leave."""
+        field = self.config.session_key
+        key = (lambda e: e.tuple[field]) if field is not None else (lambda e: None)
+        for s in split_sessions(self.events, lambda e: e.ts, key, self.length):
+            if s.end <= ref:
+                self.expired = []                    # a session has no expired tuples
+                self._execute(s.members, s.start, s.end, s.key)
+                self._evict(s.members)
+        self.expired = []
+
     def _fire_count(self, ref: int) -> None:
+        """A count trigger, as Storm's ``WindowManager.onTrigger``: first evict what the
+        window no longer holds (beyond the last ``length`` tuples, or older than ``ref -
+        length``), then the window is every tuple left."""
         if self.count_length:
-            window = self.events[-self.length:]
+            self._evict(self.events[:max(len(self.events) - self.length, 0)])
             start = None
         else:
             start = ref - self.length + 1
-            window = [e for e in self.events if start <= e.ts <= ref]
-        self._execute(window, start, ref)
-        if self.count_length:
-            keep = max(self.length - self.slide, 0)
-            self._evict(self.events[:len(self.events) - keep] if keep else list(self.events))
-        else:
-            self._evict([e for e in self.events if e.ts < ref - self.length + 1])
+            self._evict([e for e in self.events if e.ts < start])
+        window = [e for e in self.events if e.ts <= ref] if start is not None else list(self.events)
+        if window:
+            self._execute(window, start, ref)
 
     def _fire_time(self, ref: int) -> None:
         step = self.slide
         while self.events:
             first = (min(e.ts for e in self.events) // step + 1) * step
             if self.next_end is None or self.next_end < first:
+                if self.next_end is not None and self.next_end <= ref:
+                    self.expired = []                # an empty window fired: Storm drops its expired
                 self.next_end = first                # the windows before hold nothing
             end = self.next_end
             if end > ref:
@@ -229,13 +279,15 @@ class WindowTask:
                 gone = [e for e in self.events if e.ts < end + step - self.length]
             if window:
                 self._execute(window, start, end)
+            else:
+                self.expired = []                    # as Storm's onTrigger of an empty window
             self._evict(gone)
             self.next_end = end + step
 
-    def _execute(self, window: list[_Event], start: int | None, end: int) -> None:
+    def _execute(self, window: list[_Event], start: int | None, end: int, key: Any = None) -> None:
         tuples = [e.tuple for e in window]
         new = [e.tuple for e in window if e.seq > self.last_fired]
-        w = Window(tuples, new, self.expired, start, end)
+        w = Window(tuples, new, self.expired, start, end, key)
         try:
             self.bolt.execute(w)
         except FailedException as e:
@@ -344,6 +396,8 @@ class WindowKeeper:
         self.tasks: dict[tuple[str, int], WindowTask] = {}
         self.snaps: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.configs = {c.id: c.new_instance().window_config for c in topology.bolts if c.core in WINDOWED_KINDS}
+        #: the micro-batch being run ends a finite input: pending windows fire (``WindowTask._flush``)
+        self.final = False
 
     def task(self, component: str, task: int) -> WindowTask:
         key = (component, task)
@@ -352,11 +406,13 @@ class WindowKeeper:
             t = self.tasks[key] = WindowTask(self.topology, component, task, self.configs[component], self.clock)
         if key not in self.snaps:
             self.snaps[key] = t.snapshot()
+        t.final = self.final
         return t
 
     def commit(self) -> None:
         """The micro-batch committed: drop its undo."""
         self.snaps = {}
+        self.final = False
 
     def rollback(self, reload: bool = False) -> None:
         """The micro-batch failed: every window as before it (``reload``: persistent ones
@@ -364,15 +420,25 @@ class WindowKeeper:
         for key, snap in self.snaps.items():
             self.tasks[key].restore(snap)
         self.snaps = {}
+        self.final = False
         if reload:
             for t in self.tasks.values():
                 if t.config.persistent:
                     t.reload()
 
+    def flushable(self) -> bool:
+        """Some window that is not persistent holds tuples: the end of the input fires it."""
+        return any(t.events for t in self.tasks.values() if not t.config.persistent)
+
     def due(self) -> float | None:
         """When (driver's clock, seconds) a processing-time window next fires."""
         times = [d for d in (t.due_ms() for t in self.tasks.values()) if d is not None]
         return min(times) / 1000 if times else None
+
+    def due_in(self) -> float | None:
+        """In how many seconds a processing-time window next fires (<= 0: now)."""
+        due = self.due()
+        return None if due is None else due - self.clock()
 
     def fired(self) -> dict[str, int]:
         out: dict[str, int] = {}
