@@ -6,7 +6,8 @@
   to observe order and overlap across processes.
 * ``ListSink``: a committer that records what reached the commit phase, per txid.
 * Managed servers for integration tests: ``transactional.testing.zookeeper``,
-  ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
+  ``.redis``, ``.kafka``, ``.redis_cluster`` (``ManagedRedisCluster``), ``.zookeeper_ensemble``
+  (``ManagedZooKeeperEnsemble``); crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from transactional.engine.faults import fails
 from transactional.exceptions import FailedException
 
 __all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS",
-           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port"]
+           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port",
+           "ManagedRedisCluster", "ManagedZooKeeperEnsemble"]
 
 _SERVERS = {"ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
-            "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process"}
+            "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process",
+            "ManagedRedisCluster": "redis_cluster", "ManagedZooKeeperEnsemble": "zookeeper_ensemble"}
 
 
 def __getattr__(name: str) -> Any:
