@@ -129,3 +129,56 @@ def test_cluster_urls_are_checked_before_anything_is_opened() -> None:
         open_map_backing("redis+cluster://127.0.0.1:7000/3", "t:counts")
     with pytest.raises(ConfigError, match="brace"):
         open_map_backing("redis+cluster://127.0.0.1:7000", "t{x}:counts")
+
+
+def _master0_keys(cluster, tid: str, name: str) -> list[str]:
+    ranges, masters = cluster.slots(), cluster.master_ports()
+    return [k for k in KEYS if _node_of(ranges, masters, f"{tid}:{name}:{k}") == 0]
+
+
+@pytest.mark.parametrize("wait_replicas", [1, 0])
+def test_a_failover_loses_no_recorded_txid_when_commits_wait_for_the_replica(redis_cluster, redis_cluster_url,
+                                                                              wait_replicas):
+    """The replica of master 0 is cut off (SIGSTOP, its link dropped by the master), a txid
+    is written, master 0 is SIGKILLed and the replica takes over without that write. Waiting
+    for the replica (the default), the write was never acknowledged: the batch failed, and
+    its replay after the failover (and a replica back) counts it once. Without waiting
+    (``wait_replicas=0``) the write was acknowledged and is lost: a commit recorded on that
+    acknowledgement would have lost it."""
+    from state.errors import StateUnavailableError
+
+    tid = _tid()
+    b = open_map_backing(redis_cluster_url, f"{tid}:counts", fence_scope=tid, wait_replicas=wait_replicas,
+                         wait_timeout=0.3, retry_timeout=1.0)
+    keys = _master0_keys(redis_cluster, tid, "counts")
+    m = TransactionalMap(b, "counts")
+    m.begin_commit(1, epoch=1)
+    m.multi_combine(keys, [1] * len(keys), "sum")
+    m.commit(1)
+    redis_cluster.wait_replicated()
+    replica = redis_cluster.replica_of(0)
+    redis_cluster.pause(replica)
+    master = redis_cluster._client(redis_cluster.node(redis_cluster.master_ports()[0]))
+    master.execute_command("CLIENT", "KILL", "TYPE", "replica")
+    master.connection_pool.disconnect()
+    try:
+        m.begin_commit(2, epoch=1)
+        m.multi_combine(keys, [1] * len(keys), "sum")
+        if wait_replicas:
+            with pytest.raises(StateUnavailableError, match=r"only 0 of 1 replicas took the write within 0.3 s"):
+                m.commit(2)
+        else:
+            m.commit(2)                                  # acknowledged by the master alone
+        victim, port = redis_cluster.kill_master_now(0)
+    finally:
+        redis_cluster.resume(replica)
+    redis_cluster.wait_failover(port)
+    m2 = TransactionalMap(open_map_backing(redis_cluster_url, f"{tid}:counts", fence_scope=tid,
+                                           wait_replicas=wait_replicas), "counts")
+    assert m2.multi_get(keys) == [1] * len(keys)         # txid 2's write is gone with the old master
+    if wait_replicas:
+        redis_cluster.revive(victim)                     # a replica again for the new master
+        m2.begin_commit(2, epoch=1)                      # the replay of the failed batch
+        m2.multi_combine(keys, [1] * len(keys), "sum")
+        m2.commit(2)
+        assert m2.multi_get(keys) == [2] * len(keys)

@@ -14,8 +14,10 @@ default) so a failover takes a few seconds. Needs ``redis-server`` and ``redis-c
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -81,6 +83,7 @@ class ManagedRedisCluster:
                                      "--cluster-node-timeout", str(node_timeout_ms),
                                      "--cluster-replica-validity-factor", "0"])
             for i in range(masters * (1 + replicas))]
+        self._paused: set[int] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> ManagedRedisCluster:
@@ -137,8 +140,8 @@ class ManagedRedisCluster:
         return cluster_url([n.port for n in self.nodes])
 
     def running_nodes(self) -> list[ManagedRedis]:
-        """The nodes whose process runs."""
-        return [n for n in self.nodes if n.running]
+        """The nodes whose process runs (and is not paused)."""
+        return [n for n in self.nodes if n.running and n.port not in self._paused]
 
     def _client(self, node: ManagedRedis) -> Any:
         import redis  # the test harness may import redis: it is not the product's state layer
@@ -169,12 +172,48 @@ class ManagedRedisCluster:
     def kill_master(self, i: int, timeout: float = 60.0) -> ManagedRedis:
         """SIGKILL master ``i`` (by the order of their first slot) and wait until one of its
         replicas has taken over its slots and the cluster is ok again; returns the killed node."""
+        victim, port = self.kill_master_now(i)
+        self.wait_failover(port, timeout)
+        return victim
+
+    def replica_of(self, i: int) -> ManagedRedis:
+        """A running replica of master ``i`` (by ``master_ports`` order)."""
+        port = self.master_ports()[i]
+        for n in self.running_nodes():
+            c = self._client(n)
+            try:
+                rep = c.info("replication")
+            finally:
+                c.connection_pool.disconnect()
+            if rep.get("role") == "slave" and int(rep.get("master_port", 0)) == port:
+                return n
+        msg = f"master {i} (port {port}) has no running replica"
+        raise RuntimeError(msg)
+
+    def pause(self, node: ManagedRedis) -> None:
+        """SIGSTOP ``node`` (it keeps its connections and answers nothing: a stalled replica)."""
+        assert node.proc is not None
+        os.killpg(node.proc.pid, signal.SIGSTOP)
+        self._paused.add(node.port)
+
+    def resume(self, node: ManagedRedis) -> None:
+        """SIGCONT a paused node."""
+        assert node.proc is not None
+        os.killpg(node.proc.pid, signal.SIGCONT)
+        self._paused.discard(node.port)
+
+    def kill_master_now(self, i: int) -> tuple[ManagedRedis, int]:
+        """SIGKILL master ``i`` without waiting for a failover; returns the node and its port
+        (``wait_failover(port)`` waits)."""
         port = self.master_ports()[i]
         victim = self.node(port)
         victim.kill()
+        return victim, port
+
+    def wait_failover(self, port: int, timeout: float = 60.0) -> None:
+        """Wait until no slot is served by the master that was on ``port`` and the cluster is ok."""
         wait_until(lambda: self._served_without(port), timeout, interval=0.1,
                    what=f"a replica to take over from the killed master on port {port}")
-        return victim
 
     def revive(self, node: ManagedRedis, timeout: float = 60.0) -> None:
         """Start a killed node again (its ``nodes.conf`` kept): it rejoins as a replica of
