@@ -5,7 +5,7 @@ how each is checked, and which module opens it.
 ``state.base.open_transactional_state``, ``state.map.open_map_backing`` and
 ``trident status`` open through ``opener``. A backend module is imported only when a URL
 of its scheme is opened (``state/zookeeper/`` is the only package importing kazoo,
-``state/redis.py`` the only one importing redis).
+``state/redis.py`` and ``state/redis_cluster.py`` the only ones importing redis).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ BACKENDS: tuple[Backend, ...] = (
     Backend("redis", USER_STATE, "redis://[user:password@]host:port/db", "state.redis:RedisMapBacking.from_url"),
     Backend("rediss", USER_STATE, "rediss://[user:password@]host:port/db (TLS)",
             "state.redis:RedisMapBacking.from_url"),
+    Backend("redis+cluster", USER_STATE, "redis+cluster://[user:password@]host:port,host:port",
+            "state.redis_cluster:open_cluster_backing"),
 )
 
 

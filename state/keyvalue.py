@@ -41,7 +41,7 @@ import json
 import threading
 from typing import Any
 
-from state.errors import LeadershipLostError, StateCorruptError
+from state.errors import ConfigError, LeadershipLostError, StateCorruptError
 from state.keys import decode_key, encode_key, hashable_key
 
 _DELETED = object()        # a pending or prepared delete
@@ -259,10 +259,13 @@ class RedisKeyValueState(KeyValueState):
                  epoch: int | None = None) -> None:
         self.client = client
         self._tried_full = False
-        self._prepare_key = f"{namespace}:~prepare"
-        self._txid_key = f"{namespace}:~txid"
-        self._fence_key = f"{fence_scope}:~kvfence"
+        self._hash_key, self._prepare_key, self._txid_key, self._fence_key = self.key_names(namespace, fence_scope)
         super().__init__(namespace, fence_scope=fence_scope, epoch=epoch)
+
+    @staticmethod
+    def key_names(namespace: str, fence_scope: str | None) -> tuple[str, str, str, str]:
+        """The Redis keys of a state: its hash, its prepare hash, its txid, its fence."""
+        return namespace, f"{namespace}:~prepare", f"{namespace}:~txid", f"{fence_scope}:~kvfence"
 
     @classmethod
     def from_url(cls, url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
@@ -314,16 +317,16 @@ class RedisKeyValueState(KeyValueState):
             # a state small enough is read whole at the first miss: one round trip instead
             # of one per key (a word count touches most of its keys in every checkpoint)
             self._tried_full = True
-            if self.client.hlen(self.namespace) <= FULL_READ_LIMIT:
+            if self.client.hlen(self._hash_key) <= FULL_READ_LIMIT:
                 self._cache.update(self._committed_items())
                 self._complete = True
                 v = self._cache.get(e, _DELETED)
                 return (False, None) if v is _DELETED else (True, v)
-        raw = self.client.hget(self.namespace, e)
+        raw = self.client.hget(self._hash_key, e)
         return (False, None) if raw is None else (True, self._decode(e, raw))
 
     def _committed_items(self) -> list[tuple[str, Any]]:
-        return [(k.decode(), self._decode(k.decode(), v)) for k, v in self.client.hgetall(self.namespace).items()]
+        return [(k.decode(), self._decode(k.decode(), v)) for k, v in self.client.hgetall(self._hash_key).items()]
 
     def _load_prepared(self) -> tuple[int, dict[str, Any]] | None:
         raw = self.client.hgetall(self._prepare_key)
@@ -348,9 +351,9 @@ class RedisKeyValueState(KeyValueState):
 
         def ops(pipe: Any) -> None:
             if puts:
-                pipe.hset(self.namespace, mapping=puts)
+                pipe.hset(self._hash_key, mapping=puts)
             if dels:
-                pipe.hdel(self.namespace, *dels)
+                pipe.hdel(self._hash_key, *dels)
             pipe.delete(self._prepare_key)
             pipe.set(self._txid_key, str(txid))
         self._write(ops)
@@ -359,16 +362,46 @@ class RedisKeyValueState(KeyValueState):
         self._write(lambda pipe: pipe.delete(self._prepare_key))
 
 
+class RedisClusterKeyValueState(RedisKeyValueState):
+    """``KeyValueState`` on Redis Cluster: ``RedisKeyValueState``'s keys, each with the hash
+    tag of the namespace's topology id (its part before the first ``:``):
+    ``{<topology>}<namespace>``, ..., and the fence ``{<topology>}<fence scope>:~kvfence``, so
+    a state's commit and its fence check are one MULTI/EXEC on one slot. A topology's
+    key-value states share that slot (one node); its map states spread over the cluster."""
+
+    @staticmethod
+    def key_names(namespace: str, fence_scope: str | None) -> tuple[str, str, str, str]:
+        """The state's keys, in the slot of ``{<topology id>}``."""
+        tag = "{" + namespace.split(":", 1)[0] + "}"
+        return (f"{tag}{namespace}", f"{tag}{namespace}:~prepare", f"{tag}{namespace}:~txid",
+                f"{tag}{fence_scope}:~kvfence")
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
+                 **client_options: Any) -> RedisClusterKeyValueState:
+        """A state in the cluster at ``url`` (``redis+cluster://host:port,host:port``)."""
+        for part in (namespace, fence_scope or ""):
+            if "{" in part or "}" in part:
+                msg = f"Redis Cluster state: {part!r} has a brace; use names without '{{' and '}}'"
+                raise ConfigError(msg)
+        from state.redis_cluster import cluster_client_from_url
+
+        return cls(cluster_client_from_url(url, **client_options), namespace, fence_scope=fence_scope, epoch=epoch)
+
+
 def open_key_value_state(url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
                          **options: Any) -> KeyValueState:
     """The ``KeyValueState`` of ``namespace`` (e.g. ``<topology>:<bolt>:<task>``) in the
-    store named by ``url``: ``memory://`` or ``redis://``/``rediss://``; its writes fenced
+    store named by ``url``: ``memory://``, ``redis://``/``rediss://`` or ``redis+cluster://``; its writes fenced
     by ``epoch`` in ``fence_scope`` when both are given (module docstring)."""
     scheme = url.split("://", 1)[0]
     if scheme == "memory":
         return MemoryKeyValueState(namespace, fence_scope=fence_scope, epoch=epoch)
     if scheme in ("redis", "rediss"):
         return RedisKeyValueState.from_url(url, namespace, fence_scope=fence_scope, epoch=epoch, **options)
-    msg = f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db"
+    if scheme == "redis+cluster":
+        return RedisClusterKeyValueState.from_url(url, namespace, fence_scope=fence_scope, epoch=epoch, **options)
+    msg = (f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db "
+           "(redis+cluster://host:port,host:port for a Redis Cluster)")
     raise ValueError(msg)
 

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "fixtures_kafka",
-                  "fixtures_postgres"]
+                  "fixtures_postgres", "fixtures_cluster"]
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def test_one_registry_of_schemes_serves_config_and_openers():
 
     assert {(b.role, b.scheme) for b in BACKENDS} == {
         (COORDINATION, "memory"), (COORDINATION, "zk"), (USER_STATE, "memory"), (USER_STATE, "redis"),
-        (USER_STATE, "rediss")}
+        (USER_STATE, "rediss"), (USER_STATE, "redis+cluster")}
     assert isinstance(opener(COORDINATION, "memory://")("memory://", "reg-t"), MemoryTransactionalState)
 
 

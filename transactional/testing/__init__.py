@@ -8,7 +8,8 @@
 * ``TopologyTestDriver``: a core topology run in process, its input and clock scripted
   (``transactional.testing.driver``).
 * Managed servers for integration tests: ``transactional.testing.zookeeper``,
-  ``.redis``, ``.kafka``; crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
+  ``.redis``, ``.kafka``, ``.redis_cluster`` (``ManagedRedisCluster``), ``.zookeeper_ensemble``
+  (``ManagedZooKeeperEnsemble``); crash points: ``TRIDENT_CRASH_AT`` (``transactional.engine.faults``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from transactional.engine.faults import fails
 from transactional.exceptions import FailedException
 
 __all__ = ["make_corpus", "FaultPlan", "with_faults", "EventLog", "ListSink", "SINKS", "TopologyTestDriver",
-           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port"]
+           "ManagedZooKeeper", "TcpProxy", "ManagedRedis", "ManagedKafka", "ManagedPostgres", "free_port",
+           "ManagedRedisCluster", "ManagedZooKeeperEnsemble"]
 
-_SERVERS = {"TopologyTestDriver": "driver", "ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper", "ManagedRedis": "redis",
-            "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process"}
+_SERVERS = {"TopologyTestDriver": "driver", "ManagedZooKeeper": "zookeeper", "TcpProxy": "zookeeper",
+            "ManagedRedis": "redis", "ManagedKafka": "kafka", "ManagedPostgres": "postgres", "free_port": "_process",
+            "ManagedRedisCluster": "redis_cluster", "ManagedZooKeeperEnsemble": "zookeeper_ensemble"}
 
 
 def __getattr__(name: str) -> Any:

@@ -92,8 +92,16 @@ class ManagedProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> ManagedProcess:
+        """Launch the server and wait until ``is_ready`` (``start_timeout``)."""
         if self.running:
             return self
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to be ready (servers that are ready only
+        together, e.g. an ensemble, are launched first and waited for after)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
@@ -102,6 +110,9 @@ class ManagedProcess:
                                      preexec_fn=_die_with_parent if self.die_with_parent
                                      and threading.current_thread() is threading.main_thread() else None)
         log.close()
+
+    def wait_ready(self) -> None:
+        """Wait until ``is_ready``; ``RuntimeError`` with the log when the process exits."""
 
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
@@ -113,7 +124,6 @@ class ManagedProcess:
             return self.is_ready()
 
         wait_until(ready, self.start_timeout, what=f"{self.name} on 127.0.0.1:{self.port}")
-        return self
 
     #: the signal of a graceful stop (a server whose fast shutdown is another overrides it)
     stop_signal = signal.SIGTERM
