@@ -129,6 +129,9 @@ class _Compiler:
         elif k == "repartition":
             seg = self._new([_Input(self.seg_of[id(n.parents[0])], n.grouping, n.keys)],
                             self.seg_of[id(n.parents[0])].committer)
+        elif k == "persist" and self._bare_repartition(n):
+            seg = self.seg_of[id(n.parents[0])]     # partition_by(...).partition_persist(...): one stage
+            seg.committer = True
         elif k in ("boundary", "persist", "window"):
             ps = self.seg_of[id(n.parents[0])]
             committer = k in ("persist", "window") or ps.committer
@@ -145,6 +148,16 @@ class _Compiler:
         else:   # pragma: no cover - every kind is above
             raise AssertionError(k)
         return seg
+
+    def _bare_repartition(self, n: Node) -> bool:
+        """Whether ``n`` (a state's update reading its parent's tasks as they are) follows a
+        repartitioning that nothing else reads and no operation follows: the state's stage
+        then takes the repartitioning itself, so a key's tuples reach one task of the state
+        (Storm's ``partitionBy(...).partitionPersist(...)``), whatever the phases."""
+        p = n.parents[0]
+        ps = self.seg_of[id(p)]
+        return (n.grouping == "local" and p.kind == "repartition" and p.extra != "identity" and ps.nodes == [p]
+                and not ps.ops and ps.spout is None and self.consumers.get(id(p), 0) == 1)
 
     def _spouts_of(self, seg: _Segment, seen: set[int] | None = None) -> list[tuple[str, Any]]:
         seen = set() if seen is None else seen
@@ -187,8 +200,21 @@ class _Compiler:
         add_returns(b, drpc_returns)
         return b.build()
 
+    def _share_hints(self) -> None:
+        """Storm's node groups: a state's stage (``partition_persist``, a ``state_query``)
+        that reads, without a repartitioning, a stage feeding nothing else is one group
+        with it, so a ``parallelism_hint`` on the state sets both (the larger, when both
+        have one), and task i hands its tuples to task i. A spout keeps its own."""
+        for s in reversed(self.segments):
+            if s.hint is None or len(s.inputs) != 1 or s.inputs[0].grouping != "local":
+                continue
+            p = s.inputs[0].segment
+            if p.spout is None and len(p.consumers) == 1 and p.hint != s.hint:
+                p.hint = s.hint = max(p.hint or 0, s.hint)
+
     def _set_parallelism(self) -> None:
         """Each segment's parallelism: the hint, else the local parent's, else 1."""
+        self._share_hints()
         for s in self.segments:
             if s.hint is not None:
                 s.parallelism = s.hint
