@@ -270,3 +270,17 @@ def test_the_cli_lists_deactivates_activates_and_kills_a_driver_in_another_proce
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
         err.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("action", ["kill", "deactivate", "activate"])
+def test_a_mistyped_id_is_refused_naming_the_known_ids_and_leaves_nothing_behind(zk_url: str, action: str) -> None:
+    run_topology(endless("words"), TopologyConfig(executor="in-process", progress=False, coordination=zk_url),
+                 max_batches=1)
+    p = trident(action, "wrods", "--coordination", zk_url)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stdout == ""
+    assert [r["topology_id"] for r in topology_list(zk_url)] == ["words"]     # no "?" entry for 'wrods'
+    assert f"no topology 'wrods' under {zk_url}: it never ran there (check the id and the root in the URL); " \
+           "the topologies there: 'words'" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr

@@ -64,13 +64,13 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 def served(client: DRPCClient, function: str, args: str, deadline_secs: float = 20) -> str:
     """``client.execute``, once a topology has asked the server for ``function`` (a fresh
-    server knows a function from the first fetch of the topology serving it)."""
+    server knows a function from the first fetch of the topology serving it; 503 before)."""
     deadline = time.monotonic() + deadline_secs
     while True:
         try:
             return client.execute(function, args)
         except DRPCExecutionException as e:
-            if not str(e).startswith("unknown DRPC function") or time.monotonic() > deadline:
+            if e.status != 503 or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
@@ -93,9 +93,11 @@ def test_remote_reach_over_http(executor: str, server: Server) -> None:
         with urllib.request.urlopen(f"http://{server.address}/drpc/reach/engineering.twitter.com/blog/5") as r:
             assert r.read().decode() == "14"
         assert client.execute("reach", "notaurl.com") == "0"
-        with pytest.raises(DRPCExecutionException, match=r"^unknown DRPC function 'nosuch': no topology serves it on "
-                                                         r"this server \(served: \['reach'\]\)$"):
+        with pytest.raises(DRPCExecutionException, match=r"^DRPC function 'nosuch' is not served by any running "
+                                                         r"topology on this server: no topology has asked this server "
+                                                         r"for its calls; served now: \['reach'\]\. Start the") as e:
             client.execute("nosuch", "x")
+        assert e.value.status == 503
         with pytest.raises(DRPCExecutionException, match=r"^DRPC args of 'reach' must be text \(str\); got bytes"):
             client.execute("reach", b"x")   # type: ignore[arg-type]
 

@@ -229,6 +229,14 @@ class DRPCClient:
     def __repr__(self) -> str:
         return f"DRPCClient({self.host!r}, {self.port}, timeout={self.timeout})"
 
+    def _refusal(self, e: urllib.error.HTTPError) -> str:
+        """The server's reason (its JSON ``error``), else its status and body."""
+        body = e.read().decode(errors="replace")
+        try:
+            return str(json.loads(body)["error"])
+        except (ValueError, KeyError, TypeError):
+            return f"DRPC server {self.host}:{self.port} answered HTTP {e.code} {e.reason}: {body[:200]}".rstrip(": ")
+
     def execute(self, function: str, args: str) -> str:
         """The result of ``function(args)``; ``DRPCExecutionException`` with the server's
         error, "timed out", or why the server could not be reached."""
@@ -241,17 +249,17 @@ class DRPCClient:
             headers["X-DRPC-Timeout"] = str(self.timeout)
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        req = urllib.request.Request(url, data=args.encode(), headers=headers, method="POST")
+        try:
+            data = args.encode()
+        except UnicodeEncodeError as e:
+            msg = f"DRPC args of {function!r} are not valid text: {e.reason} at position {e.start}"
+            raise DRPCExecutionException(msg) from None
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=None if self.timeout is None else self.timeout + 5) as r:
                 return str(r.read().decode())
         except urllib.error.HTTPError as e:
-            body = e.read().decode(errors="replace")
-            try:
-                body = json.loads(body)["error"]
-            except (ValueError, KeyError, TypeError):
-                pass
-            raise DRPCExecutionException(body or f"HTTP {e.code}") from None
+            raise DRPCExecutionException(self._refusal(e), e.code) from None
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             msg = f"DRPC server {self.host}:{self.port} unreachable or gone mid-call: {reason}"

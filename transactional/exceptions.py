@@ -85,4 +85,10 @@ class DRPCExecutionException(TridentError):
     """A Distributed RPC call got no result (Storm's ``DRPCExecutionException``): the
     function is unknown, the args are not text, the request failed ``max_attempts`` times
     (the message carries the error), or it was not answered within
-    ``drpc_request_timeout_secs`` ("timed out")."""
+    ``drpc_request_timeout_secs`` ("timed out"). From a ``trident drpc`` server, ``status``
+    is its HTTP answer: 503 (no running topology serves the function), 500 (the call
+    failed), 504 (timed out), 401, 400, 413 (the request was refused); None otherwise."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

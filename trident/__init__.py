@@ -1,5 +1,8 @@
 """Trident for Python: Storm's fluent stream API, compiled onto the transactional engine
-(docs/trident.md).
+(docs/trident.md). Every name a Trident program uses imports from here, as in the docs:
+the operations' base classes, the built-ins (``Count``, ``FilterNull``, ``SnapshotGet``
+...), the State API (``State``, ``StateFactory``, the map factories), the windows
+(``TumblingCountWindow``, ``InMemoryWindowsStoreFactory``, ``Duration`` ...).
 
 >>> from trident import TridentTopology, FixedBatchSpout, Count, state
 >>> from transactional import Fields, TopologyConfig, run_topology
@@ -15,7 +18,22 @@
 """
 
 from trident import state
-from trident.builtin import Count, Debug, FirstN, MapGet, Max, Min, Sum
+from trident.builtin import (
+    Count,
+    Debug,
+    Equals,
+    FilterNull,
+    FirstN,
+    MapGet,
+    Max,
+    MaxBy,
+    Min,
+    MinBy,
+    Negate,
+    SnapshotGet,
+    Sum,
+    TupleCollectionGet,
+)
 from trident.operation import (
     Aggregator,
     BaseAggregator,
@@ -37,8 +55,29 @@ from trident.operation import (
 )
 from trident.spout import FixedBatchSpout
 from trident.state import MapStateFactory, StateType, TridentState
+from trident.states import (
+    BackingMapStateFactory,
+    IBackingMap,
+    NonTransactionalMapFactory,
+    OpaqueMapFactory,
+    State,
+    StateFactory,
+    TransactionalMapFactory,
+    register_map_backing,
+)
 from trident.stream import ChainedAggregatorDeclarer, GroupedStream, Stream
 from trident.topology import TridentTopology
+from trident.windowing import (
+    Duration,
+    InMemoryWindowsStoreFactory,
+    RedisWindowsStoreFactory,
+    SlidingCountWindow,
+    SlidingDurationWindow,
+    TumblingCountWindow,
+    TumblingDurationWindow,
+    WindowConfig,
+    WindowsStoreFactory,
+)
 
 __all__ = [
     "TridentTopology", "Stream", "GroupedStream", "ChainedAggregatorDeclarer", "TridentState",
@@ -47,5 +86,10 @@ __all__ = [
     "QueryFunction", "BaseQueryFunction", "StateUpdater", "BaseStateUpdater",
     "TridentTuple", "TridentCollector",
     "Count", "Sum", "Max", "Min", "FirstN", "MapGet", "Debug",
+    "FilterNull", "Equals", "Negate", "SnapshotGet", "MinBy", "MaxBy", "TupleCollectionGet",
     "FixedBatchSpout", "MapStateFactory", "StateType", "state",
+    "State", "StateFactory", "IBackingMap", "BackingMapStateFactory", "TransactionalMapFactory", "OpaqueMapFactory",
+    "NonTransactionalMapFactory", "register_map_backing",
+    "WindowConfig", "TumblingCountWindow", "SlidingCountWindow", "TumblingDurationWindow", "SlidingDurationWindow",
+    "WindowsStoreFactory", "InMemoryWindowsStoreFactory", "RedisWindowsStoreFactory", "Duration",
 ]

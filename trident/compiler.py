@@ -132,28 +132,44 @@ class _Compiler:
         elif k == "repartition":
             seg = self._new([_Input(self.seg_of[id(n.parents[0])], n.grouping, n.keys)],
                             self.seg_of[id(n.parents[0])].committer)
+        elif k == "persist" and self._bare_repartition(n):
+            seg = self.seg_of[id(n.parents[0])]     # partition_by(...).partition_persist(...): one stage
+            seg.committer = True
         elif k in ("boundary", "persist", "window"):
             ps = self.seg_of[id(n.parents[0])]
             committer = k in ("persist", "window") or ps.committer
             seg = self._new([_Input(ps, n.grouping, n.keys)], committer)
-        elif k == "ijoin":               # an interval join: both sides to one task, in the commit phase
-            segs = [self.seg_of[id(p)] for p in n.parents]
-            seg = self._new([_Input(s, "global", side=i) for i, s in enumerate(segs)], True)
         elif k == "late":                # a window's late tuples: its stage's side stream
             ps = self.seg_of[id(n.parents[0])]
             seg = self._new([_Input(ps, "local", stream=n.extra)], ps.committer)
         elif k == "query":
             seg = self._open(n.parents[0], committer=True)
-        elif k == "merge":
-            segs = [self.seg_of[id(p)] for p in n.parents]
-            seg = self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
-        elif k == "join":
-            segs = [self.seg_of[id(p)] for p in n.parents]
-            seg = self._new([_Input(s, "fields" if len(jf) else "global", jf, side=i) for i, (s, jf) in enumerate(
-                zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
+        elif k in ("ijoin", "merge", "join"):
+            seg = self._joined(n)
         else:   # pragma: no cover - every kind is above
             raise AssertionError(k)
         return seg
+
+    def _joined(self, n: Node) -> _Segment:
+        """The new segment of a node of several parents: an interval join (both sides to one
+        task, in the commit phase), a merge (shuffled) or a join (by its fields)."""
+        segs = [self.seg_of[id(p)] for p in n.parents]
+        if n.kind == "ijoin":
+            return self._new([_Input(s, "global", side=i) for i, s in enumerate(segs)], True)
+        if n.kind == "merge":
+            return self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))
+        return self._new([_Input(s, "fields" if len(jf) else "global", jf, side=i) for i, (s, jf) in enumerate(
+            zip(segs, n.extra, strict=True))], any(s.committer for s in segs))
+
+    def _bare_repartition(self, n: Node) -> bool:
+        """Whether ``n`` (a state's update reading its parent's tasks as they are) follows a
+        repartitioning that nothing else reads and no operation follows: the state's stage
+        then takes the repartitioning itself, so a key's tuples reach one task of the state
+        (Storm's ``partitionBy(...).partitionPersist(...)``), whatever the phases."""
+        p = n.parents[0]
+        ps = self.seg_of[id(p)]
+        return (n.grouping == "local" and p.kind == "repartition" and p.extra != "identity" and ps.nodes == [p]
+                and not ps.ops and ps.spout is None and self.consumers.get(id(p), 0) == 1)
 
     def _spouts_of(self, seg: _Segment, seen: set[int] | None = None) -> list[tuple[str, Any]]:
         seen = set() if seen is None else seen
@@ -205,8 +221,21 @@ class _Compiler:
                 found.append(f)
         return tuple(found)
 
+    def _share_hints(self) -> None:
+        """Storm's node groups: a state's stage (``partition_persist``, a ``state_query``)
+        that reads, without a repartitioning, a stage feeding nothing else is one group
+        with it, so a ``parallelism_hint`` on the state sets both (the larger, when both
+        have one), and task i hands its tuples to task i. A spout keeps its own."""
+        for s in reversed(self.segments):
+            if s.hint is None or len(s.inputs) != 1 or s.inputs[0].grouping != "local":
+                continue
+            p = s.inputs[0].segment
+            if p.spout is None and len(p.consumers) == 1 and p.hint != s.hint:
+                p.hint = s.hint = max(p.hint or 0, s.hint)
+
     def _set_parallelism(self) -> None:
         """Each segment's parallelism: the hint, else the local parent's, else 1."""
+        self._share_hints()
         for s in self.segments:
             if s.hint is not None:
                 s.parallelism = s.hint

@@ -134,7 +134,7 @@ def check_pairing(factory: Any, spouts: list[tuple[str, Any]]) -> None:
     if not isinstance(factory, MapStateFactory):
         bad = [sid for sid, spout in spouts if getattr(spout, "opaque", False)]
         if bad and not getattr(factory, "opaque_safe", True):
-            name = getattr(factory, "name", type(factory).__name__)
+            name = state_name(factory)
             msg = (f"state {name!r} skips a replayed txid, which is exactly once only with transactional "
                    f"spouts, but it is fed by the opaque spout(s) {bad}: a replayed batch of an opaque spout "
                    "may hold other tuples. Use the state's opaque mode (see docs/states.md) or a "
@@ -154,6 +154,17 @@ def check_pairing(factory: Any, spouts: list[tuple[str, Any]]) -> None:
         raise ConfigError(msg)
 
 
+def state_name(factory: Any) -> str:
+    """How messages and the status page call a state: its ``state_name`` (the framework's
+    factories), else a ``name`` it set (a str: a user's ``self.name = name``), else its
+    class name."""
+    for attr in ("state_name", "name"):
+        v = getattr(factory, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return type(factory).__name__
+
+
 class TridentState:
     """What ``persistent_aggregate`` and ``partition_persist`` return: the state, to query
     with ``Stream.state_query``, and the stream of updated values."""
@@ -167,7 +178,7 @@ class TridentState:
     def name(self) -> str:
         """The map's name (``result.map_state(name)`` reads it after a run), or a State API
         factory's ``name``."""
-        return str(getattr(self.factory, "name", type(self.factory).__name__))
+        return state_name(self.factory)
 
     def new_values_stream(self) -> Any:
         """The stream of ``(key fields..., new value)`` this state's updates produce (in the

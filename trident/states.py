@@ -74,7 +74,9 @@ class StateFactory:
     for later batches. A factory is pickled to executors: keep connection settings in it,
     open connections in ``make_state``.
 
-    ``name``: how the status page and errors call the state (default: the class name).
+    ``state_name``: how the status page and errors call the state: a ``name`` the
+    factory sets (``self.name = name``, as Storm users write it), else the class name.
+    The framework takes no attribute of the user's: ``name`` is the factory's own.
     ``opaque_safe``: True when the state is exactly once with opaque spouts too (it undoes
     a replayed txid's earlier attempt); a state that only skips a replayed txid is exactly
     once with transactional spouts only, and Trident refuses pairing it with an opaque one.
@@ -89,9 +91,10 @@ class StateFactory:
     opaque_safe: bool = True
 
     @property
-    def name(self) -> str:
+    def state_name(self) -> str:
         """The state's name in messages and on the status page."""
-        return type(self).__name__
+        own = getattr(self, "name", None)       # a user's attribute, or a subclass's property
+        return own if isinstance(own, str) and own else type(self).__name__
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> State:
         """The state of task ``partition_index`` of ``num_partitions``."""
@@ -186,14 +189,14 @@ class BackingMapStateFactory(StateFactory):
         self._name = name
 
     @property
-    def name(self) -> str:
+    def state_name(self) -> str:
         """The name given, else the kind and the backing factory's name."""
         return self._name or f"{self.kind} map over {getattr(self.backing_factory, '__name__', 'a backing')}"
 
     def make_state(self, conf: dict[str, Any], metrics: Any, partition_index: int, num_partitions: int) -> State:
         """The map of task ``partition_index``, over the backing made for it."""
-        backing = UserMapBacking(self.backing_factory(conf, partition_index, num_partitions), self.name)
-        m = map_class(self.kind)(backing, self.name, writer=f"task{partition_index}")
+        backing = UserMapBacking(self.backing_factory(conf, partition_index, num_partitions), self.state_name)
+        m = map_class(self.kind)(backing, self.state_name, writer=f"task{partition_index}")
         return _MapOverBacking(m, conf.get(EPOCH))
 
 

@@ -317,11 +317,14 @@ class Stream:
         node = self.topology._add(Node("persist", [self.node], out, op=op, grouping="local")).node
         return self.topology._state(state_factory, node)
 
-    def state_query(self, state: TridentState, in_fields: Any, function: QueryFunction, out_fields: Any) -> Stream:
+    def state_query(self, state: TridentState, in_fields: Any, function: Any = None, out_fields: Any = None) -> Stream:
         """Query ``state`` with each tuple's ``in_fields`` (``MapGet()`` reads the value under
         that key); the results (``out_fields``) are appended. The query sees the state as
         every batch before this one left it: it runs in the commit phase, after the previous
-        txid committed."""
+        txid committed. ``state_query(state, function, out_fields)`` reads no input fields
+        (Storm's three-argument ``stateQuery``, e.g. with ``SnapshotGet()``)."""
+        if out_fields is None and isinstance(in_fields, QueryFunction):
+            in_fields, function, out_fields = Fields(), in_fields, function
         if not isinstance(state, TridentState):
             msg = f"state_query takes the TridentState a persistent_aggregate returned; got {state!r}"
             raise ConfigError(msg)
@@ -520,9 +523,10 @@ class GroupedStream:
         """Several aggregators per group in one pass."""
         return ChainedAggregatorDeclarer(self.stream, self.group_fields)
 
-    def state_query(self, state: TridentState, in_fields: Any, function: QueryFunction, out_fields: Any) -> Stream:
+    def state_query(self, state: TridentState, in_fields: Any, function: Any = None, out_fields: Any = None) -> Stream:
         """Storm's ``GroupedStream.stateQuery``: the tuples partitioned by the group fields,
-        then ``Stream.state_query`` (the result is ungrouped)."""
+        then ``Stream.state_query`` (the result is ungrouped; three arguments: no input
+        fields)."""
         return self.stream.partition_by(self.group_fields).state_query(state, in_fields, function, out_fields)
 
     def to_stream(self) -> Stream:

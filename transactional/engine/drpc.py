@@ -254,7 +254,9 @@ class DRPCSpout(TransactionalSpout):
         self.source = source
 
     def get_coordinator(self, conf: dict[str, Any], context: Any) -> Coordinator:
-        return _DRPCCoordinator(sink_for(self.source, self.function, conf), int(conf.get("drpc.batch.size", 256)))
+        sink = sink_for(self.source, self.function, conf)
+        sink.open()
+        return _DRPCCoordinator(sink, int(conf.get("drpc.batch.size", 256)))
 
     def get_emitter(self, conf: dict[str, Any], context: Any) -> Emitter:
         return _DRPCEmitter()
@@ -268,12 +270,20 @@ class _DRPCCoordinator(Coordinator):
     def __init__(self, sink: Sink, batch_size: int) -> None:
         self.sink = sink
         self.batch_size = batch_size
+        self._closed = False
 
     def is_ready(self) -> bool:
         return self.sink.has_requests()
 
     def initialize_transaction(self, txid: int, prev_meta: Any) -> Any:
         return {"requests": self.sink.take(self.batch_size)}
+
+    def close(self) -> None:
+        """The run ended: a remote sink tells its servers this driver no longer serves the
+        function (their callers get 503 rather than wait for the timeout)."""
+        if not self._closed:
+            self._closed = True
+            self.sink.close()
 
 
 class _DRPCEmitter(Emitter):

@@ -18,6 +18,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 
 from transactional.engine.drpc_sink import Entry, Sink
 
@@ -26,7 +27,10 @@ POLL_SECS = 1.0        # a long poll's wait at a server
 
 
 class RemoteSink(Sink):
-    """Requests of ``function`` from ``servers`` ("host:port" each)."""
+    """Requests of ``function`` from ``servers`` ("host:port" each). It fetches while a
+    run's coordinator holds it open (``open``/``close``); each poll carries this sink's
+    driver id and renews its lease on the function at the server (docs/drpc.md, "Which
+    functions are served"), and the last ``close`` unregisters it."""
 
     def __init__(self, servers: tuple[str, ...], function: str, token: str | None, keep: int = 512) -> None:
         self.servers = servers
@@ -36,11 +40,40 @@ class RemoteSink(Sink):
         self._ready: collections.deque[Entry] = collections.deque()
         self._lock = threading.Condition()
         self._down: set[str] = set()
-        self._thread = threading.Thread(target=self._fetch, name=f"trident-drpc-{function}", daemon=True)
-        self._thread.start()
+        self._users = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.driver = ""
 
     def __repr__(self) -> str:
         return f"RemoteSink({self.servers}, {self.function!r})"
+
+    def open(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users > 1:
+                return
+            self.driver = uuid.uuid4().hex[:16]     # new each time: a server refuses polls of a closed id
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._fetch, args=(self._stop, self.driver),
+                                            name=f"trident-drpc-{self.function}", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            self._stop.set()
+            self._ready.clear()                    # the servers hand these out again on unregister
+            self._lock.notify_all()
+        quote = urllib.parse.quote(self.function, safe="")
+        for server in self.servers:
+            try:
+                self._request(server, f"/drpc-unregister/{quote}?driver={self.driver}", b"", timeout=2.0)
+            except (urllib.error.URLError, OSError) as e:
+                log.info("DRPC server %s not told that function %s is no longer served here: %s", server,
+                         self.function, getattr(e, "reason", e))
 
     def _request(self, server: str, path: str, body: bytes | None = None, timeout: float = 10.0) -> bytes:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
@@ -50,29 +83,35 @@ class RemoteSink(Sink):
             data: bytes = r.read()
             return data
 
-    def _fetch(self) -> None:
+    def _fetch(self, stop: threading.Event, driver: str) -> None:
         pause: dict[str, float] = {}
         quote = urllib.parse.quote(self.function, safe="")
-        while True:
+        while not stop.is_set():
             for server in self.servers:
-                with self._lock:
-                    self._lock.wait_for(lambda: len(self._ready) < self.keep)
+                with self._lock:                   # full: poll for none, to keep the lease
+                    room = self.keep - len(self._ready)
+                    if room <= 0 and self._lock.wait_for(lambda: len(self._ready) < self.keep or stop.is_set(),
+                                                         POLL_SECS):
+                        room = self.keep - len(self._ready)
+                if stop.is_set():
+                    return
+                path = f"/drpc-invocations/{quote}?max={max(0, room)}&wait={POLL_SECS if room > 0 else 0}" \
+                       f"&driver={driver}"
                 try:
-                    got = json.loads(self._request(server, f"/drpc-invocations/{quote}?max={self.keep}&wait={POLL_SECS}",
-                                                   timeout=POLL_SECS + 10))
+                    got = json.loads(self._request(server, path, timeout=POLL_SECS + 10))
                 except (urllib.error.URLError, OSError, ValueError) as e:
                     if server not in self._down:
                         self._down.add(server)
                         log.warning("DRPC server %s (function %s) unreachable: %s; asking again", server,
                                     self.function, getattr(e, "reason", e))
                     pause[server] = min(2.0, pause.get(server, 0.05) * 2)
-                    threading.Event().wait(pause[server] / len(self.servers))
+                    stop.wait(pause[server] / len(self.servers))
                     continue
                 if server in self._down:
                     self._down.discard(server)
                     pause.pop(server, None)
                     log.warning("DRPC server %s (function %s) reachable again", server, self.function)
-                if got:
+                if got and not stop.is_set():
                     with self._lock:
                         self._ready.extend([rid, args, 0, server] for rid, args in got)
 

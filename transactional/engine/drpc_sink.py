@@ -38,3 +38,9 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def retry(self, entry: Entry, attempts: int) -> bool:
         """Queue a failed request again after its ``attempts``-th failure."""
+
+    def open(self) -> None:  # noqa: B027 - an optional hook
+        """A run's spout starts taking requests from this sink (once per run's coordinator)."""
+
+    def close(self) -> None:  # noqa: B027 - an optional hook
+        """That run ended: it takes no more requests (once per ``open``)."""

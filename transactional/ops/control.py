@@ -39,6 +39,8 @@ from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
 from transactional.exceptions import StateCorruptError, TridentError
+from transactional.ops.status import topology_ids
+from transactional.redaction import redact_url
 
 __all__ = ["request", "RunControl", "ACTIONS", "CONTROL"]
 
@@ -55,27 +57,36 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def _unknown(coordination: str, topology_id: str, known: list[str]) -> TridentError:
+    listed = ", ".join(repr(t) for t in known) or "none"
+    return TridentError(f"no topology {topology_id!r} under {redact_url(coordination)}: it never ran there (check "
+                        f"the id and the root in the URL); the topologies there: {listed}")
+
+
 def request(coordination: str, topology_id: str, action: str, *, auth: str | None = None,
             connect_timeout: float = 10.0, by: str | None = None, tasks: dict[str, int] | None = None,
             wait: float = 0.0) -> dict[str, Any]:
     """Ask the driver of ``topology_id`` to ``deactivate``, ``activate``, ``kill`` or
     ``rebalance`` (to ``tasks``, after ``wait`` seconds); returns ``{"topology_id",
-    "action", "state", "lock_holder"}``. Raises ``TridentError`` for an unknown topology,
-    for a kill when no driver holds the lock, and for a rebalance its layout refuses."""
+    "action", "state", "lock_holder"}``. Raises ``TridentError`` for an unknown topology
+    (naming the ids there; nothing is written, so a mistyped id leaves no entry behind in
+    ``trident list``), for a kill when no driver holds the lock, and for a rebalance its
+    layout refuses."""
     if action not in ACTIONS:
         msg = f"unknown action {action!r}; use one of {', '.join(ACTIONS)}"
         raise TridentError(msg)
     options: dict[str, Any] = {}
     if coordination.startswith("zk:"):
         options = {"auth": auth, "connect_timeout": connect_timeout}
+    known = topology_ids(coordination, auth=auth, connect_timeout=connect_timeout)
+    if topology_id not in known:       # refused before anything is opened: opening would create its node
+        raise _unknown(coordination, topology_id, known)
     state = open_transactional_state(coordination, topology_id, **options)
     try:
         holder = state.lock_holder()
         if holder is None and state.get("committed") is None and not state.children("meta") \
                 and state.get(CONTROL) is None:
-            msg = (f"no topology {topology_id!r} under {coordination}: it never ran there (check the id and "
-                   "the root in the URL; `trident list` shows the topologies)")
-            raise TridentError(msg)
+            raise _unknown(coordination, topology_id, [t for t in known if t != topology_id])
         rec = dict(state.get(CONTROL) or {"state": "active", "kill": None})
         if action == "kill":
             if holder is None:

@@ -26,6 +26,7 @@ from trident.runtime.processors import (
     ProjectProc,
 )
 from trident.runtime.windows import WindowProc
+from trident.state import state_name
 
 ARROW_FIELD = "_arrow"
 TX_FIELD = "_tx"
@@ -170,7 +171,7 @@ class TridentBolt(BaseBatchBolt):
     def writes_states(self) -> tuple[str, ...]:
         """The names of the states this stage updates (``persistent_aggregate``,
         ``partition_persist``), shown on the status page."""
-        return tuple(dict.fromkeys(str(op.state.name) for op in self.ops
+        return tuple(dict.fromkeys(state_name(op.state) for op in self.ops
                                    if op.kind in ("persist", "partition_persist") and op.state is not None))
 
     @property

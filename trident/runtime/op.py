@@ -10,6 +10,7 @@ from typing import Any
 from transactional.tuples import Fields
 from trident.runtime import Row
 from trident.runtime.aggregators import _Chained, _CombinerAsAggregator, _ReducerAsAggregator
+from trident.state import state_name
 
 
 def key_of(row: Row, idx: Sequence[int]) -> Any:
@@ -68,7 +69,7 @@ def op_label(op: Op) -> str:
     ``state_query(word-counts)``, ``project(word, count)`` (errors, metrics, the status page)."""
     verb = _VERB.get(op.kind, op.kind)
     if op.state is not None:
-        what = str(getattr(op.state, "name", op.state))
+        what = state_name(op.state)
     elif op.kind == "project":
         what = ", ".join(op.out_fields)
     else:
