@@ -93,8 +93,10 @@ def _doc_imports() -> list[tuple[str, str]]:
 
 
 #: ``trident.<x>`` in the docs' prose that are not Python names: file names, the
-#: logger of the status page, the headers of the Kafka state's records
-NOT_PYTHON = {"trident.toml", "trident.md", "trident.webui", "trident.txid", "trident.seq", "trident.epoch"}
+#: logger of the status page, the headers of the Kafka state's records (and the keys of a lake
+#: table's commit properties), the conf key of a verify run
+NOT_PYTHON = {"trident.toml", "trident.md", "trident.webui", "trident.txid", "trident.seq", "trident.epoch",
+              "trident.state", "trident.task", "trident.verify"}
 
 
 def _doc_references() -> list[tuple[str, str]]:
