@@ -20,7 +20,8 @@ import argparse
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from examples import reach, trident_drpc_word_count
 from transactional import LocalCluster, TopologyConfig
