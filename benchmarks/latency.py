@@ -1,0 +1,114 @@
+"""End-to-end latency of one DRPC call under concurrency, with the engine's own breakdown
+(docs/performance.md, "Latency").
+
+    python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
+                                 [--executor in-process,spark] [--master local[2]]
+
+``linear`` is storm-starter's ReachTopology (examples/reach.py) on Linear DRPC; ``trident``
+is Storm's TridentWordCount query stream (examples/trident_drpc_word_count.py). Each client
+is a thread calling ``LocalDRPC.execute`` in a loop; ``--calls`` calls in all per case (at
+least 2 per client). One JSON line per (kind, executor, clients): the client-side p50/p99
+(ms) and, from the run's ``RunResult`` (the coordinator's transitions), the p50 of the
+committed batches' processing job, commit phase and launch -> committed time; ``wait_ms`` is
+the client p50 less that launch -> committed p50: time a request spends queued, waiting
+for the driver's next poll or for a batch ahead of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from examples import reach, trident_drpc_word_count
+from transactional import LocalCluster, TopologyConfig
+from transactional.drpc import LocalDRPC
+from transactional.result import percentile
+
+REACH = {"foo.com/blog/1": "16", "engineering.twitter.com/blog/5": "14", "tech.backtype.com/blog/123": "7",
+         "notaurl.com": "0"}
+WORDS = ["cat the dog jumped", "the man", "apples and candy"]
+
+
+def _topology(kind: str, drpc: LocalDRPC) -> tuple[Any, str, list[str], Callable[[str, str], bool]]:
+    if kind == "linear":
+        return (reach.construct().create_local_topology(drpc), "reach", list(REACH),
+                lambda arg, got: got == REACH[arg])
+    return (trident_drpc_word_count.build_topology(drpc), "words", WORDS,
+            lambda arg, got: got.startswith("[["))
+
+
+def _ms(h: Any, q: float = 50) -> float | None:
+    v = percentile(h, q)
+    return None if v is None else round(v * 1000, 1)
+
+
+def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict[str, Any]:
+    """One case: ``clients`` threads making ``calls`` calls in all; the figures as a dict."""
+    drpc = LocalDRPC()
+    topology, function, args, ok = _topology(kind, drpc)
+    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False)
+    per_client = max(2, calls // clients)
+    latencies: list[float] = []
+    wrong: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+
+    def client(i: int) -> None:
+        mine = []
+        start.wait()
+        for k in range(per_client):
+            arg = args[(i + k) % len(args)]
+            t0 = time.perf_counter()
+            got = drpc.execute(function, arg)
+            mine.append(time.perf_counter() - t0)
+            if not ok(arg, got):
+                wrong.append(got)
+        with lock:
+            latencies.extend(mine)
+
+    cluster = LocalCluster()
+    cluster.submit_topology("latency-bench", config, topology)
+    drpc.execute(function, args[0])           # warm: the run is up (and Spark's workers)
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    secs = time.perf_counter() - t0
+    result = cluster.kill_topology("latency-bench")
+    p50 = _ms(latencies)
+    launch_to_commit = _ms(result.commit_latencies) if result is not None else None
+    return {"benchmark": "latency-drpc", "kind": kind, "executor": executor,
+            "master": master if executor == "spark" else None, "clients": clients,
+            "calls": len(latencies), "seconds": round(secs, 3), "p50_ms": p50, "p99_ms": _ms(latencies, 99),
+            "batches": result.batches_committed if result is not None else None,
+            "processing_ms": _ms(result.processing_secs) if result is not None else None,
+            "commit_ms": _ms(result.commit_phase_secs) if result is not None else None,
+            "launch_to_commit_ms": launch_to_commit,
+            "wait_ms": round(p50 - launch_to_commit, 1) if p50 is not None and launch_to_commit else None,
+            "wrong_answers": len(wrong)}
+
+
+def main() -> None:
+    """Runs every (kind, executor, clients) case and prints one JSON line each."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--clients", default="1,16,256", help="comma-separated numbers of concurrent clients")
+    p.add_argument("--calls", type=int, default=512, help="calls per case (at least 2 per client)")
+    p.add_argument("--kind", default="linear,trident", help="comma-separated: linear, trident")
+    p.add_argument("--executor", default="in-process,spark", help="comma-separated: in-process, spark")
+    p.add_argument("--master", default="local[2]", help="Spark master for --executor spark")
+    a = p.parse_args()
+    for kind in a.kind.split(","):
+        for executor in a.executor.split(","):
+            for clients in (int(c) for c in a.clients.split(",")):
+                print(json.dumps(run(kind, executor, a.master, clients, a.calls)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
