@@ -218,12 +218,21 @@ class DRPCClient:
     """Calls a ``trident drpc`` server (Storm's ``DRPCClient``): ``execute(function, args)``
     POSTs ``args`` to ``http://host:port/drpc/<function>`` and returns the result text.
     ``timeout``: seconds to wait for the answer; ``token``: the server's shared token
-    (default: ``TRIDENT_DRPC_TOKEN``)."""
+    (default: ``TRIDENT_DRPC_TOKEN``). ``retries``: how many more times a call is tried when
+    the server cannot be reached or answers 503 (no running topology serves the function
+    now: one restarting, a rebalance), waiting ``retry_backoff_secs``, doubling, between
+    tries; an error the call itself caused (400, 401, 413) or a timeout is never retried
+    (the call may have run)."""
 
-    def __init__(self, host: str, port: int, timeout: float | None = None, token: str | None = None) -> None:
+    def __init__(self, host: str, port: int, timeout: float | None = None, token: str | None = None, *,
+                 retries: int = 0, retry_backoff_secs: float = 0.5) -> None:
         import os
 
+        if not isinstance(retries, int) or retries < 0:
+            msg = f"retries must be an int >= 0; got {retries!r}"
+            raise ValueError(msg)
         self.host, self.port, self.timeout = host, port, timeout
+        self.retries, self.retry_backoff_secs = retries, retry_backoff_secs
         self._token = token if token is not None else os.environ.get("TRIDENT_DRPC_TOKEN")
 
     def __repr__(self) -> str:
@@ -239,7 +248,20 @@ class DRPCClient:
 
     def execute(self, function: str, args: str) -> str:
         """The result of ``function(args)``; ``DRPCExecutionException`` with the server's
-        error, "timed out", or why the server could not be reached."""
+        error, "timed out", or why the server could not be reached (after ``retries``)."""
+        import time
+
+        attempt = 0
+        while True:
+            try:
+                return self._execute_once(function, args)
+            except DRPCExecutionException as e:
+                if attempt == self.retries or not _retryable(e):
+                    raise
+            time.sleep(self.retry_backoff_secs * 2 ** attempt)
+            attempt += 1
+
+    def _execute_once(self, function: str, args: str) -> str:
         if not isinstance(args, str):
             msg = f"DRPC args of {function!r} must be text (str); got {type(args).__name__} {args!r}"
             raise DRPCExecutionException(msg)
@@ -263,4 +285,13 @@ class DRPCClient:
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             msg = f"DRPC server {self.host}:{self.port} unreachable or gone mid-call: {reason}"
-            raise DRPCExecutionException(msg) from None
+            raise DRPCExecutionException(msg, UNREACHABLE if isinstance(e, urllib.error.URLError) else None) from None
+
+
+#: ``DRPCExecutionException.status`` of a call whose server could not be reached
+UNREACHABLE = 0
+
+
+def _retryable(e: DRPCExecutionException) -> bool:
+    """A server that could not be reached, or answered 503: a later try may be served."""
+    return getattr(e, "status", None) in (UNREACHABLE, 503)

@@ -87,7 +87,8 @@ class DRPCExecutionException(TridentError):
     (the message carries the error), or it was not answered within
     ``drpc_request_timeout_secs`` ("timed out"). From a ``trident drpc`` server, ``status``
     is its HTTP answer: 503 (no running topology serves the function), 500 (the call
-    failed), 504 (timed out), 401, 400, 413 (the request was refused); None otherwise."""
+    failed), 504 (timed out), 401, 400, 413 (the request was refused); 0 when the server
+    could not be reached; None otherwise."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
