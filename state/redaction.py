@@ -1,4 +1,4 @@
-"""Secrets stay secret: the one redaction applied wherever settings, URLs and errors are shown.
+r"""Secrets stay secret: the one redaction applied wherever settings, URLs and errors are shown.
 
 A password or token reaches spark-trident in a URL's userinfo
 (``redis://user:secret@host:6379/0``), in its query string (``?password=secret``), in
