@@ -11,6 +11,7 @@ that does not fit its 64-bit type stops the batch with ``AggregateOverflowError`
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 from trident.operation import Aggregator, CombinerAggregator, Filter, QueryFunction, TridentCollector, TridentTuple
@@ -283,3 +284,16 @@ class TupleCollectionGet(QueryFunction):
         """Emit every entry."""
         for key, value in result:
             collector.emit((key, value))
+
+
+class Peek(Filter):
+    """``Stream.peek``: calls the user's function with each tuple and keeps every tuple."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def is_keep(self, tuple: Any) -> bool:
+        """Call the function; keep the tuple."""
+        self.fn(tuple)
+        return True

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from transactional.exceptions import ConfigError
 from transactional.tuples import Fields
+from trident.builtin import Peek
 from trident.operation import (
     Aggregator,
     BatchFunction,
@@ -163,7 +164,7 @@ class Stream:
         if not callable(fn):
             msg = f"peek() takes a callable (fn(tuple)); got {fn!r}"
             raise ConfigError(msg)
-        return self._op("peek", _Peek(fn), None, self.fields)
+        return self._op("peek", Peek(fn), None, self.fields)
 
     def map(self, function: MapFunction | Callable[[Any], Any], out_fields: Any = None) -> Stream:
         """Replace each tuple by ``function(tuple)`` (a tuple of ``out_fields``; the stream's
@@ -383,19 +384,6 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream({list(self.fields)})"
-
-
-class _Peek(Filter):
-    """``Stream.peek``: calls the user's function and keeps every tuple."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-
-    def is_keep(self, tuple: Any) -> bool:
-        """Call the function; keep the tuple."""
-        self.fn(tuple)
-        return True
 
 
 def _callable(fn: Any, cls: type, what: str) -> Any:
