@@ -19,6 +19,7 @@ import argparse
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 from examples import reach
 from transactional import LocalCluster, TopologyConfig
@@ -30,12 +31,11 @@ WANT = {"foo.com/blog/1": "16", "engineering.twitter.com/blog/5": "14", "tech.ba
 URLS = list(WANT)
 
 
-def run(executor: str, master: str, clients: int, calls: int, batch: int) -> dict:
-    drpc = LocalDRPC()
-    topology = reach.construct().create_local_topology(drpc)
-    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False,
-                            drpc_batch_size=batch)
-    per_client = max(4, calls // clients)
+def concurrent_calls(call: Callable[[str], str], args: Sequence[str], ok: Callable[[str, str], bool], clients: int,
+                     per_client: int) -> tuple[list[float], list[tuple[str, str]], float]:
+    """``clients`` threads, started together, each making ``per_client`` calls ``call(arg)``
+    over ``args``: every call's latency (s), the wrong answers (``ok`` false) and the seconds
+    they all took (benchmarks/latency.py uses it too)."""
     latencies: list[float] = []
     wrong: list[tuple[str, str]] = []
     lock = threading.Lock()
@@ -45,18 +45,15 @@ def run(executor: str, master: str, clients: int, calls: int, batch: int) -> dic
         mine = []
         start.wait()
         for k in range(per_client):
-            url = URLS[(i + k) % len(URLS)]
+            arg = args[(i + k) % len(args)]
             t0 = time.perf_counter()
-            got = drpc.execute("reach", url)
+            got = call(arg)
             mine.append(time.perf_counter() - t0)
-            if got != WANT[url]:
-                wrong.append((url, got))
+            if not ok(arg, got):
+                wrong.append((arg, got))
         with lock:
             latencies.extend(mine)
 
-    cluster = LocalCluster()
-    cluster.submit_topology("reach-bench", config, topology)
-    drpc.execute("reach", "notaurl.com")          # warm: the run is up (and Spark's workers)
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
@@ -64,7 +61,20 @@ def run(executor: str, master: str, clients: int, calls: int, batch: int) -> dic
     t0 = time.perf_counter()
     for t in threads:
         t.join()
-    secs = time.perf_counter() - t0
+    return latencies, wrong, time.perf_counter() - t0
+
+
+def run(executor: str, master: str, clients: int, calls: int, batch: int) -> dict:
+    drpc = LocalDRPC()
+    topology = reach.construct().create_local_topology(drpc)
+    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False,
+                            drpc_batch_size=batch)
+    per_client = max(4, calls // clients)
+    cluster = LocalCluster()
+    cluster.submit_topology("reach-bench", config, topology)
+    drpc.execute("reach", "notaurl.com")          # warm: the run is up (and Spark's workers)
+    latencies, wrong, secs = concurrent_calls(lambda url: drpc.execute("reach", url), URLS,
+                                              lambda url, got: got == WANT[url], clients, per_client)
     result = cluster.kill_topology("reach-bench")
     batches = (result.batches_committed - 1) if result is not None else 0
     return {"benchmark": "drpc-reach", "executor": executor, "master": master if executor == "spark" else None,

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +25,8 @@ from examples import reach, trident_drpc_word_count
 from transactional import LocalCluster, TopologyConfig
 from transactional.drpc import LocalDRPC
 from transactional.result import percentile
+
+from drpc import concurrent_calls
 
 REACH = {"foo.com/blog/1": "16", "engineering.twitter.com/blog/5": "14", "tech.backtype.com/blog/123": "7",
          "notaurl.com": "0"}
@@ -52,35 +52,11 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict
     topology, function, args, ok = _topology(kind, drpc)
     config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False)
     per_client = max(2, calls // clients)
-    latencies: list[float] = []
-    wrong: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-
-    def client(i: int) -> None:
-        mine = []
-        start.wait()
-        for k in range(per_client):
-            arg = args[(i + k) % len(args)]
-            t0 = time.perf_counter()
-            got = drpc.execute(function, arg)
-            mine.append(time.perf_counter() - t0)
-            if not ok(arg, got):
-                wrong.append(got)
-        with lock:
-            latencies.extend(mine)
-
     cluster = LocalCluster()
     cluster.submit_topology("latency-bench", config, topology)
     drpc.execute(function, args[0])           # warm: the run is up (and Spark's workers)
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    secs = time.perf_counter() - t0
+    latencies, wrong, secs = concurrent_calls(lambda arg: drpc.execute(function, arg), args, ok, clients,
+                                              per_client)
     result = cluster.kill_topology("latency-bench")
     p50 = _ms(latencies)
     launch_to_commit = _ms(result.commit_latencies) if result is not None else None
