@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
-from spouts.kafka_columns import Records, Scheme
+from spouts.kafka.columns import Records, Scheme
 from transactional.testing import make_corpus
 
 corpus = make_corpus(12_500)

@@ -26,7 +26,7 @@ from typing import Any
 
 from transactional import Fields
 from transactional.testing import make_corpus
-from trident.states import EPOCH, TOPOLOGY_ID
+from trident.state import EPOCH, TOPOLOGY_ID
 
 COUNTS = Fields("word", "count", types={"word": "string", "count": "int64"})
 LOG = Fields("word", types={"word": "string"})

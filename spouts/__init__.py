@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:  # Kafka spouts need the optional Kafka clien
 
         return getattr(kafka, name)
     if name == "KafkaSpout":
-        from spouts.kafka_core import KafkaSpout
+        from spouts.kafka.core import KafkaSpout
 
         return KafkaSpout
     raise AttributeError(name)

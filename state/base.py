@@ -39,7 +39,7 @@ JSON_TYPES = "dicts with string keys, lists, strings, finite numbers, booleans a
 def json_problem(value: Any, root: str = "") -> str | None:
     """Where and why JSON cannot hold ``value`` -- e.g. ``"['0']['seen'] is a set ({1, 2})"``
     -- or None when it can. The one rule of what coordinator state stores (``encode_json``)
-    and of what a spout's coordinator may plan (``transactional.engine.planning``); fields are
+    and of what a spout's coordinator may plan (``transactional.engine.spout_planner``); fields are
     named from ``root``. Tuples are stored as lists, and int, float, bool and None keys
     as strings, as ``json`` does.
 

@@ -16,7 +16,7 @@ from crash_plans import REPO
 CHILD = """
 import sys
 from lake_kill_topology import COUNTS
-from trident.states import EPOCH, TOPOLOGY_ID
+from trident.state import EPOCH, TOPOLOGY_ID
 kind, where = sys.argv[1], sys.argv[2]
 if kind == "delta":
     from trident.delta import DeltaStateFactory

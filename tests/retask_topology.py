@@ -17,7 +17,7 @@ from trident import Count, TridentTopology
 from trident.kafka import TridentKafkaStateFactory, TridentKafkaUpdater
 from trident.parquet import ParquetStateFactory, ParquetUpdater
 from trident.postgres import PostgresStateFactory, PostgresUpdater
-from trident.states import BaseStateUpdater, State, StateFactory
+from trident.state import BaseStateUpdater, State, StateFactory
 
 from trident_kill_topology import DATA, TAKE, Split
 

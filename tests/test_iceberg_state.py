@@ -20,7 +20,7 @@ from crash_plans import crash_plan, run_topology_file
 from state.errors import ConfigError, LeadershipLostError, StateAheadError, UnstorableValueError
 from transactional import Fields, TopologyConfig, run_topology
 from trident.iceberg import IcebergStateFactory, sql_catalog
-from trident.states import EPOCH, TOPOLOGY_ID, forget_states
+from trident.state import EPOCH, TOPOLOGY_ID, forget_states
 
 COUNTS = lk.COUNTS
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis_stream_child import Collector, Ctx
 
-from spouts.kafka_core import KafkaSpout
+from spouts.kafka.core import KafkaSpout
 from transactional.exceptions import ConfigError
 
 pytestmark = pytest.mark.integration

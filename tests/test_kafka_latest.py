@@ -41,7 +41,7 @@ from transactional import (
     TransactionalTopologyBuilder,
     run_topology,
 )
-from transactional.engine.planning import SpoutPlanner
+from transactional.engine.spout_planner import SpoutPlanner
 
 # -- SpoutPlanner and its stored starts, with a scripted coordinator ------------------------------
 

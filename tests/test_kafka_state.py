@@ -17,7 +17,7 @@ from transactional import Fields
 from transactional.testing import free_port
 from trident import TridentTopology
 from trident.kafka import HEADER_SEQ, HEADER_STATE, HEADER_TXID, TridentKafkaStateFactory, TridentKafkaUpdater
-from trident.states import EPOCH, TOPOLOGY_ID
+from trident.state import EPOCH, TOPOLOGY_ID
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from fsspec.implementations.local import LocalFileSystem
 from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from transactional import TopologyConfig, run_topology
 from trident.parquet import ParquetStateFactory, committed_files, read_committed
-from trident.states import EPOCH, forget_states
+from trident.state import EPOCH, forget_states
 
 
 def make(path: Path, part: int = 0, parts: int = 1, epoch: int = 1, **kw):

@@ -30,7 +30,7 @@ from transactional import Fields, TopologyConfig, run_topology
 from transactional.testing import free_port
 from trident import TridentTopology
 from trident.postgres import PostgresLookup, PostgresStateFactory
-from trident.states import EPOCH, TOPOLOGY_ID, forget_states
+from trident.state import EPOCH, TOPOLOGY_ID, forget_states
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

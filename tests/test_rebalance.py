@@ -18,7 +18,7 @@ from transactional.engine.layout import RebalanceRefusedError
 from transactional.engine.routing import stable_hash
 from transactional.ops.control import request
 from trident import Count, TridentTopology, state
-from trident.states import BaseStateUpdater, State, StateFactory
+from trident.state import BaseStateUpdater, State, StateFactory
 from trident.windowing import InMemoryWindowsStoreFactory
 
 from test_core_topology import SENTENCES, WordCount, config, stateful_topology, task_states, word_truth

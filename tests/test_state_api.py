@@ -1,4 +1,4 @@
-"""Storm's Trident State API (trident.states): State, StateFactory, StateUpdater, QueryFunction,
+"""Storm's Trident State API (trident.state): State, StateFactory, StateUpdater, QueryFunction,
 new_static_state, partition_persist and state_query with any factory, map states over a
 user's backing, the registry of state URL schemes, and context.state() in transactional
 committers. In-process runs: no server."""
@@ -23,7 +23,7 @@ from transactional import (
 )
 from transactional.exceptions import ConfigError
 from trident import Count, TridentTopology
-from trident.states import (
+from trident.state import (
     EPOCH,
     BaseQueryFunction,
     BaseStateUpdater,
@@ -216,7 +216,7 @@ def test_a_state_that_only_skips_replays_is_refused_with_an_opaque_spout() -> No
 def test_partition_persist_refuses_what_is_not_a_factory() -> None:
     t = TridentTopology("not-a-factory")
     s = t.new_stream("s", MemoryTransactionalSpout(data(), Fields("word"), 3))
-    with pytest.raises(ConfigError, match=r"trident.states.StateFactory \(make_state"):
+    with pytest.raises(ConfigError, match=r"trident.state.StateFactory \(make_state"):
         s.partition_persist(object(), Fields("word"), CountWords())
 
 

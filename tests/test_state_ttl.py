@@ -236,7 +236,7 @@ def test_postgres_rows_expire_by_the_txids_time_replays_included_and_a_sweep_del
     import psycopg
 
     from trident.postgres import PostgresStateFactory
-    from trident.states import EPOCH, TOPOLOGY_ID
+    from trident.state import EPOCH, TOPOLOGY_ID
 
     f = PostgresStateFactory(pg_dsn, "wc", {"word": "text", "count": "bigint"}, key_columns=["word"],
                              add_columns=["count"], create_table=True, ttl_secs=10, ttl_grace_secs=5)

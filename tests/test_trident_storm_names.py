@@ -17,7 +17,7 @@ from spouts import MemoryTransactionalSpout
 from transactional import Fields, TopologyConfig, run_topology
 from trident import Count, TridentTopology, state
 from trident.builtin import SnapshotGet
-from trident.states import BaseStateUpdater, State, StateFactory
+from trident.state import BaseStateUpdater, State, StateFactory
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
@@ -132,14 +132,14 @@ def test_every_trident_import_and_name_of_the_docs_works() -> None:
             break
     # the names the docs' examples use without a module, as Storm users write them
     import trident
-    from trident import builtin, states, windowing
+    from trident import builtin, state, windowing
 
     for mod, names in [(builtin, ["FilterNull", "Equals", "Negate", "SnapshotGet", "MinBy", "MaxBy",
                                   "TupleCollectionGet", "MapGet", "FirstN", "Debug"]),
                        (windowing, ["TumblingCountWindow", "SlidingCountWindow", "TumblingDurationWindow",
                                     "SlidingDurationWindow", "WindowsStoreFactory", "InMemoryWindowsStoreFactory",
                                     "RedisWindowsStoreFactory", "Duration"]),
-                       (states, ["State", "StateFactory", "BackingMapStateFactory", "TransactionalMapFactory",
+                       (state, ["State", "StateFactory", "BackingMapStateFactory", "TransactionalMapFactory",
                                  "OpaqueMapFactory", "NonTransactionalMapFactory", "IBackingMap"])]:
         for name in names:
             assert getattr(trident, name) is getattr(mod, name), name

@@ -17,7 +17,7 @@ from transactional import Fields, TopologyConfig, run_topology
 from transactional.engine.changes import UpgradeRefusedError
 from transactional.exceptions import ConfigError
 from trident import BaseFilter, BaseFunction, Count, FixedBatchSpout, TridentTopology, state
-from trident.states import BaseStateUpdater, State, StateFactory
+from trident.state import BaseStateUpdater, State, StateFactory
 from trident.windowing import WindowsStoreFactory
 
 from trident_kill_topology import DATA, Split

@@ -25,7 +25,7 @@ from transactional.metrics import Histogram, MetricsContext, TaskMetrics, collec
 from transactional.ops.webui import attach
 from transactional.testing import FaultPlan, with_faults
 from trident import BaseFunction, Count, TridentTopology, state
-from trident.states import BaseStateUpdater, State, StateFactory
+from trident.state import BaseStateUpdater, State, StateFactory
 
 WORDS = {p: [(f"w{(p * 7 + i) % 5}",) for i in range(12)] for p in range(3)}   # 36 words, 3 partitions
 TOTAL = sum(len(v) for v in WORDS.values())

@@ -1,5 +1,5 @@
 """Storm's ``WindowManagerTest`` sequences, ported (learned from, not copied): the core
-window machine (``transactional.engine.core.windows.WindowTask``) fed event by event,
+window machine (``transactional.engine.core.window_keeper.WindowTask``) fed event by event,
 with the watermark advanced by hand, fires the same windows with the same new and
 expired tuples, and acks (Storm's ``onExpiry``) the same tuples in the same order.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
-from transactional.engine.core.windows import WindowTask
+from transactional.engine.core.window_keeper import WindowTask
 from transactional.tuples import Fields
 from transactional.windowing import BaseWindowedBolt, Count, Duration
 

@@ -54,15 +54,17 @@ from trident.operation import (
     TridentTuple,
 )
 from trident.spout import FixedBatchSpout
-from trident.state import MapStateFactory, StateType, TridentState
-from trident.states import (
+from trident.state import (
     BackingMapStateFactory,
     IBackingMap,
+    MapStateFactory,
     NonTransactionalMapFactory,
     OpaqueMapFactory,
     State,
     StateFactory,
+    StateType,
     TransactionalMapFactory,
+    TridentState,
     register_map_backing,
 )
 from trident.stream import ChainedAggregatorDeclarer, GroupedStream, Stream

@@ -16,8 +16,7 @@ from transactional.tuples import Fields
 from trident.runtime.bolt import TridentBolt, TridentCommitterBolt
 from trident.runtime.op import Op, op_label
 from trident.runtime.processors import ArrowOut
-from trident.state import check_pairing
-from trident.states import is_state_factory
+from trident.state import check_pairing, is_state_factory
 from trident.stream import Node
 
 if TYPE_CHECKING:

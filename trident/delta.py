@@ -45,7 +45,7 @@ from state.errors import ConfigError
 from transactional.extras import missing_extra
 from trident import lakehouse as lh
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
-from trident.states import EPOCH, TOPOLOGY_ID, StateFactory
+from trident.state import EPOCH, TOPOLOGY_ID, StateFactory
 
 try:
     import deltalake  # noqa: F401 - checked at import: a missing extra is one line naming it

@@ -41,7 +41,7 @@ from transactional.core import BaseRichBolt
 from transactional.extras import missing_extra
 from trident.kafka_txn import KafkaTransactions
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
-from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+from trident.state import EPOCH, TOPOLOGY_ID, State, StateFactory
 
 try:
     import confluent_kafka  # noqa: F401 - checked at import: a missing extra is one line naming it
@@ -119,7 +119,7 @@ class TridentKafkaStateFactory(StateFactory):
             raise ConfigError(msg)
         return len(t.partitions)
 
-    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+    # -- trident verify's scratch copies (trident.state.StateFactory.scratch) --
 
     #: on a scratch copy: the real topic
     scratch_of: str | None = None

@@ -22,7 +22,7 @@ from typing import Any
 
 from state.errors import ConfigError, LeadershipLostError, StateAheadError, StateUnavailableError, UnstorableValueError
 from transactional.engine.faults import crash_point
-from trident.states import State
+from trident.state import State
 
 __all__ = ["TXID", "PARTITION", "PREV_EXISTS", "MODES", "prev", "user_schema", "table_schema", "check_schema",
            "check_mode", "batch_table", "dedupe", "trident_columns", "as_of", "AS_OF_SQL", "TableState"]

@@ -44,7 +44,7 @@ from typing import Any
 
 from state.errors import ConfigError, LeadershipLostError, UnstorableValueError
 from trident.operation import BaseStateUpdater, TridentCollector, TridentTuple
-from trident.states import EPOCH, State, StateFactory
+from trident.state import EPOCH, State, StateFactory
 
 __all__ = ["ParquetStateFactory", "ParquetState", "ParquetUpdater", "committed_files", "read_committed"]
 
@@ -96,7 +96,7 @@ class ParquetStateFactory(StateFactory):
         """``parquet:<path>``."""
         return f"parquet:{self.path}"
 
-    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+    # -- trident verify's scratch copies (trident.state.StateFactory.scratch) --
 
     #: on a scratch copy: the real directory
     scratch_of: str | None = None

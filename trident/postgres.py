@@ -74,7 +74,7 @@ from trident.postgres_sql import (
     sql_names,
     timestamp_at,
 )
-from trident.states import EPOCH, TOPOLOGY_ID, State, StateFactory
+from trident.state import EPOCH, TOPOLOGY_ID, State, StateFactory
 
 try:
     import psycopg  # noqa: F401 - checked at import: a missing extra is one line naming it
@@ -231,7 +231,7 @@ class PostgresStateFactory(StateFactory):
         sid = self.state_id or f"{conf.get(TOPOLOGY_ID, 'trident')}:{self.table}"
         return PostgresState(self, conn, sid, partition_index, conf.get(EPOCH))
 
-    # -- trident verify's scratch copies (trident.states.StateFactory.scratch) --
+    # -- trident verify's scratch copies (trident.state.StateFactory.scratch) --
 
     #: on a scratch copy: (the real table, the scratch schema)
     scratch_of: tuple[str, str] | None = None

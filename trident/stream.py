@@ -25,8 +25,7 @@ from trident.operation import (
     StateUpdater,
 )
 from trident.runtime.op import Op
-from trident.state import MapStateFactory, StateType, TridentState
-from trident.states import is_state_factory, mark_factory
+from trident.state import MapStateFactory, StateType, TridentState, is_state_factory, mark_factory
 from trident.windowing import (
     Duration,
     SlidingCountWindow,
@@ -396,7 +395,7 @@ def _callable(fn: Any, cls: type, what: str) -> Any:
 def _check_factory(f: Any) -> None:
     if not isinstance(f, MapStateFactory) and not is_state_factory(f):
         msg = ("a state factory is trident.state.transactional(name), opaque(name) or "
-               "non_transactional(name), or a trident.states.StateFactory (make_state(conf, metrics, "
+               "non_transactional(name), or a trident.state.StateFactory (make_state(conf, metrics, "
                f"partition_index, num_partitions)); got {f!r}")
         raise ConfigError(msg)
     if is_state_factory(f):

@@ -114,7 +114,7 @@ class TridentTopology:
     def new_static_state(self, factory: Any) -> TridentState:
         """Storm's ``newStaticState``: a state that no stream of this topology updates,
         for ``Stream.state_query`` (e.g. a table of the user's database). ``factory``: a
-        ``trident.states.StateFactory``, or a map factory of ``trident.state``."""
+        ``trident.state.StateFactory``, or a map factory of ``trident.state``."""
         from trident.stream import _check_factory
 
         _check_factory(factory)

@@ -146,7 +146,7 @@ def RedisWindowsStoreFactory(name: str = "windows") -> WindowsStoreFactory:   # 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """What a window stage runs (``trident.runtime.windows.WindowProc``)."""
+    """What a window stage runs (``trident.runtime.window_proc.WindowProc``)."""
 
     config: WindowConfig
     store: WindowsStoreFactory

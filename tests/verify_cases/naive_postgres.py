@@ -10,7 +10,7 @@ import psycopg
 from _words import spout
 
 from transactional import BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder
-from trident.states import State, StateFactory
+from trident.state import State, StateFactory
 
 
 class NaiveCounts(State):

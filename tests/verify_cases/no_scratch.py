@@ -8,7 +8,7 @@ from pathlib import Path
 from _words import spout
 
 from transactional import BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder
-from trident.states import State, StateFactory
+from trident.state import State, StateFactory
 
 
 class Nowhere(StateFactory):

@@ -15,7 +15,7 @@ from transactional.engine.coordinator import Commit
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.plan import ProcessingResult, run_commit
-from transactional.engine.planning import SpoutsPlanner
+from transactional.engine.spout_planner import SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
 from transactional.engine.user_states import (

@@ -203,7 +203,7 @@ class Engine:
                 engine = engine._rebalance(state, store, owner, epoch, max_batches)
         finally:
             state.close()
-            forget_states(self.topology.topology_id)   # the user states this process kept (trident.states)
+            forget_states(self.topology.topology_id)   # the user states this process kept (trident.state)
             self.result.wall_secs = time.monotonic() - t0
         return self.result
 

@@ -32,11 +32,11 @@ from typing import Any, Protocol
 from transactional.bolt import BasicBoltAdapter
 from transactional.engine.core.task import TICKS, run_core_task
 from transactional.engine.core.task import adapter as core_adapter
-from transactional.engine.core.windows import Windowed
+from transactional.engine.core.window_keeper import Windowed
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
-from transactional.engine.planning import SpoutContext, emit_spout_task, spout_kind
 from transactional.engine.routing import KEY_STRIDE
+from transactional.engine.spout_planner import SpoutContext, emit_spout_task, spout_kind
 from transactional.engine.task import Router, TaskFailure, run_task
 from transactional.metrics import collecting, merge_component
 from transactional.topology import ComponentSpec, Topology

@@ -1,5 +1,5 @@
 """Session windows, the one rule both window machines use (core
-``transactional.engine.core.windows`` and Trident ``trident.runtime.windows``;
+``transactional.engine.core.window_keeper`` and Trident ``trident.runtime.window_proc``;
 docs/windows.md).
 
 A session of a key is a run of its tuples, in event time, where each tuple is less than

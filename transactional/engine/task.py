@@ -312,7 +312,7 @@ class TaskContext(MetricsContext):
 
     def window_state(self) -> Any:
         """The task's windows, kept on the driver across micro-batches (windowed bolts of
-        core topologies: ``transactional.engine.core.windows``)."""
+        core topologies: ``transactional.engine.core.window_keeper``)."""
         if self._states is None or not hasattr(self._states, "window_state"):
             msg = f"{self.component_id!r} has no windows: only windowed bolts of core topologies do"
             raise RuntimeError(msg)

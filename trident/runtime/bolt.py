@@ -25,7 +25,7 @@ from trident.runtime.processors import (
     Proc,
     ProjectProc,
 )
-from trident.runtime.windows import WindowProc
+from trident.runtime.window_proc import WindowProc
 from trident.state import state_name
 
 ARROW_FIELD = "_arrow"

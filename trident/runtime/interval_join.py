@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trident.runtime.processors import JoinProc, Proc
-from trident.runtime.windows import watermark
+from trident.runtime.window_proc import watermark
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt

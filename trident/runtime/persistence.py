@@ -13,7 +13,7 @@ from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
-from trident.states import is_state_factory
+from trident.state import is_state_factory
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt

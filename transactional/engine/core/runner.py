@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from state.base import TransactionalState
 from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit, CoordinatorSettings
-from transactional.engine.core.driver import CoreDriver
-from transactional.engine.core.windows import check_windows
+from transactional.engine.core.spout_planner import CoreDriver
+from transactional.engine.core.window_keeper import check_windows
 from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
@@ -75,7 +75,7 @@ class CoreRunner(TopologyRunner):
 
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """The commit of micro-batch ``a.txid``, in the steps the module docstring of
-        ``transactional.engine.core.driver`` numbers ("Commit of t"): 1 and 5 here, 2-4 in
+        ``transactional.engine.core.spout_planner`` numbers ("Commit of t"): 1 and 5 here, 2-4 in
         ``CoreDriver.commit``. ``AttemptFailed`` when it fails: its pending trees fail, and
         its spout tuples are replayed by their spouts."""
         e, core = self.engine, self.core

@@ -1,6 +1,6 @@
 """Where a DRPC topology takes requests and returns answers: the interface both the local
 queues (``transactional.engine.drpc``) and the remote servers
-(``transactional.engine.drpc_remote``) implement."""
+(``transactional.engine.drpc.remote``) implement."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ Entry = list[Any]
 class Sink(abc.ABC):
     """Where a DRPC topology takes requests and returns answers (one per function and
     source, in the driver process): a ``LocalDRPC``'s queue here, or the ``trident drpc``
-    servers (``transactional.engine.drpc_remote``). ``origin`` names the server a request came
+    servers (``transactional.engine.drpc.remote``). ``origin`` names the server a request came
     from ("" for a local one)."""
 
     @abc.abstractmethod

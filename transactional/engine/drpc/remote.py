@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 import uuid
 
-from transactional.engine.drpc_sink import Entry, Sink
+from transactional.engine.drpc.sink import Entry, Sink
 
 log = logging.getLogger("trident")
 POLL_SECS = 1.0        # a long poll's wait at a server

@@ -16,7 +16,7 @@ except ModuleNotFoundError as e:
     raise missing_extra(e, "spouts.kafka (the Kafka spouts)") from None
 
 from spouts.base import EmitCollector, Meta, PartitionedEmitter
-from spouts.kafka_columns import Records, Scheme
+from spouts.kafka.columns import Records, Scheme
 from transactional.exceptions import FailedException, SpoutError
 from transactional.tuples import TransactionAttempt
 
@@ -49,7 +49,7 @@ class KafkaEmitter(PartitionedEmitter):
                              partition: int, meta: Meta) -> Meta | None:
         """Emit the records of ``partition`` at offsets ``[meta["start"], meta["end"])``:
         as one Arrow record batch when every consumer takes columns and the scheme has an
-        Arrow type (``spouts.kafka_columns``), else each as ``(tx, *fields)``.
+        Arrow type (``spouts.kafka.columns``), else each as ``(tx, *fields)``.
         Transactional: all of them or an exception; returns None. Opaque: returns
         ``{"start", "end"}`` of what was emitted."""
         start, end = int(meta["start"]), int(meta["end"])

@@ -20,7 +20,7 @@ from typing import Any
 
 from spouts.base import OutputDeclarer, SpoutContext
 from spouts.core import BaseRichSpout, SpoutOutputCollector
-from spouts.kafka_records import RECORD_FIELDS, Deserializer, deserializer_for, record_values
+from spouts.kafka.records import RECORD_FIELDS, Deserializer, deserializer_for, record_values
 from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields
 

@@ -1,7 +1,7 @@
 """Distributed RPC on the batch machinery (docs/drpc.md): the request queues of
 ``LocalDRPC`` (``RequestQueue``, ``local_queues``) and the sink a spout takes its requests
 from (``sink_for``: those queues, or the DRPC servers through
-``transactional.engine.drpc_remote``), the spout that carries requests in batches,
+``transactional.engine.drpc.remote``), the spout that carries requests in batches,
 CoordinatedBolt's per-request bookkeeping, and the bolt that returns results.
 
 A DRPC request is carried by a batch (a txid): the spout's coordinator takes up to
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
-from transactional.engine.drpc_sink import Entry, Sink
+from transactional.engine.drpc.sink import Entry, Sink
 from transactional.exceptions import ConfigError, DRPCExecutionException, InvalidTupleError
 from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
@@ -232,7 +232,7 @@ def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
         key = (servers, function, conf.get("drpc.token"))
         sink = _REMOTE.get(key)
         if sink is None:
-            from transactional.engine.drpc_remote import RemoteSink
+            from transactional.engine.drpc.remote import RemoteSink
 
             sink = _REMOTE[key] = RemoteSink(servers, function, conf.get("drpc.token"))
         return sink

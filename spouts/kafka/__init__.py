@@ -8,7 +8,7 @@ high_watermark))``); emitters *read* exactly a planned range in Spark tasks with
 ``assign`` + ``seek`` (no consumer group membership), so a new batch and a replay are the
 same read.
 
-The Kafka spouts (here, ``spouts.kafka_emitter`` and ``spouts.kafka_core``) use **confluent-kafka**
+The Kafka spouts (here, ``spouts.kafka.emitter`` and ``spouts.kafka.core``) use **confluent-kafka**
 (librdkafka), chosen by measurement: against the Tansu broker on this kind of machine it
 produced ≈300k msg/s and consumed ≈400-800k msg/s from one Python process, about ten
 times kafka-python (≈20k / ≈70k msg/s, measured here; docs/kafka.md). Reading is the per-record hot
@@ -47,9 +47,9 @@ from spouts.base import (
     PartitionedTransactionalSpout,
     SpoutContext,
 )
-from spouts.kafka_columns import BAD_RECORD_FIELDS, BadRecordError
-from spouts.kafka_emitter import _GONE, _OUT_OF_RANGE, KafkaEmitter
-from spouts.kafka_records import RECORD_FIELDS, Deserializer, deserializer_for
+from spouts.kafka.columns import BAD_RECORD_FIELDS, BadRecordError
+from spouts.kafka.emitter import _GONE, _OUT_OF_RANGE, KafkaEmitter
+from spouts.kafka.records import RECORD_FIELDS, Deserializer, deserializer_for
 from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
@@ -319,7 +319,7 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
       an object, a field missing) stops the batch with ``BadRecordError`` naming topic,
       partition and offset (None, the default), or is emitted on this stream as
       ``(tx, *BAD_RECORD_FIELDS)`` and left out of the batch. The same on the row and
-      the columnar path (``spouts.kafka_columns``).
+      the columnar path (``spouts.kafka.columns``).
     - ``client_config``: librdkafka settings passed to every consumer (e.g. security).
     - ``group_id``: committed end offsets of each committed batch are written to Kafka
       under this consumer group, as information for lag monitors only (the coordinator

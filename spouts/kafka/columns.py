@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spouts.kafka_records import record_values
+from spouts.kafka.records import record_values
 from transactional.exceptions import SpoutError
 
 try:  # orjson parses several times faster; json is the fallback with the same results

@@ -47,9 +47,9 @@ from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
 from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
-from transactional.engine.core.windows import CoreStates, WindowKeeper
-from transactional.engine.planning import SpoutContext
+from transactional.engine.core.window_keeper import CoreStates, WindowKeeper
 from transactional.engine.replay import CoreReplay
+from transactional.engine.spout_planner import SpoutContext
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
