@@ -1,9 +1,9 @@
-"""Task reports (transactional/engine/plan.py) when Spark runs a task again after losing an
+"""Task reports (transactional/engine/reports.py) when Spark runs a task again after losing an
 executor: counters do not double, and an opaque emitter that ran twice fails the attempt."""
 
 from __future__ import annotations
 
-from transactional.engine.plan import empty_report, merge_reports, per_component, report, rerun_failures
+from transactional.engine.reports import empty_report, merge_reports, per_component, report, rerun_failures
 from transactional.tuples import TransactionAttempt
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from transactional.engine.plan import empty_report, merge_reports
+from transactional.engine.reports import empty_report, merge_reports
 
 
 class ReportParam(AccumulatorParam[dict[str, Any]]):
-    """Merges task reports (``transactional.engine.plan.merge_reports``)."""
+    """Merges task reports (``transactional.engine.reports.merge_reports``)."""
 
     def zero(self, value: dict[str, Any]) -> dict[str, Any]:
         return empty_report()

@@ -14,8 +14,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
+from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
-from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_processing
+from transactional.engine.interpreter import run_processing
+from transactional.engine.reports import ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure

@@ -14,7 +14,8 @@ from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
-from transactional.engine.plan import ProcessingResult, run_commit
+from transactional.engine.interpreter import run_commit
+from transactional.engine.reports import ProcessingResult
 from transactional.engine.spout_planner import SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure

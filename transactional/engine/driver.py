@@ -41,12 +41,10 @@ from transactional.engine.coordinator import (
 )
 from transactional.engine.core.runner import CoreRunner
 from transactional.engine.events import Tally, Transition
+from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.maps import StateRegistry
-from transactional.engine.plan import (
-    InProcessExecutor,
-    compile_plan,
-)
+from transactional.engine.plan import compile_plan
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states

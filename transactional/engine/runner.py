@@ -19,8 +19,8 @@ from transactional.engine.attempts import Jobs
 from transactional.engine.commit import CommitProtocol
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.events import SpoutFigures
-from transactional.engine.plan import ProcessingResult
 from transactional.engine.replay import ReplayPolicy
+from transactional.engine.reports import ProcessingResult
 from transactional.engine.spout_planner import SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.topology import Topology

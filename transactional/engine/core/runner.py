@@ -17,7 +17,8 @@ from transactional.engine.core.window_keeper import check_windows
 from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
-from transactional.engine.plan import ProcessingResult, run_commit
+from transactional.engine.interpreter import run_commit
+from transactional.engine.reports import ProcessingResult
 from transactional.engine.runner import TopologyRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
