@@ -17,7 +17,7 @@ from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.interpreter import run_processing
-from transactional.engine.reports import ProcessingResult
+from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
@@ -230,16 +230,16 @@ class JobThreads:
             self.queue.put(None)
 
 
-def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,
+def add_report(rep: PhaseReport, executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,
                metrics: dict[str, Any] | None = None) -> None:
     """Raise the report's first failure as ``AttemptFailed``, else add its counters (the
     seconds its tasks ran to ``busy``, the user's metrics to ``metrics``)."""
-    if rep["failures"]:
-        raise AttemptFailed(first_failure(rep["failures"]))
+    if rep.failures:
+        raise AttemptFailed(first_failure(rep.failures))
     if metrics is not None:
-        fold_committed(metrics, rep.get("metrics", {}))
-    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
-                          (busy if busy is not None else {}, rep.get("busy", {}))):
+        fold_committed(metrics, rep.metrics)
+    for total, counts in ((executed, rep.executed), (emitted, rep.emitted),
+                          (busy if busy is not None else {}, rep.busy)):
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
 

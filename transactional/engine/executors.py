@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from transactional.engine.plan import Stage
-from transactional.engine.reports import empty_report, merge_reports
+from transactional.engine.reports import TaskReport, empty_report, merge_reports
 from transactional.engine.routing import KEY_STRIDE
 from transactional.engine.stage_tasks import Shared
 from transactional.topology import Topology
@@ -81,7 +81,7 @@ class _LocalAccumulator:
         self.value = empty_report()
         self._lock = threading.Lock()
 
-    def add(self, r: dict[str, Any]) -> None:
+    def add(self, r: TaskReport) -> None:
         with self._lock:
             merge_reports(self.value, r)
 

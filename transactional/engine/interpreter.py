@@ -18,9 +18,8 @@ from transactional.engine.core.task import TICKS
 from transactional.engine.executors import Executor
 from transactional.engine.gc import paused_gc
 from transactional.engine.plan import COMMIT, ExecutionPlan
-from transactional.engine.reports import ProcessingResult, empty_report, per_component, rerun_failures
+from transactional.engine.reports import PhaseReport, ProcessingResult, TaskReport, empty_report, rerun_failures
 from transactional.engine.stage_tasks import Shared, bolt_task, emit_task
-from transactional.metrics import merge_component
 from transactional.tuples import TransactionAttempt
 
 
@@ -59,18 +58,18 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
                 records = ex.collect(handoff)
     finally:
         ex.end()
-    r = acc.value or empty_report()
-    r["failures"] += rerun_failures(r, attempt)
-    if r["failures"] and kept is not None:
+    r: TaskReport = acc.value or empty_report()
+    r.failures += rerun_failures(r, attempt)
+    if r.failures and kept is not None:
         ex.release(kept)
         kept = None
-    return ProcessingResult(attempt, records, r["failures"], per_component(r["executed"]),
-                            per_component(r["emitted"]), r["actual"], time.monotonic() - t0, kept, r["acks"],
-                            per_component(r.get("busy", {})), merge_component(r.get("metrics", {})))
+    total = r.per_component()
+    return ProcessingResult(attempt, records, r.failures, total.executed, total.emitted, r.actual,
+                            time.monotonic() - t0, kept, r.acks, total.busy, total.metrics)
 
 
 def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict[str, Any], attempt: TransactionAttempt,
-               handoff: Any, states: Any) -> dict[str, Any]:
+               handoff: Any, states: Any) -> PhaseReport:
     """The commit-phase stages of ``attempt`` over the processing output ``handoff`` (a
     dataset of ``ex``), with ``states`` (``for_task(component, task)`` gives a task its
     maps); returns the report. Each stage runs before the next is started, and the first
@@ -84,10 +83,9 @@ def run_commit(plan: ExecutionPlan, ex: Executor, shared: Shared, conf: dict[str
             inputs = [ex.select(d, frozenset((st.index,))) for d in produced]
             out = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc, COMMIT, states))
             produced.append(ex.materialize(out))
-            if acc.value["failures"]:
+            if acc.value.failures:
                 break
     finally:
         ex.end()
-    r = acc.value
-    return {**r, "executed": per_component(r["executed"]), "emitted": per_component(r["emitted"]),
-            "busy": per_component(r.get("busy", {})), "metrics": merge_component(r.get("metrics", {}))}
+    report: TaskReport = acc.value
+    return report.per_component()

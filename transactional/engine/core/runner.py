@@ -18,7 +18,7 @@ from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.interpreter import run_commit
-from transactional.engine.reports import ProcessingResult
+from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.runner import TopologyRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
@@ -90,7 +90,7 @@ class CoreRunner(TopologyRunner):
         run_stages = None
         conf = core.conf_for(txid, e.conf)        # with the bolts that get a tick in this micro-batch
         if e.plan.commit:
-            def run_stages(states: Any) -> dict[str, Any]:
+            def run_stages(states: Any) -> PhaseReport:
                 if e.plan.commits_on_executors:   # a Spark job over the processing output kept there
                     rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
                 else:

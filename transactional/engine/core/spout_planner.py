@@ -49,6 +49,7 @@ from transactional.engine.core.checkpoint import Checkpointer
 from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
 from transactional.engine.core.window_keeper import CoreStates, WindowKeeper
 from transactional.engine.replay import CoreReplay
+from transactional.engine.reports import PhaseReport
 from transactional.engine.spout_planner import SpoutContext
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
@@ -294,7 +295,7 @@ class CoreDriver:
         self._deliver(decided)
 
     # -- the engine's hooks ------------------------------------------------------------------------
-    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], dict[str, Any]] | None) -> dict[str, Any]:
+    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], PhaseReport] | None) -> None:
         """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
         runs the commit-phase stages and returns their report; it raises on a failure,
         after which the states are rolled back and the held roots failed."""
@@ -302,7 +303,6 @@ class CoreDriver:
         on_executors = cp is not None and self.config.commit_placement == "executors"
         hold = cp.stateful if cp is not None and not on_executors else frozenset()
         reports = dict(reports)
-        info: dict[str, Any] = {}
         if run_stages is not None:
             states: Any = cp.on_executors() if cp is not None and on_executors else cp
             if self.windows is not None:
@@ -323,12 +323,10 @@ class CoreDriver:
                 cp.commit_prepared(states)  # then the acks count
             elif cp is not None:
                 cp.touched = True                    # a checkpoint is due, acks held or not (ackers=0)
-            reports.update(rep.get("acks", {}))
-            info = rep
+            reports.update(rep.acks)
         self.settle(reports, hold)
         self.batches.pop(a.txid, None)
         self._checkpoint_if_due(self.clock())
-        return info
 
     def rollback(self) -> None:
         """Every state back to its last checkpoint; the roots whose acks it held fail."""
