@@ -1,5 +1,5 @@
 """The runner of core Storm topologies (``transactional.engine.runner.TopologyRunner``):
-the spouts, ackers and checkpoints on the driver (``CoreDriver``) plan each micro-batch and
+the spouts, ackers and checkpoints on the driver (``CoreSpoutPlanner``) plan each micro-batch and
 feed its processing job; a micro-batch's commit settles its acks and checkpoints."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from state.base import TransactionalState
 from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit, CoordinatorSettings
-from transactional.engine.core.spout_planner import CoreDriver
+from transactional.engine.core.spout_planner import CoreSpoutPlanner
 from transactional.engine.core.window_keeper import check_windows
 from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
@@ -34,7 +34,7 @@ SHOW_EVERY_SECS = 0.5
 
 
 class CoreRunner(TopologyRunner):
-    """A core topology's run (docs/design.md §7): ``CoreDriver`` plays the planner."""
+    """A core topology's run (docs/design.md §7): ``CoreSpoutPlanner`` plays the planner."""
 
     @staticmethod
     def run_conf(topology: Topology) -> dict[str, Any]:
@@ -58,7 +58,7 @@ class CoreRunner(TopologyRunner):
         self.engine = engine
         self.state = state
         self.store = store
-        self.core = CoreDriver(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
+        self.core = CoreSpoutPlanner(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
                                wall_clock=engine.clock)
         if self.core.checkpointer is not None:
             engine.result._states = self.core.checkpointer
@@ -77,7 +77,7 @@ class CoreRunner(TopologyRunner):
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """The commit of micro-batch ``a.txid``, in the steps the module docstring of
         ``transactional.engine.core.spout_planner`` numbers ("Commit of t"): 1 and 5 here, 2-4 in
-        ``CoreDriver.commit``. ``AttemptFailed`` when it fails: its pending trees fail, and
+        ``CoreSpoutPlanner.commit``. ``AttemptFailed`` when it fails: its pending trees fail, and
         its spout tuples are replayed by their spouts."""
         e, core = self.engine, self.core
         txid, t0 = a.txid, time.monotonic()
@@ -98,7 +98,7 @@ class CoreRunner(TopologyRunner):
                                      states)
                 add_report(rep, executed, emitted, busy, metrics)
                 return rep
-        # Steps 2-4. the stateful bolts, the acks, a checkpoint when due (CoreDriver.commit)
+        # Steps 2-4. the stateful bolts, the acks, a checkpoint when due (CoreSpoutPlanner.commit)
         try:
             with paused_gc():
                 core.commit(a, r.acks, run_stages)

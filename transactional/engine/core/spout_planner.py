@@ -1,7 +1,7 @@
 """The driver side of core Storm topologies (docs/design.md §7): on the engine's one
 coordinator and plan, a micro-batch is a txid.
 
-* **Plan** of micro-batch t (``CoreDriver.plan``): the spout tasks -- one instance each,
+* **Plan** of micro-batch t (``CoreSpoutPlanner.plan``): the spout tasks -- one instance each,
   opened once, on the driver -- are asked for tuples (``next_tuple``, round after round,
   while they emit, up to ``micro_batch_size`` tuples, ``poll_interval_secs`` of asking,
   and ``max_spout_pending`` tracked tuples per task). Each tuple emitted with a
@@ -12,7 +12,7 @@ coordinator and plan, a micro-batch is a txid.
 * **Processing**: the bolts as Spark stages (``transactional.engine.core.task``); each task's
   acks come back XOR-combined per root.
 * **Commit** of t, in txid order (``transactional.engine.core.runner.CoreRunner.commit``,
-  steps 2-4 in ``CoreDriver.commit``):
+  steps 2-4 in ``CoreSpoutPlanner.commit``):
   1. check the lock;
   2. run the stateful bolts and everything downstream of them on the driver, their
      states in ``transactional.engine.core.checkpoint.Checkpointer``;
@@ -91,7 +91,7 @@ def _call(t: _SpoutTask, method: str, *args: Any) -> None:
         raise TopologyFailedError(msg, component=t.spout_id, task=t.index, cause=str(e)) from e
 
 
-class CoreDriver:
+class CoreSpoutPlanner:
     """The spouts, ackers and checkpoints of a core topology's run (module docstring).
     It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
     ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
