@@ -95,9 +95,9 @@ class Attempts:
         """Do what ``a`` asks; return the coordinator's answer to its outcome."""
         now = time.monotonic
         if isinstance(a, Plan):
-            planned = self.runner.plan(a.txid, a.partitions, a.keep)
+            planned = self.runner.planner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.busy())
+            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.planner.busy())
         if isinstance(a, Launch):
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -106,7 +106,7 @@ class Attempts:
             group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
             self.groups[(a.txid, a.attempt)] = group
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group, self.runner.fed(a.txid))
+                                   coord.last_committed, group, self.runner.planner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             self.group_of[fut] = group
             return []
@@ -114,7 +114,7 @@ class Attempts:
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             return []
         if isinstance(a, Cancel):
-            self.runner.discard(a.txid)
+            self.runner.planner.discard(a.txid)
             job_group = self.groups.pop((a.txid, a.attempt), None)
             if job_group is not None:
                 self.jobs.cancel(job_group)

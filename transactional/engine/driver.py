@@ -307,7 +307,7 @@ class Engine:
             raise
         finally:
             try:
-                runner.close(error is None)
+                runner.planner.close(error is None)
             finally:
                 watch.unlocking(error)
 
@@ -322,13 +322,13 @@ class Engine:
         rec = store.recover()
         self.states.known.update(rec.maps)
         self.states.last_committed = rec.last_committed
-        coord = Coordinator(runner.settings(), runner.policy,
+        coord = Coordinator(runner.settings(), runner.planner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
         coord.listeners += [_heard_safely(listener) for listener in self.listeners]
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
-                     rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
+                     rec.last_committed, len(rec.pending), "replay" if runner.planner.policy.replays else "plan again")
         attempts = Attempts(self, jobs, store, runner)
         clock = time.monotonic
         # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
@@ -354,10 +354,10 @@ class Engine:
                 pending += watch.requests(coord, clock())
                 if pending:
                     continue
-                wakes = [w for w in (coord.next_wakeup(clock()), runner.next_wakeup()) if w is not None]
+                wakes = [w for w in (coord.next_wakeup(clock()), runner.planner.next_wakeup()) if w is not None]
                 timeout = self.config.poll_interval_secs if not wakes else max(0.0, min(wakes) - clock())
                 pending += attempts.wait(coord, min(timeout, CONTROL_CHECK_SECS))
-                runner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
+                runner.planner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
                 watch.between(runner, clock())
         finally:

@@ -19,9 +19,8 @@ from transactional.engine.attempts import Jobs
 from transactional.engine.commit import CommitProtocol
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.events import SpoutFigures
-from transactional.engine.replay import ReplayPolicy
 from transactional.engine.reports import ProcessingResult
-from transactional.engine.spout_planner import SpoutsPlanner
+from transactional.engine.spout_planner import Planner, SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
 from transactional.topology import Topology
 
@@ -30,11 +29,11 @@ if TYPE_CHECKING:
 
 
 class TopologyRunner(ABC):
-    """The driver's interface to one kind of topology: ``plan`` a txid's metadata, what the
-    driver ``fed`` its processing job, ``commit`` it, ``close`` at the end; and the spouts'
-    timers and figures between commits. ``policy`` is the coordinator's replay policy."""
+    """The driver's interface to one kind of topology: its spouts' ``planner`` (plans a
+    txid's metadata, feeds its processing job, keeps the spouts' timers; ``Planner``),
+    ``commit`` a txid; and the spouts' figures between commits."""
 
-    policy: ReplayPolicy
+    planner: Planner
 
     @abstractmethod
     def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
@@ -59,36 +58,8 @@ class TopologyRunner(ABC):
         return self.settings().max_spout_pending
 
     @abstractmethod
-    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
-        """``(metadata, state after it)`` of ``txid``, or None when there is nothing now."""
-
-    @abstractmethod
-    def fed(self, txid: int) -> Any:
-        """The records the driver feeds ``txid``'s processing job (None: its spout stages emit)."""
-
-    @abstractmethod
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """Commit attempt ``a`` (``AttemptFailed`` when it fails); what ``committed`` reports."""
-
-    @abstractmethod
-    def close(self, ok: bool) -> None:
-        """The run ended (``ok``: without an error)."""
-
-    @abstractmethod
-    def discard(self, txid: int) -> None:
-        """``txid``'s attempt was cancelled."""
-
-    @abstractmethod
-    def tick(self, now: float) -> None:
-        """Time passed: the spouts' timers."""
-
-    @abstractmethod
-    def next_wakeup(self) -> float | None:
-        """When the spouts' next timer is due, or None."""
-
-    @abstractmethod
-    def busy(self) -> bool:
-        """True when the spouts have work outside the coordinator's txids."""
 
     def status_counts(self) -> Callable[[], dict[str, Any]] | None:
         """The spout figures of the status record, or None."""
@@ -108,6 +79,8 @@ class TransactionalRunner(TopologyRunner):
     """Transactional topologies (and Trident's): the spouts' coordinators plan on the
     driver (``SpoutsPlanner``), a txid commits through ``CommitProtocol``."""
 
+    planner: SpoutsPlanner
+
     def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
         self.engine = engine
         engine.states.raise_epoch(epoch)
@@ -115,35 +88,13 @@ class TransactionalRunner(TopologyRunner):
             engine.states.known.update(store.recover_maps())
             engine.states.declare(engine.plan, engine.conf)
         self.planner = SpoutsPlanner(engine.topology, engine.conf, state=state)
-        self.policy = self.planner.policy
         self.protocol = CommitProtocol(engine, store, self.planner, state)
 
     def settings(self) -> CoordinatorSettings:
         return CoordinatorSettings.of(self.engine.config)
 
-    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
-        return self.planner.plan(txid, states, keep)
-
-    def fed(self, txid: int) -> Any:
-        return self.planner.fed(txid)
-
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         return self.protocol.commit(a, r, jobs)
-
-    def close(self, ok: bool) -> None:
-        self.planner.close()
-
-    def discard(self, txid: int) -> None:
-        self.planner.discard(txid)
-
-    def tick(self, now: float) -> None:
-        self.planner.tick(now)
-
-    def next_wakeup(self) -> float | None:
-        return self.planner.next_wakeup()
-
-    def busy(self) -> bool:
-        return self.planner.busy()
 
     def spout_coordinators(self) -> dict[str, Any]:
         return {sid: p.coordinator for sid, p in self.planner.planners.items()}

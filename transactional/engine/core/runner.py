@@ -36,6 +36,8 @@ SHOW_EVERY_SECS = 0.5
 class CoreRunner(TopologyRunner):
     """A core topology's run (docs/design.md §7): ``CoreSpoutPlanner`` plays the planner."""
 
+    planner: CoreSpoutPlanner
+
     @staticmethod
     def run_conf(topology: Topology) -> dict[str, Any]:
         """Seeds the tasks' tuple ids (``transactional.engine.core.task.task_seed``)."""
@@ -58,28 +60,21 @@ class CoreRunner(TopologyRunner):
         self.engine = engine
         self.state = state
         self.store = store
-        self.core = CoreSpoutPlanner(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
+        self.planner = CoreSpoutPlanner(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
                                wall_clock=engine.clock)
-        if self.core.checkpointer is not None:
-            engine.result._states = self.core.checkpointer
-        self.policy = self.core.policy
+        if self.planner.checkpointer is not None:
+            engine.result._states = self.planner.checkpointer
         self.shown = 0.0          # when the status page last heard the spouts' figures
 
     def settings(self) -> CoordinatorSettings:
         return CoordinatorSettings.of(self.engine.config, core=True)
-
-    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
-        return self.core.plan(txid, states, keep)
-
-    def fed(self, txid: int) -> Any:
-        return self.core.fed(txid)
 
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """The commit of micro-batch ``a.txid``, in the steps the module docstring of
         ``transactional.engine.core.spout_planner`` numbers ("Commit of t"): 1 and 5 here, 2-4 in
         ``CoreSpoutPlanner.commit``. ``AttemptFailed`` when it fails: its pending trees fail, and
         its spout tuples are replayed by their spouts."""
-        e, core = self.engine, self.core
+        e, core = self.engine, self.planner
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
         # Step 1. check the lock (micro-batch txid-1 is committed: commits are strictly in order).
@@ -119,24 +114,9 @@ class CoreRunner(TopologyRunner):
                 "acked": dict(res.acked), "failed": dict(res.failed),
                 "pending": core.pending()}
 
-    def close(self, ok: bool) -> None:
-        self.core.close(ok)
-
-    def discard(self, txid: int) -> None:
-        self.core.discard(txid)
-
-    def tick(self, now: float) -> None:
-        self.core.tick(now)
-
-    def next_wakeup(self) -> float | None:
-        return self.core.next_wakeup()
-
-    def busy(self) -> bool:
-        return self.core.busy()
-
     def status_counts(self) -> Callable[[], dict[str, Any]] | None:
         """The spout figures of a core topology's status record."""
-        r, core = self.engine.result, self.core
+        r, core = self.engine.result, self.planner
         return lambda: {"acked": dict(r.acked), "failed": dict(r.failed), "timed_out": dict(r.timed_out),
                         "pending": core.pending()}
 
@@ -144,4 +124,4 @@ class CoreRunner(TopologyRunner):
         if now >= self.shown + SHOW_EVERY_SECS:
             self.shown = now               # what acks and timeouts changed between commits
             r = self.engine.result
-            figures.spout_counts(r.acked, r.failed, self.core.pending())
+            figures.spout_counts(r.acked, r.failed, self.planner.pending())

@@ -50,7 +50,7 @@ from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_
 from transactional.engine.core.window_keeper import CoreStates, WindowKeeper
 from transactional.engine.replay import CoreReplay
 from transactional.engine.reports import PhaseReport
-from transactional.engine.spout_planner import SpoutContext
+from transactional.engine.spout_planner import Planner, SpoutContext
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
@@ -91,10 +91,10 @@ def _call(t: _SpoutTask, method: str, *args: Any) -> None:
         raise TopologyFailedError(msg, component=t.spout_id, task=t.index, cause=str(e)) from e
 
 
-class CoreSpoutPlanner:
-    """The spouts, ackers and checkpoints of a core topology's run (module docstring).
-    It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
-    ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
+class CoreSpoutPlanner(Planner):
+    """The spouts, ackers and checkpoints of a core topology's run (module docstring):
+    a core topology's ``Planner``, with the acks and checkpoints of a micro-batch's
+    commit (``commit``)."""
 
     def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
                  store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
@@ -181,7 +181,7 @@ class CoreSpoutPlanner:
         return {**conf, TICKS: b.ticks} if b is not None and b.ticks else conf
 
     # -- planning a micro-batch -------------------------------------------------------------
-    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[dict[str, Any], None] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[Any, Any] | None:
         """Fill micro-batch ``txid`` from the spout tasks (module docstring); None when
         they emitted nothing."""
         now = self.clock()
@@ -234,7 +234,7 @@ class CoreSpoutPlanner:
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
 
-    def fed(self, txid: int) -> dict[str, list[list[Any]]]:
+    def fed(self, txid: int) -> dict[str, list[list[Any]]] | None:
         """What the spout tasks emitted for ``txid``: per spout, the records of each task."""
         return self.batches[txid].fed
 
