@@ -25,7 +25,7 @@ from transactional.metrics import fold_committed
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
     from transactional.engine.runner import TopologyRunner
 
 log = logging.getLogger("trident")
@@ -41,27 +41,29 @@ class AttemptFailed(Exception):
 
 class Jobs:
     """The processing phase of attempts: the plan's processing stages on the configured
-    executor (Spark, or this process for ``executor="in-process"``)."""
+    executor (Spark, or this process for ``executor="in-process"``). ``sc``: the run's
+    Spark context, if it has one already (``self.sc`` after: the one the jobs use)."""
 
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
+    def __init__(self, ctx: RunContext, run_id: str, sc: Any = None) -> None:
+        self.ctx = ctx
         self.run_id = run_id
-        if engine.config.executor == "in-process":
+        self.sc = sc
+        if ctx.config.executor == "in-process":
             self.executor: Any = InProcessExecutor()
         else:
-            if engine.sc is None:
-                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
+            if self.sc is None:
+                self.sc = get_or_create_context(ctx.config, spark_app_name(ctx.topology.topology_id))
             else:
-                ship(engine.sc, engine.config)      # py_files / archives of this run
-            self.executor = SparkExecutor(engine.sc)
-        self.shared = self.executor.shared(engine.topology)
+                ship(self.sc, ctx.config)      # py_files / archives of this run
+            self.executor = SparkExecutor(self.sc)
+        self.shared = self.executor.shared(ctx.topology)
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
-        e = self.engine
-        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
+        ctx = self.ctx
+        return run_processing(ctx.plan, self.executor, self.shared, self.run_id, ctx.conf, attempt, meta,
                               cleanup_before, group, fed)
 
     def cancel(self, group: str) -> None:
@@ -80,8 +82,8 @@ class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
-        self.engine = engine
+    def __init__(self, ctx: RunContext, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
+        self.ctx = ctx
         self.jobs = jobs
         self.store = store
         self.runner = runner
@@ -102,7 +104,7 @@ class Attempts:
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             crash_point("process.after_meta", txid=a.txid)
-            tid = self.engine.topology.topology_id
+            tid = self.ctx.topology.topology_id
             group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
             self.groups[(a.txid, a.attempt)] = group
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,

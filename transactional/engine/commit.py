@@ -25,7 +25,7 @@ from transactional.engine.user_states import (
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
 
 log = logging.getLogger("trident")
 
@@ -57,9 +57,9 @@ class CommitProtocol:
     crash points, ``transactional.engine.faults``).
     """
 
-    def __init__(self, engine: Engine, store: CoordinatorStore, planner: SpoutsPlanner,
+    def __init__(self, ctx: RunContext, store: CoordinatorStore, planner: SpoutsPlanner,
                  state: TransactionalState) -> None:
-        self.engine = engine
+        self.ctx = ctx
         self.store = store
         self.planner = planner
         self.state = state
@@ -67,7 +67,7 @@ class CommitProtocol:
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """Commit attempt ``a`` whose processing gave ``r``; returns what the ``committed``
         transition reports."""
-        e, store = self.engine, self.store
+        ctx, store = self.ctx, self.store
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
         # Step 1. txid-1 is committed: the coordinator commits strictly in order.
@@ -76,41 +76,41 @@ class CommitProtocol:
         # Step 3. note durably that this attempt's commit began (it may write user state),
         # with the txid's time: the driver's clock when its first commit began, reused by
         # every later attempt (processing-time windows fire the same windows on a replay).
-        conf = {**e.conf, TXID_TIME_MS: store.commit_time(txid, e.clock)}
+        conf = {**ctx.conf, TXID_TIME_MS: store.commit_time(txid, ctx.clock)}
         store.write_pending(txid, a.meta, a.attempt, list(a.commit_started))
         crash_point("commit.before", txid=txid)
         executed, emitted, busy, metrics = dict(r.executed), dict(r.emitted), dict(r.busy), dict(r.metrics)
         try:
             # Step 4. committers and the bolts downstream of them, maps buffering their updates;
             # an earlier attempt whose commit began may have written opaque state: roll it back first.
-            e.states.begin(txid, a.attempt, e.plan.writers() if len(a.commit_started) > 1 else (),
+            ctx.states.begin(txid, a.attempt, ctx.plan.writers() if len(a.commit_started) > 1 else (),
                            time_ms=conf[TXID_TIME_MS])
-            if e.plan.commits_on_executors:
-                rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept,
-                                 e.states.for_executors(txid, a.attempt))
+            if ctx.plan.commits_on_executors:
+                rep = run_commit(ctx.plan, jobs.executor, jobs.shared, conf, attempt, r.kept,
+                                 ctx.states.for_executors(txid, a.attempt))
             else:
                 with paused_gc():
-                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
-                                     e.states)
+                    rep = run_commit(ctx.plan, ctx.driver_executor, ctx.driver_shared, conf, attempt, [r.records],
+                                     ctx.states)
             add_report(rep, executed, emitted, busy, metrics)
             # Step 5. the maps write what the commit changed: one fenced atomic write each store.
             crash_point("commit.before_write", txid=txid)
             with paused_gc():
-                e.states.commit(txid)
+                ctx.states.commit(txid)
         except AttemptFailed:
-            e.states.abort()
+            ctx.states.abort()
             raise
         except Exception as exc:
-            e.states.abort()
+            ctx.states.abort()
             raise AttemptFailed(TaskFailure.of(exc, f"(map {getattr(exc, 'trident_map', '?')!r})", -1,
                                                attempt)) from exc
         crash_point("commit.before_record", txid=txid)
         # Step 6. record txid as committed, with its metadata and the partition state.
         store.record_commit(txid, a.meta, a.partitions)
-        e.states.committed(txid)
+        ctx.states.committed(txid)
         crash_point("commit.after_record", txid=txid)
         # Step 7. drop its metadata (kept for `trident replay` with keep_batch_meta).
-        store.keep_meta(txid, a.meta, a.partitions, e.config.keep_batch_meta)
+        store.keep_meta(txid, a.meta, a.partitions, ctx.config.keep_batch_meta)
         store.drop_pending(txid)
         # Step 8. tell the spouts' coordinators (emitters get cleanup_before with the next batch).
         try:

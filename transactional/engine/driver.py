@@ -31,6 +31,7 @@ from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
 from transactional.engine import layout
 from transactional.engine.attempts import Attempts, Jobs
+from transactional.engine.context import RunContext
 from transactional.engine.coordinator import (
     Action,
     Cancel,
@@ -290,16 +291,18 @@ class Engine:
         """The run, holding the lock with ``epoch``; ``status``: keep the record ``trident status`` shows."""
         self.states.record_map = store.record_map
         self.conf[MIGRATIONS] = layout.versions(state)       # read by the stages that open maps
-        runner = self.runner_class(self, state, store, epoch)
+        ctx = self.context()
+        runner = self.runner_class(ctx, state, store, epoch)
         # ``status`` False: a replay of txids begun with other task counts, before the run proper:
         # the watch (status record, operator's requests) is not told of it
         watch = self.watch if status else RunWatch()
         error: BaseException | None = None
         try:
             watch.locked(self, state, owner, runner)
-            jobs = Jobs(self, owner)
+            jobs = Jobs(ctx, owner, self.sc)
+            self.sc = jobs.sc                   # the run's Spark context, for the runs that go on from this one
             try:
-                self._loop(store, runner, jobs, max_batches, watch)
+                self._loop(ctx, store, runner, jobs, max_batches, watch)
             finally:
                 jobs.close()
         except BaseException as e:
@@ -311,13 +314,18 @@ class Engine:
             finally:
                 watch.unlocking(error)
 
+    def context(self) -> RunContext:
+        """What this run's collaborators need of it (``RunContext``)."""
+        return RunContext(self.topology, self.plan, self.config, self.conf, self.states, self.result, self.clock,
+                          self.driver_executor, self.driver_shared)
+
     def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs, max_batches: int | None,
-              watch: RunWatch) -> None:
+    def _loop(self, ctx: RunContext, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs,
+              max_batches: int | None, watch: RunWatch) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
@@ -329,7 +337,7 @@ class Engine:
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
                      rec.last_committed, len(rec.pending), "replay" if runner.planner.policy.replays else "plan again")
-        attempts = Attempts(self, jobs, store, runner)
+        attempts = Attempts(ctx, jobs, store, runner)
         clock = time.monotonic
         # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
         pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))

@@ -25,7 +25,7 @@ from transactional.engine.store import CoordinatorStore
 from transactional.topology import Topology
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
 
 
 class TopologyRunner(ABC):
@@ -36,8 +36,8 @@ class TopologyRunner(ABC):
     planner: Planner
 
     @abstractmethod
-    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
-        """Open the spouts of ``engine``'s run, with this driver's lock held and its ``epoch``."""
+    def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        """Open the spouts of the run ``ctx``, with this driver's lock held and its ``epoch``."""
 
     @staticmethod
     def run_conf(topology: Topology) -> dict[str, Any]:
@@ -81,17 +81,17 @@ class TransactionalRunner(TopologyRunner):
 
     planner: SpoutsPlanner
 
-    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
-        self.engine = engine
-        engine.states.raise_epoch(epoch)
-        if engine.plan.commits_on_executors:
-            engine.states.known.update(store.recover_maps())
-            engine.states.declare(engine.plan, engine.conf)
-        self.planner = SpoutsPlanner(engine.topology, engine.conf, state=state)
-        self.protocol = CommitProtocol(engine, store, self.planner, state)
+    def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        self.ctx = ctx
+        ctx.states.raise_epoch(epoch)
+        if ctx.plan.commits_on_executors:
+            ctx.states.known.update(store.recover_maps())
+            ctx.states.declare(ctx.plan, ctx.conf)
+        self.planner = SpoutsPlanner(ctx.topology, ctx.conf, state=state)
+        self.protocol = CommitProtocol(ctx, store, self.planner, state)
 
     def settings(self) -> CoordinatorSettings:
-        return CoordinatorSettings.of(self.engine.config)
+        return CoordinatorSettings.of(self.ctx.config)
 
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         return self.protocol.commit(a, r, jobs)

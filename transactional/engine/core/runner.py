@@ -27,7 +27,7 @@ from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
 
 #: the status page hears the spouts' figures at most this often between commits
 SHOW_EVERY_SECS = 0.5
@@ -48,33 +48,33 @@ class CoreRunner(TopologyRunner):
         """Stateful bolts keep their ``KeyValueState`` in the user state."""
         return any(c.core in ("stateful", "swindowed") for c in topology.bolts)
 
-    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
-        config = engine.config
-        if self.keeps_state(engine.topology) and config.checkpoint_interval_ms >= config.message_timeout_secs * 1000:
+    def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        config = ctx.config
+        if self.keeps_state(ctx.topology) and config.checkpoint_interval_ms >= config.message_timeout_secs * 1000:
             msg = (f"checkpoint_interval_ms={config.checkpoint_interval_ms} must be below "
                    f"message_timeout_secs={config.message_timeout_secs} (x1000): a stateful bolt's tuples "
                    "are acked at the checkpoint, and would time out first and be replayed")
             raise ConfigError(msg)
-        check_windows(engine.topology, config)
+        check_windows(ctx.topology, config)
         options = {} if config.state.startswith("memory:") else {"connect_timeout": config.connect_timeout_secs}
-        self.engine = engine
+        self.ctx = ctx
         self.state = state
         self.store = store
-        self.planner = CoreSpoutPlanner(engine.topology, config, engine.conf, engine.result, state, options, epoch=epoch,
-                               wall_clock=engine.clock)
+        self.planner = CoreSpoutPlanner(ctx.topology, config, ctx.conf, ctx.result, state, options, epoch=epoch,
+                                        wall_clock=ctx.clock)
         if self.planner.checkpointer is not None:
-            engine.result._states = self.planner.checkpointer
+            ctx.result._states = self.planner.checkpointer
         self.shown = 0.0          # when the status page last heard the spouts' figures
 
     def settings(self) -> CoordinatorSettings:
-        return CoordinatorSettings.of(self.engine.config, core=True)
+        return CoordinatorSettings.of(self.ctx.config, core=True)
 
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
         """The commit of micro-batch ``a.txid``, in the steps the module docstring of
         ``transactional.engine.core.spout_planner`` numbers ("Commit of t"): 1 and 5 here, 2-4 in
         ``CoreSpoutPlanner.commit``. ``AttemptFailed`` when it fails: its pending trees fail, and
         its spout tuples are replayed by their spouts."""
-        e, core = self.engine, self.planner
+        ctx, core = self.ctx, self.planner
         txid, t0 = a.txid, time.monotonic()
         attempt = TransactionAttempt(txid, a.attempt)
         # Step 1. check the lock (micro-batch txid-1 is committed: commits are strictly in order).
@@ -83,13 +83,13 @@ class CoreRunner(TopologyRunner):
         executed, emitted, busy, metrics = dict(r.executed), dict(r.emitted), dict(r.busy), dict(r.metrics)
         emitted.update({sid: m["tuples"] for sid, m in (a.meta or {}).items()})
         run_stages = None
-        conf = core.conf_for(txid, e.conf)        # with the bolts that get a tick in this micro-batch
-        if e.plan.commit:
+        conf = core.conf_for(txid, ctx.conf)        # with the bolts that get a tick in this micro-batch
+        if ctx.plan.commit:
             def run_stages(states: Any) -> PhaseReport:
-                if e.plan.commits_on_executors:   # a Spark job over the processing output kept there
-                    rep = run_commit(e.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
+                if ctx.plan.commits_on_executors:   # a Spark job over the processing output kept there
+                    rep = run_commit(ctx.plan, jobs.executor, jobs.shared, conf, attempt, r.kept, states)
                 else:
-                    rep = run_commit(e.plan, e.driver_executor, e.driver_shared, conf, attempt, [r.records],
+                    rep = run_commit(ctx.plan, ctx.driver_executor, ctx.driver_shared, conf, attempt, [r.records],
                                      states)
                 add_report(rep, executed, emitted, busy, metrics)
                 return rep
@@ -106,7 +106,7 @@ class CoreRunner(TopologyRunner):
         # Step 5. record the micro-batch as committed, drop its metadata
         self.store.record_commit(txid, a.meta, None)
         self.store.drop_pending(txid)
-        res = e.result
+        res = ctx.result
         if core.checkpointer is not None:
             res.checkpoints = core.checkpointer.checkpoints
         return {"executed": executed, "emitted": emitted, "commit_secs": time.monotonic() - t0,
@@ -116,12 +116,12 @@ class CoreRunner(TopologyRunner):
 
     def status_counts(self) -> Callable[[], dict[str, Any]] | None:
         """The spout figures of a core topology's status record."""
-        r, core = self.engine.result, self.planner
+        r, core = self.ctx.result, self.planner
         return lambda: {"acked": dict(r.acked), "failed": dict(r.failed), "timed_out": dict(r.timed_out),
                         "pending": core.pending()}
 
     def show(self, figures: SpoutFigures, now: float) -> None:
         if now >= self.shown + SHOW_EVERY_SECS:
             self.shown = now               # what acks and timeouts changed between commits
-            r = self.engine.result
+            r = self.ctx.result
             figures.spout_counts(r.acked, r.failed, self.planner.pending())
