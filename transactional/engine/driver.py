@@ -117,7 +117,7 @@ class Engine:
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
                               "drpc.token": _drpc_token(config)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
-        self.plan = compile_plan(topology, config.commit_placement)
+        self.plan = compile_plan(topology, config.commit_placement, self.runner_class.task_kind)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
         self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)

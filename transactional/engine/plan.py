@@ -9,15 +9,10 @@ the driver process). ``transactional.engine.interpreter`` runs a plan for one at
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from transactional.bolt import BasicBoltAdapter
-from transactional.engine.core.task import adapter as core_adapter
-from transactional.engine.core.task import run_core_task
-from transactional.engine.core.window_keeper import Windowed
-from transactional.engine.task import run_task
+from transactional.engine.task import TRANSACTIONAL_TASKS, TaskKind
 from transactional.topology import ComponentSpec, Topology
 
 PROCESSING, COMMIT = "processing", "commit"
@@ -39,8 +34,8 @@ class Stage:
     sources: tuple[str, ...]      # components it reads, each once
     local: bool                   # local_or_shuffle: task i reads task i of its one source
     persist: bool                 # its output is read more than once in its phase
-    runner: str = "transactional"  # its task runner (``TASK_RUNNERS``): the topology's kind
-    adapter: str = ""             # how its bolt becomes a batch bolt (``ADAPTERS``); "" for a spout
+    task_kind: TaskKind = TRANSACTIONAL_TASKS   # how its tasks run: its topology kind's task life
+    adapter: str = ""             # how its bolt becomes a batch bolt (``task_kind.adapters``); "" for a spout
 
 
 @dataclass(frozen=True)
@@ -69,9 +64,14 @@ class ExecutionPlan:
                          for s in self.processing + self.commit)
 
 
-def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> ExecutionPlan:
+def compile_plan(topology: Topology, commit_placement: str = DRIVER,
+                 kind: TaskKind = TRANSACTIONAL_TASKS) -> ExecutionPlan:
     """Compile ``topology``: processing stages run on executors, commit stages where
-    ``commit_placement`` says."""
+    ``commit_placement`` says; its bolts' tasks as the topology's ``kind`` runs them
+    (``transactional.engine.task.TaskKind``; a core topology's is ``CORE_TASKS``)."""
+    if kind.name != topology.kind:
+        msg = f"topology {topology.topology_id!r} is a {topology.kind} topology: compile it with its task kind, not {kind.name!r}"
+        raise ValueError(msg)
     commit = topology.commit_components
     index = {c.id: i for i, c in enumerate(topology.components)}
     stages: list[Stage] = []
@@ -87,35 +87,12 @@ def compile_plan(topology: Topology, commit_placement: str = DRIVER) -> Executio
             c.id, index[c.id], c.kind, phase, commit_placement if phase == COMMIT else EXECUTORS,
             c.parallelism, tuple(dict.fromkeys(s.source for s in c.inputs)),
             c.kind == "bolt" and topology.is_local(c),
-            len(same_phase) + (1 if crosses else 0) > 1, topology.kind, _adapter(topology, c)))
+            len(same_phase) + (1 if crosses else 0) > 1, kind, kind.adapter_of(c) if c.kind == "bolt" else ""))
     return ExecutionPlan(topology, tuple(s for s in stages if s.phase == PROCESSING),
                          tuple(s for s in stages if s.phase == COMMIT), tuple(handoff),
                          frozenset(index[c] for c in commit))
 
 
-#: the task runner of each topology kind: run one task of a bolt for one batch
-TASK_RUNNERS: dict[str, Callable[..., tuple[list[Any], int, int, Any]]] = {"transactional": run_task,
-                                                                      "core": run_core_task}
-#: how a bolt as the user wrote it becomes the batch bolt its task runner drives
-ADAPTERS: dict[str, Callable[[Any], Any]] = {
-    "batch": lambda bolt: bolt,                           # a BaseBatchBolt (or a committer) as it is
-    "basic": BasicBoltAdapter,                            # a transactional BaseBasicBolt
-    "core-rich": lambda bolt: core_adapter("rich", bolt),  # core topologies' bolts
-    "core-basic": lambda bolt: core_adapter("basic", bolt),
-    "core-stateful": lambda bolt: core_adapter("stateful", bolt),
-    "core-windowed": Windowed,                            # windows kept on the driver
-    "core-swindowed": Windowed,
-}
-
-
-def _adapter(topology: Topology, c: ComponentSpec) -> str:
-    if c.kind != "bolt":
-        return ""
-    if topology.core:
-        return f"core-{c.core}"
-    return "basic" if c.basic else "batch"
-
-
 def new_bolt(stage: Stage, spec: ComponentSpec) -> Any:
     """A fresh instance of ``stage``'s bolt as its task runner drives it (its adapter)."""
-    return ADAPTERS[stage.adapter](spec.new_instance())
+    return stage.task_kind.new_bolt(stage.adapter, spec)

@@ -22,6 +22,7 @@ from transactional.engine.events import SpoutFigures
 from transactional.engine.reports import ProcessingResult
 from transactional.engine.spout_planner import Planner, SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
+from transactional.engine.task import TRANSACTIONAL_TASKS, TaskKind
 from transactional.topology import Topology
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class TopologyRunner(ABC):
     ``commit`` a txid; and the spouts' figures between commits."""
 
     planner: Planner
+    #: how this kind's bolt tasks run (``transactional.engine.task.run_task``)
+    task_kind: TaskKind
 
     @abstractmethod
     def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
@@ -80,6 +83,7 @@ class TransactionalRunner(TopologyRunner):
     driver (``SpoutsPlanner``), a txid commits through ``CommitProtocol``."""
 
     planner: SpoutsPlanner
+    task_kind = TRANSACTIONAL_TASKS
 
     def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
         self.ctx = ctx

@@ -1,8 +1,8 @@
 """The task functions the executors run: one spout emitter task, one bolt task.
 
 ``emit_task`` / ``bolt_task`` run wherever the executor runs them; a bolt task goes
-through its stage's task runner (``transactional.engine.task.run_task``, or a core
-topology's ``transactional.engine.core.task.run_core_task``) and adapter.
+through the one task runner (``transactional.engine.task.run_task``) as its stage's
+task kind and adapter say.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
-from transactional.engine.plan import COMMIT, PROCESSING, TASK_RUNNERS, Stage, new_bolt
+from transactional.engine.plan import COMMIT, PROCESSING, Stage, new_bolt
 from transactional.engine.reports import report
 from transactional.engine.spout_planner import SpoutContext, emit_spout_task, spout_kind
-from transactional.engine.task import Router, TaskFailure
+from transactional.engine.task import Router, TaskFailure, run_task
 from transactional.metrics import collecting
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
@@ -73,7 +73,7 @@ def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: d
               phase: str = PROCESSING, states: Any = None) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     """The function of task ``task`` of a bolt: prepare, execute each input, finish_batch
     (through the stage's task runner and adapter)."""
-    component_id, run_task = stage.component, TASK_RUNNERS[stage.runner]
+    component_id, kind = stage.component, stage.task_kind
 
     def run(task: int, records: Iterable[Any]) -> Iterator[Any]:
         topology: Topology = shared.value
@@ -83,7 +83,7 @@ def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: d
         try:
             # paused_gc also covers unpickling the input, which happens as it is read
             with paused_gc(), collecting(component_id, task) as metrics:
-                out, n, e, acks = run_task(topology, spec, new_bolt(stage, spec), task, attempt,
+                out, n, e, acks = run_task(kind, topology, spec, new_bolt(stage, spec), task, attempt,
                                            (p for _, p in records), conf, phase, task_states)
                 if task_states is not None:
                     task_states.finish()   # a committer task on an executor writes its maps

@@ -12,10 +12,11 @@ records ``(key, payload)`` where ``key = consumer_index * KEY_STRIDE + consumer_
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from transactional.bolt import BasicBoltAdapter
 from transactional.columns import ColumnBatch, rows_of
 from transactional.engine.faults import task_fault
 from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
@@ -370,13 +371,39 @@ def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
-def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-             payloads: Iterable[Payload], conf: dict[str, Any], phase: str, states: Any = None,
-             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
-    """Run one task of a transactional topology's bolt (``bolt``: a fresh instance, as the
-    plan's adapter made it) for one batch. Returns (records, tuples executed, emitted,
-    acks): ``acks`` is None here (a core task's report to the ackers comes from
-    ``transactional.engine.core.task.run_core_task``, the core topologies' task runner).
+@dataclass(frozen=True)
+class TaskKind:
+    """How one kind of topology runs a bolt's task (``run_task``): its collector (the
+    router a task emits into), how a task's input is fed to its bolt, what the task
+    reports to the ackers, and how a bolt as the user wrote it becomes the batch bolt the
+    task drives (``adapters``, by the name ``adapter_of`` gives a component). Each kind
+    declares its own: ``TRANSACTIONAL_TASKS`` here, ``transactional.engine.core.task_kind.CORE_TASKS``."""
+
+    name: str
+    #: ``(topology, component, task, attempt, conf, only)`` -> the task's collector
+    collector: Callable[[Topology, ComponentSpec, int, TransactionAttempt, dict[str, Any],
+                         Callable[[str], bool] | None], Any]
+    #: ``(bolt, topology, component, payloads, conf)`` -> tuples executed
+    feed: Callable[[Any, Topology, ComponentSpec, list[Any], dict[str, Any]], int]
+    #: the collector -> the task's report to the ackers (None: no acks)
+    acks: Callable[[Any], Any]
+    adapters: Mapping[str, Callable[[Any], Any]]
+    adapter_of: Callable[[ComponentSpec], str]
+    #: tasks reach the user's own states (``TaskContext.state``)
+    user_states: bool = False
+
+    def new_bolt(self, adapter: str, component: ComponentSpec) -> Any:
+        """A fresh instance of ``component``'s bolt as a task drives it (adapter ``adapter``)."""
+        return self.adapters[adapter](component.new_instance())
+
+
+def run_task(kind: TaskKind, topology: Topology, component: ComponentSpec, bolt: Any, task: int,
+             attempt: TransactionAttempt, payloads: Iterable[Any], conf: dict[str, Any], phase: str,
+             states: Any = None, only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
+    """Run one task of a bolt (``bolt``: a fresh instance, as the plan's adapter made it)
+    for one batch, the way topologies of ``kind`` run it: prepare with the kind's
+    collector, feed it the input, finish_batch. Returns (records, tuples executed,
+    emitted, the task's report to the ackers: None but in core topologies).
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
@@ -385,10 +412,23 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
     payloads = sorted(payloads, key=payload_order)
     task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     context = TaskContext(topology, component, task, phase, states)
-    context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
-                                         attempt, context.epoch, phase)
-    router = Router(topology, component, task, attempt, only)
-    bolt.prepare(conf, context, router, attempt)
+    if kind.user_states:
+        context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
+                                             attempt, context.epoch, phase)
+    collector = kind.collector(topology, component, task, attempt, conf, only)
+    bolt.prepare(conf, context, collector, attempt)
+    n = kind.feed(bolt, topology, component, payloads, conf)
+    bolt.finish_batch()
+    if context.user_states is not None:
+        context.user_states.commit()      # the states it opened: commit(txid), in txid order
+    if _TRACER is not None:
+        _TRACER(component.id, task, attempt, payloads, collector.records())
+    return collector.records(), n, collector.emitted, kind.acks(collector)
+
+
+def feed_batch(bolt: Any, topology: Topology, component: ComponentSpec, payloads: list[Payload],
+               conf: dict[str, Any]) -> int:
+    """Execute every tuple of ``payloads`` (sorted) on a transactional ``bolt``; returns how many."""
     execute = bolt.execute
     # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects;
     # it is told the source task (a window stage's watermark is per upstream partition)
@@ -406,8 +446,28 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
         for v in values_list:
             execute(Tuple(v, fields, source, stream, source_task))
         n += len(values_list)
-    bolt.finish_batch()
-    context.user_states.commit()      # the states it opened: commit(txid), in txid order
-    if _TRACER is not None:
-        _TRACER(component.id, task, attempt, payloads, router.records())
-    return router.records(), n, router.emitted, None
+    return n
+
+
+def _router(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
+            conf: dict[str, Any], only: Callable[[str], bool] | None) -> Router:
+    return Router(topology, component, task, attempt, only)
+
+
+def _no_acks(collector: Any) -> None:
+    return None
+
+
+def _as_it_is(bolt: Any) -> Any:
+    return bolt
+
+
+def _batch_or_basic(component: ComponentSpec) -> str:
+    return "basic" if component.basic else "batch"
+
+
+#: the task life of transactional topologies (and Trident's): a ``BaseBatchBolt`` (or a
+#: committer) as it is, a transactional ``BaseBasicBolt`` through ``BasicBoltAdapter``
+TRANSACTIONAL_TASKS = TaskKind("transactional", _router, feed_batch, _no_acks,
+                               {"batch": _as_it_is, "basic": BasicBoltAdapter},
+                               _batch_or_basic, user_states=True)

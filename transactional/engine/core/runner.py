@@ -13,6 +13,7 @@ from state.base import TransactionalState
 from transactional.engine.attempts import AttemptFailed, Jobs, add_report
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.core.spout_planner import CoreSpoutPlanner
+from transactional.engine.core.task_kind import CORE_TASKS
 from transactional.engine.core.window_keeper import check_windows
 from transactional.engine.events import SpoutFigures
 from transactional.engine.faults import crash_point
@@ -37,6 +38,7 @@ class CoreRunner(TopologyRunner):
     """A core topology's run (docs/design.md §7): ``CoreSpoutPlanner`` plays the planner."""
 
     planner: CoreSpoutPlanner
+    task_kind = CORE_TASKS
 
     @staticmethod
     def run_conf(topology: Topology) -> dict[str, Any]:

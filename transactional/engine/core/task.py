@@ -1,6 +1,7 @@
 """The task side of core Storm topologies: tuples with message ids, the collectors of
 spouts and bolts (routing by grouping, anchoring, acks), and the adapters that run rich,
-basic and stateful bolts on the batch path, and their task runner (``run_core_task``).
+basic and stateful bolts on the batch path (run by ``transactional.engine.task.run_task``
+as ``transactional.engine.core.task_kind.CORE_TASKS`` says).
 
 A core record payload is ``(source, stream, source_task, [values, ...], ids)`` where
 ``ids`` is None (no tuple tracked) or one *message id* per tuple: ``{root: id}`` for every
@@ -19,18 +20,16 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
-from transactional.engine.faults import task_fault
 from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
-from transactional.engine.task import TaskContext, payload_order
 from transactional.exceptions import FailedException, InvalidTupleError
 from transactional.ticks import TICK_COMPONENT, TICK_FREQ_KEY, TICK_STREAM
 from transactional.topology import ComponentSpec, Topology
-from transactional.tuples import Fields, TransactionAttempt, Tuple
+from transactional.tuples import Fields, Tuple
 
 
 class CoreTuple(Tuple):
@@ -273,29 +272,8 @@ def tick_freq(component: ComponentSpec, default: float | None) -> float | None:
     return None if v is None else float(v)
 
 
-def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-                  payloads: Iterable[tuple[Any, ...]], conf: dict[str, Any], phase: str, states: Any = None,
-                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple[Any, ...]]], int, int, Any]:
-    """Run one task of a core topology's bolt (``bolt``: its batch-path ``adapter``) for one
-    micro-batch: the task's ``CoreRouter`` is its collector. Returns (records, tuples
-    executed, emitted, the task's report to the ackers). The input is taken in the same
-    fixed order as ``transactional.engine.task.run_task`` takes it."""
-    payloads = sorted(payloads, key=payload_order)
-    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
-    context = TaskContext(topology, component, task, phase, states)
-    core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
-                                                           attempt.attempt_id, component.id, task), only)
-    bolt.prepare(conf, context, core, attempt)
-    n = feed(bolt, topology, payloads)
-    tick = conf.get(TICKS, {}).get(component.id)
-    if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
-        bolt.execute(tick_tuple(tick, n))
-    bolt.finish_batch()
-    return core.records(), n, core.emitted, core.report()
-
-
 def feed(bolt: Any, topology: Topology, payloads: list[tuple[Any, ...]]) -> int:
-    """Execute every tuple of ``payloads`` (sorted) on ``bolt``; returns how many."""
+    """Execute every tuple of ``payloads`` (sorted) on a core ``bolt``; returns how many."""
     execute = bolt.execute
     key = n = 0
     fields_of: dict[tuple[str, str], Fields] = {}
