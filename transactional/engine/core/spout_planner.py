@@ -46,11 +46,12 @@ from transactional.config import TopologyConfig
 from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
-from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
+from transactional.engine.core.task import TICKS, SpoutCollector, tick_freq
 from transactional.engine.core.window_keeper import CoreStates, WindowKeeper
 from transactional.engine.replay import CoreReplay
 from transactional.engine.reports import PhaseReport
 from transactional.engine.spout_planner import Planner, SpoutContext
+from transactional.engine.task import Router
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
@@ -119,7 +120,7 @@ class CoreSpoutPlanner(Planner):
         try:
             for spec in topology.spouts:
                 for i, task_id in enumerate(topology.task_ids(spec.id)):
-                    collector = SpoutCollector(Outputs(topology, spec, i, seed), self.tracking)
+                    collector = SpoutCollector(Router(topology, spec, i, None, seed=seed), self.tracking)
                     t = _SpoutTask(spec.id, i, task_id, spec.new_instance(), collector)
                     self.tasks.append(t)
                     self.by_id[task_id] = t
