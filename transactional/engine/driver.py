@@ -6,9 +6,10 @@ in flight and processed, run its commit phase here, in the main thread, while la
 txids keep processing.
 
 What depends on the topology's kind -- planning a txid, what the driver feeds its job,
-its commit, the spouts' timers -- is the kind's runner (``transactional.engine.runner``:
-``TransactionalRunner``, whose commit is ``transactional.engine.commit.CommitProtocol``;
-``transactional.engine.core.runner.CoreRunner``), picked once, from ``RUNNERS``.
+the hooks of its commit (``transactional.engine.commit.CommitProtocol``), the spouts'
+timers -- is the kind's runner (``transactional.engine.runner.TransactionalRunner``,
+``transactional.engine.core.runner.CoreRunner``), picked once, from ``RUNNERS``; the loop
+here and the commit protocol are the same for both.
 
 Failure of attempt (t, a) -- a task failure, a failed or timed-out job, a failed commit
 -- fails t and every later txid in flight: their jobs are cancelled and each is

@@ -1,11 +1,12 @@
 """One runner per topology kind: what the driver's loop (``transactional.engine.driver``)
 asks of a topology's spouts and commits, behind one interface (``TopologyRunner``).
 
-``TransactionalRunner`` (here): the spouts' coordinators plan each txid's metadata on the
-driver, their emitters run as the first stages of the processing job, and a txid commits
-through ``transactional.engine.commit.CommitProtocol``. ``CoreRunner``
-(``transactional.engine.core.runner``): core spouts run on the driver and *feed* the
-processing job, and a micro-batch commits its acks and checkpoints.
+Every kind commits through the one ``transactional.engine.commit.CommitProtocol``, with
+its own hooks. ``TransactionalRunner`` (here): the spouts' coordinators plan each txid's
+metadata on the driver, their emitters run as the first stages of the processing job, and
+a txid commits its maps (``MapCommit``). ``CoreRunner`` (``transactional.engine.core.runner``):
+core spouts run on the driver and *feed* the processing job, and a micro-batch commits
+its acks and checkpoints (``CoreCommit``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from state.base import TransactionalState
 from transactional.engine.attempts import Jobs
-from transactional.engine.commit import CommitProtocol
+from transactional.engine.commit import CommitProtocol, MapCommit
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.events import SpoutFigures
 from transactional.engine.reports import ProcessingResult
@@ -37,6 +38,8 @@ class TopologyRunner(ABC):
     planner: Planner
     #: how this kind's bolt tasks run (``transactional.engine.task.run_task``)
     task_kind: TaskKind
+    #: how a txid commits: ``CommitProtocol`` with this kind's hooks
+    protocol: CommitProtocol
 
     @abstractmethod
     def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
@@ -60,9 +63,10 @@ class TopologyRunner(ABC):
         """The most processing jobs in flight at once."""
         return self.settings().max_spout_pending
 
-    @abstractmethod
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
-        """Commit attempt ``a`` (``AttemptFailed`` when it fails); what ``committed`` reports."""
+        """Commit attempt ``a`` (``AttemptFailed`` when it fails) through the one commit
+        protocol, with this kind's hooks; what ``committed`` reports."""
+        return self.protocol.commit(a, r, jobs)
 
     def status_counts(self) -> Callable[[], dict[str, Any]] | None:
         """The spout figures of the status record, or None."""
@@ -92,13 +96,10 @@ class TransactionalRunner(TopologyRunner):
             ctx.states.known.update(store.recover_maps())
             ctx.states.declare(ctx.plan, ctx.conf)
         self.planner = SpoutsPlanner(ctx.topology, ctx.conf, state=state)
-        self.protocol = CommitProtocol(ctx, store, self.planner, state)
+        self.protocol = CommitProtocol(ctx, store, self.planner, state, MapCommit(ctx, store))
 
     def settings(self) -> CoordinatorSettings:
         return CoordinatorSettings.of(self.ctx.config)
-
-    def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
-        return self.protocol.commit(a, r, jobs)
 
     def spout_coordinators(self) -> dict[str, Any]:
         return {sid: p.coordinator for sid, p in self.planner.planners.items()}

@@ -11,8 +11,8 @@ coordinator and plan, a micro-batch is a txid.
   themselves stand for the spouts' stages in the processing job (``fed``).
 * **Processing**: the bolts as Spark stages (``transactional.engine.core.task``); each task's
   acks come back XOR-combined per root.
-* **Commit** of t, in txid order (``transactional.engine.core.runner.CoreRunner.commit``,
-  steps 2-4 in ``CoreSpoutPlanner.commit``):
+* **Commit** of t, in txid order (``transactional.engine.commit.CommitProtocol`` with
+  ``transactional.engine.core.runner.CoreCommit``; steps 2-4 in ``CoreSpoutPlanner.commit``):
   1. check the lock;
   2. run the stateful bolts and everything downstream of them on the driver, their
      states in ``transactional.engine.core.checkpoint.Checkpointer``;
