@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.commit import TXID_TIME_MS
-from transactional.engine.sessions import is_late, split_sessions
+from transactional.engine.window_core import is_late, split_sessions
 from transactional.exceptions import ConfigError
 from transactional.windowing import WindowInfo
 from trident.operation import TridentTuple
@@ -144,7 +144,7 @@ class WindowProc(Proc):
             rec["events"] = rec["events"][-keep:] if keep else []
 
     def _fire_sessions(self, ref: int) -> None:
-        """Every session (``transactional.engine.sessions``; events ``[seq, ts, values,
+        """Every session (``transactional.engine.window_core``; events ``[seq, ts, values,
         key]``) whose end the watermark reached fires, emitted after its key's fields, and
         leaves the record."""
         rec, gone = self.rec, set[int]()

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
-from transactional.engine.sessions import is_late, split_sessions
+from transactional.engine.window_core import is_late, split_sessions
 from transactional.exceptions import ConfigError, FailedException
 from transactional.ticks import is_tick
 from transactional.topology import Topology
@@ -233,7 +233,7 @@ class WindowTask:
         self._evict(list(self.events))
 
     def _fire_sessions(self, ref: int) -> None:
-        """Every session (``transactional.engine.sessions``) whose end the watermark
+        """Every session (``transactional.engine.window_core``) whose end the watermark
         reached fires, its tuples in arrival order, and its tuples leave."""
         field = self.config.session_key
         key = (lambda e: e.tuple[field]) if field is not None else (lambda e: None)
