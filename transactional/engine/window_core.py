@@ -26,8 +26,10 @@ order and does, the same for both:
   falls between two sessions of its key (within ``gap`` of both) merges them, as Flink's
   merging windows do.
 
-**A new window trigger goes here, in one place**: a class with ``Trigger``'s methods and a
-line in ``trigger_for``; both APIs then have it (a new ``WindowConfig`` field says when).
+**A new window trigger goes here, in one place**: a subclass of ``Trigger`` (override what
+it changes: lateness, on each tuple, on the reference time, at the end of the input, when
+due, what a store keeps) and a line in ``trigger_for``; both APIs then have it (a new
+``WindowConfig`` field says when).
 """
 
 from __future__ import annotations
@@ -245,45 +247,33 @@ class WindowMachine:
 
 # -- triggers: a new one goes here ---------------------------------------------------------------
 
-class Trigger(Protocol):
-    """When windows fire and what they hold; stateless (the machine holds the state)."""
+class Trigger:
+    """When windows fire and what they hold; stateless (the machine holds the state). The
+    defaults: late below the watermark, nothing fires, every event may be in a later window."""
 
     def is_late(self, m: WindowMachine, ts: int) -> bool:
         """A tuple at ``ts`` no window can take any more (event time)."""
-        ...
+        return m.wm.value is not None and ts < m.wm.value
 
     def added(self, m: WindowMachine, e: Event) -> None:
         """``e`` was added."""
-        ...
 
     def reached(self, m: WindowMachine, ref: int) -> None:
         """The reference time is ``ref``."""
-        ...
 
     def flush(self, m: WindowMachine, last: int) -> None:
         """The input ended (``last``: the newest time held): fire every pending window."""
-        ...
 
     def due(self, m: WindowMachine) -> int | None:
         """When (processing time, ms) the next window fires; None: not by time."""
-        ...
+        return None
 
     def retained(self, m: WindowMachine) -> list[Event]:
         """The events a later window can hold."""
-        ...
-
-
-class _Below:
-    """Late: below the watermark."""
-
-    def is_late(self, m: WindowMachine, ts: int) -> bool:
-        return m.wm.value is not None and ts < m.wm.value
-
-    def retained(self, m: WindowMachine) -> list[Event]:
         return m.events
 
 
-class CountTrigger(_Below):
+class CountTrigger(Trigger):
     """Every ``sliding`` tuples, as Storm's ``WindowManager.onTrigger``: first what the window
     no longer holds leaves (beyond the last ``length`` tuples, or older than ``ref -
     length``), then the window is every tuple left."""
@@ -294,16 +284,10 @@ class CountTrigger(_Below):
             m.count_since = 0
             self._fire(m, e.ts)
 
-    def reached(self, m: WindowMachine, ref: int) -> None:
-        pass
-
     def flush(self, m: WindowMachine, last: int) -> None:
         if m.count_since:                         # the tuples since the last trigger make a last window
             m.count_since = 0
             self._fire(m, last)
-
-    def due(self, m: WindowMachine) -> int | None:
-        return None
 
     def retained(self, m: WindowMachine) -> list[Event]:
         if not m.count_length:
@@ -325,13 +309,10 @@ class CountTrigger(_Below):
             m.fire(window, start, ref)
 
 
-class TimeTrigger(_Below):
+class TimeTrigger(Trigger):
     """Each window ``[end - length, end)`` (a count length: the last ``length`` tuples
     before ``end``), ends at multiples of the sliding interval, once the reference time
     reaches its end; empty windows do not fire (and drop their expired, as Storm's)."""
-
-    def added(self, m: WindowMachine, e: Event) -> None:
-        pass
 
     def reached(self, m: WindowMachine, ref: int) -> None:
         step = m.slide
@@ -369,15 +350,12 @@ class TimeTrigger(_Below):
         return m.next_end
 
 
-class SessionTrigger:
+class SessionTrigger(Trigger):
     """Every session (``split_sessions``, gap ``length``) whose end the watermark reached
     fires, its tuples in arrival order, and its tuples leave (a session has no expired)."""
 
     def is_late(self, m: WindowMachine, ts: int) -> bool:
         return is_late(ts, m.length, m.wm.value)
-
-    def added(self, m: WindowMachine, e: Event) -> None:
-        pass
 
     def reached(self, m: WindowMachine, ref: int) -> None:
         for s in split_sessions(m.events, _ts, _key, m.length):
@@ -389,12 +367,6 @@ class SessionTrigger:
 
     def flush(self, m: WindowMachine, last: int) -> None:
         self.reached(m, last + m.length)
-
-    def due(self, m: WindowMachine) -> int | None:
-        return None
-
-    def retained(self, m: WindowMachine) -> list[Event]:
-        return m.events
 
 
 def _ts(e: Event) -> int:
