@@ -166,6 +166,16 @@ class WindowSpec:
         """The stream late tuples go to (``TridentTopology.late_stream``)."""
         return self.config.late_stream
 
+    @property
+    def session(self) -> bool:
+        """A session window (``config.length`` is the gap)."""
+        return self.config.session
+
+    @property
+    def lag(self) -> int:
+        """The watermark's lag in ms."""
+        return 0 if self.config.lag is None else self.config.lag.ms
+
 
 def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
                 timestamp_field: str | None, lag: Duration | int | None, what: str,

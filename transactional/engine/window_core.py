@@ -104,10 +104,12 @@ class Event:
         self.seq, self.ts, self.item, self.key, self.chunk = seq, ts, item, key, chunk
 
 
-def watermark(maxima: dict[Any, int], lag: int) -> int | None:
+def watermark(maxima: dict[Any, int], lag: int, floor: int | None = None) -> int | None:
     """The least, over the partitions seen, of the greatest event time each sent, minus
-    ``lag``; None before any tuple."""
-    return min(maxima.values()) - lag if maxima else None
+    ``lag``, at least ``floor`` (a watermark set by hand, e.g. by a test driver); None
+    before any tuple (and without a floor)."""
+    wm = min(maxima.values()) - lag if maxima else None
+    return wm if floor is None or (wm is not None and wm >= floor) else floor
 
 
 class Watermark:
@@ -127,17 +129,16 @@ class Watermark:
         if ts > self.maxima.get(part, ts - 1):
             self.maxima[part] = ts
 
-    def seen(self) -> int | None:
-        """What the maxima give (``watermark``)."""
-        return watermark(self.maxima, self.lag)
+    def seen(self, floor: int | None = None) -> int | None:
+        """What the maxima give, at least ``floor`` (``watermark``)."""
+        return watermark(self.maxima, self.lag, floor)
 
     def advance(self, now_s: float, interval_ms: int | None, by_hand: int | None = None) -> None:
         """``value`` moves to what the maxima give (at most every ``interval_ms``), or to
         ``by_hand`` when higher; it never goes back."""
         wm = by_hand
         if self.maxima and (interval_ms is None or self.at is None or now_s - self.at >= interval_ms / 1000):
-            seen = min(self.maxima.values()) - self.lag
-            wm = seen if wm is None else max(wm, seen)
+            wm = self.seen(by_hand)
             self.at = now_s
         if wm is not None and (self.value is None or wm > self.value):
             self.value = wm
