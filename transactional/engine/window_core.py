@@ -223,14 +223,16 @@ class WindowMachine:
         return self.trigger.retained(self)
 
     # -- what triggers call ---------------------------------------------------------------------
-    def fire(self, window: list[Event], start: int | None, end: int, key: Any = None) -> None:
-        """``window`` fires (``WindowHooks.fire``); a failed one's events leave it."""
-        if self.hooks.fire(window, start, end, key):
+    def fire(self, window: list[Event], start: int | None, end: int, key: Any = None) -> bool:
+        """``window`` fires (``WindowHooks.fire``); a failed one's events leave it (True)."""
+        failed = self.hooks.fire(window, start, end, key)
+        if failed:
             ids = {id(x) for x in window}
             self.events = [x for x in self.events if id(x) not in ids]
         self.fired += 1
         self.last_fired = max(self.last_fired, max(e.seq for e in window))
         self.expired = []
+        return failed
 
     def evict(self, gone: Iterable[Event]) -> None:
         """``gone`` leave the window: the next window's expired (``WindowHooks.evicted``)."""
@@ -359,11 +361,15 @@ class SessionTrigger(Trigger):
         return is_late(ts, m.length, m.wm.value)
 
     def reached(self, m: WindowMachine, ref: int) -> None:
+        gone: set[int] = set()
         for s in split_sessions(m.events, _ts, _key, m.length):
             if s.end <= ref:
                 m.expired = []
-                m.fire(s.members, s.start, s.end, s.key)
-                m.evict(s.members)
+                if not m.fire(s.members, s.start, s.end, s.key):     # failed: its events left already
+                    m.hooks.evicted(s.members)
+                    gone.update(id(e) for e in s.members)
+        if gone:                                                     # one pass for every session fired
+            m.events = [e for e in m.events if id(e) not in gone]
         m.expired = []
 
     def flush(self, m: WindowMachine, last: int) -> None:
