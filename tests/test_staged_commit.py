@@ -20,6 +20,7 @@ import pytest
 
 from state.committed import CommittedReader, committed_txid
 from state.errors import LeadershipLostError
+from state.map import Fence
 from state.staged import StagedCounters
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,7 @@ def test_each_batch_costs_one_spark_job_and_counts_exactly(spark_context, redis_
 def test_staging_and_applying_refuse_an_old_epoch(redis_url):
     tid = f"st{uuid.uuid4().hex[:8]}"
     s = StagedCounters(redis_url, tid, "counts")
-    s.backing.multi_put([], [], __import__("state.map", fromlist=["Fence"]).Fence(3, None))
+    s.backing.multi_put([], [], Fence(3, None))           # a driver of epoch 3 took over
     with pytest.raises(LeadershipLostError, match="newer epoch"):
         s.stage(1, 1, 0, 2, ["a"], [1])
     ref = s.stage(1, 1, 0, 3, ["a"], [1])
