@@ -78,8 +78,9 @@ def test_slots_migrated_mid_run_change_nothing(spark_context, redis_cluster, red
 
 
 def test_zookeeper_leader_then_follower_sigkilled_mid_run(spark_context, redis_url, zk_ensemble, zk_ensemble_url):
-    from test_redis_engine import stored_counts
     from transactional import run_topology
+
+    from test_redis_engine import stored_counts
 
     data, tid = make_data(33, per_partition=40), new_id("zk-ensemble")
     killed: list[str] = []
