@@ -19,7 +19,7 @@ batches in flight (all times per batch, ms):
 in its one thread.
     words/s    = W / period
 
-``cpu`` = kappa * (N * (process - job) + commit + job) / cores: on this machine (cores = 2)
+``cpu`` = kappa * (W * p + K * s(S) + commit + job) / cores: on this machine (cores = 2)
 the executors, the shards, the JVM and the driver share two cores; ``kappa`` (the share of
 other work: Python workers' and the JVM's own overhead, other users) is fitted on the
 1-executor points and checked on the 2-executor points. On a cluster whose executors and
@@ -52,11 +52,12 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def terms(commit: float, process: float, job: float, n: int, kappa: float, stage: float,
+def terms(commit: float, process: float, job: float, work: float, kappa: float, stage: float,
           cores: float = 2.0) -> dict[str, float]:
-    """The model's lower bounds on the time per batch (ms), module docstring."""
+    """The model's lower bounds on the time per batch (ms), module docstring; ``work`` is
+    the executors' CPU a batch (W·p + K·s), whatever N."""
     return {"commit": commit, "shards": commit + stage, "latency": process / 3, "executors": process - job,
-            "job": job, "cpu": kappa * (n * (process - job) + commit + job) / cores}
+            "job": job, "cpu": kappa * (work + commit + job) / cores}
 
 
 def main() -> None:
@@ -81,7 +82,7 @@ def main() -> None:
     for r in one:
         c, pr, j = r["alone_commit_p50_ms"], r["alone_processing_p50_ms"], r["job_floor_ms"]
         meas = r["words_per_batch"] / r["pipelined_words_per_sec"] * 1000
-        ks.append(meas / ((pr - j) + c + j) * 2)
+        ks.append(meas / (p * r["words_per_batch"] + stage[str(r["shards"])] * r["keys_per_batch"] + c + j) * 2)
     kappa = sorted(ks)[len(ks) // 2]
     print(json.dumps({"model": "fit", "j0_ms": round(j0, 2), "jt_ms_per_task": round(jt, 2),
                       "p_us_per_word": round(p * 1000, 4), "kappa": round(kappa, 3),
@@ -90,7 +91,8 @@ def main() -> None:
                                  for s, (a, b) in fits.items()}}))
     for r in tput:
         c, pr, j, n = r["alone_commit_p50_ms"], r["alone_processing_p50_ms"], r["job_floor_ms"], r["executors"]
-        t = terms(c, pr, j, n, kappa, stage[str(r["shards"])] * r["keys_per_batch"])
+        st = stage[str(r["shards"])] * r["keys_per_batch"]
+        t = terms(c, pr, j, p * r["words_per_batch"] + st, kappa, st)
         per = max(t.values())
         pred, meas = r["words_per_batch"] / per * 1000, r["pipelined_words_per_sec"]
         print(json.dumps({"model": "check", "executors": n, "shards": r["shards"], "fitted_on": n == 1,
