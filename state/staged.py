@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from redis.crc import key_slot
 
-from state.errors import StateCorruptError, StateUnavailableError
+from state.errors import ConfigError, StateCorruptError, StateUnavailableError
 from state.keys import encode_key
 from state.map import APPLIED_KEY, PRIOR_KEY, Fence, fence_error, open_map_backing
 from state.redis import RedisMapBacking
@@ -77,7 +77,7 @@ class StagedCounters:
         if not isinstance(backing, RedisMapBacking):
             msg = (f"staged commits need user state that executors and the driver both reach "
                    f"(redis:// or redis+cluster://), not {url.split(':', 1)[0]}://")
-            raise StateUnavailableError(msg)
+            raise ConfigError(msg)
         self.backing = backing
         self.name = name
         self.cluster = isinstance(backing, RedisClusterMapBacking)
@@ -108,10 +108,14 @@ class StagedCounters:
         prefix = self.backing.prefix
         by_slot: dict[int, tuple[list[str], list[str]]] = {}
         for k, d in zip(keys, deltas, strict=True):
+            if type(d) is not int:
+                msg = (f"staged counter map {self.name!r}: key {k!r} has delta {d!r}; staged adds are "
+                       "integers (use CounterMap for floats)")
+                raise TypeError(msg)
             name = prefix + encode_key(k)
             ks, ds = by_slot.setdefault(self.slot_of(name), ([], []))
             ks.append(name)
-            ds.append(str(int(d)))
+            ds.append(str(d))
         parts = {s: (self._slot_keys(s)[0], self._part_key(txid, attempt, task, s), _dumps_batch([ks, ds]))
                  for s, (ks, ds) in by_slot.items()}
 

@@ -77,6 +77,8 @@ def test_staging_and_applying_refuse_an_old_epoch(redis_url):
         s.apply(1, 2, [ref])
     s.apply(1, 3, [ref])
     assert s.backing.multi_get(["a"]) == [1]
+    with pytest.raises(TypeError, match=r"key 'b' has delta 1.5; staged adds are integers"):
+        s.stage(2, 1, 0, 3, ["b"], [1.5])
 
 
 def test_driver_sigkilled_after_every_part_is_in_and_before_the_record_counts_once(spark_context, redis_url,
