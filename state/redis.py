@@ -507,6 +507,14 @@ class RedisMapBacking:
             registered = self._scripts[script] = self.client.register_script(script)
         return registered(keys=keys, args=args)
 
+    prefix = property(lambda self: self._prefix, doc="This map's Redis key prefix (``state.keys.key_prefix``).")
+    fence_key = property(lambda self: self._fence_key, doc="The Redis key of the fence of this map's writes.")
+
+    def run_script(self, what: str, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run Lua ``script`` (``EVALSHA``) with errors mapped as the backing's own calls
+        (``StateUnavailableError`` naming the address and ``what``); for ``state.staged``."""
+        return self._io(what, self._run, script, keys, args)
+
     def _io(self, what: str, fn: Any, *args: Any) -> Any:
         try:
             with timed("redis", what.split(" ", 1)[0]):

@@ -365,6 +365,15 @@ class RedisClusterMapBacking(RedisMapBacking):
                         sp.backing._raise_for(reply[1:], sp.write.fence if sp.backing.fenced else None)
 
     # -- per-node calls --------------------------------------------------------------------------
+    def on_nodes(self, slots: list[int], make: Any, what: str) -> list[tuple[list[int], Any]]:
+        """Run a script on every node serving ``slots``, the nodes at once, re-routed and
+        retried as the backing's own writes are: ``make(slots_of_node)`` returns
+        ``(script, argv, wait_replicas, anchor)``, ``anchor`` a key of one slot of the node
+        (the script is flagged ``allow-cross-slot-keys`` and takes its keys in ARGV).
+        Returns ``(slots, reply)`` per node. For modules that add scripts over the same
+        layout (``state.staged``)."""
+        return self._on_nodes(slots, make, what)
+
     def _on_nodes(self, slots: list[int], make: Any, what: str) -> list[tuple[list[int], Any]]:
         """Run ``make(slots_of_node) -> (script, argv, wait_replicas)`` on every node serving
         ``slots``, the nodes at once; re-route and retry what a node could not take (module
@@ -414,10 +423,10 @@ class RedisClusterMapBacking(RedisMapBacking):
         """One node's script (and ``WAIT``); ``(reply, None)`` or ``(None, why)`` to retry."""
         if not name:
             return None, "a slot has no master (failover under way)"
-        script, args, wait = make(slots)
+        script, args, wait, *given = make(slots)
         node = self.cluster.get_node(node_name=name)  # type: ignore[no-untyped-call]
         conn = self.cluster.get_redis_connection(node)
-        anchor = args[1] if script is LUA_CLUSTER_MULTI else args[2]
+        anchor = given[0] if given else args[1] if script is LUA_CLUSTER_MULTI else args[2]
         try:
             registered = self._scripts.get(script)
             if registered is None:
