@@ -161,7 +161,8 @@ def run_counts(name: str, sentences: list[str], at_secs: float, **conf: Any) -> 
     for k, v in conf.items():
         count.add_configuration(k, v)
     b.set_bolt("after", AckAll(), 1).shuffle_grouping("count")
-    r = run_topology(b, config(checkpoint_interval_ms=0, micro_batch_size=4), clock=lambda: at_secs)
+    r = run_topology(b, config(checkpoint_interval_ms=0, micro_batch_size=4, executor="in-process"),
+                     clock=lambda: at_secs)
     return dict(r.key_value_state("count"))
 
 
