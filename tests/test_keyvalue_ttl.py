@@ -222,6 +222,7 @@ def test_a_prepared_checkpoint_recovered_after_its_keys_expired_by_the_wall_cloc
     pending = {e["message_id"].decode() for e in r.xpending_range(stream, "wc", "-", "+", 1000)}
     last = group["last-delivered-id"].decode()
     acked = {i for i in ids if tuple(map(int, i.split("-"))) <= tuple(map(int, last.split("-")))} - pending
+    assert acked and pending                             # checkpoint 1 acked some, checkpoint 2 holds some
     while time.time() * 1000 <= time_ms + 3 * S + 50:     # checkpoint 2's keys expired by the wall clock
         time.sleep(0.05)
     drive("second", "checkpoint.preparing:txid=3")
