@@ -238,3 +238,33 @@ def test_a_prepared_checkpoint_recovered_after_its_keys_expired_by_the_wall_cloc
                 got[k] += v
     assert dict(got) == dict(want)
     assert r.xpending(stream, "wc")["pending"] == 0
+
+
+def test_stateful_tasks_on_executors_stamp_the_checkpoints_time_and_the_driver_commits_it() -> None:
+    """``commit_placement="executors"``: the checkpoint's time and each bolt's TTL travel with
+    the pickled ``ExecutorKeyValueStates``; the task prepares with them, the driver's commit
+    keeps what the task stamped."""
+    import pickle
+
+    from state.base import MemoryTransactionalState
+    from transactional.engine.core.checkpoint import Checkpointer
+
+    from test_core_topology import AckAll, MemorySpout, SplitWithDelivery, WordCount
+
+    name = f"kvttl-{uuid.uuid4().hex[:8]}"
+    b = TopologyBuilder(name)
+    b.set_spout("sentences", MemorySpout(["a b"], Fields("sentence"), name=name), 1)
+    b.set_bolt("split", SplitWithDelivery(), 1).shuffle_grouping("sentences")
+    (b.set_bolt("count", WordCount(), 1).fields_grouping("split", Fields("word"))
+     .add_configuration("topology.state.ttl.secs", 30))
+    b.set_bolt("after", AckAll(), 1).shuffle_grouping("count")
+    cp = Checkpointer(b.build(), "memory://", {}, MemoryTransactionalState(name), 0, time.monotonic, epoch=1,
+                      wall_clock=lambda: 100.0)
+    cp.recover()
+    shipped = pickle.loads(pickle.dumps(cp.on_executors()))       # as the commit job carries it
+    task = shipped.for_task("count", 0)
+    task.key_value_state().put("a", 1)
+    task.finish()                                                 # prepared on the executor
+    cp.commit_prepared(shipped)
+    kv = open_key_value_state("memory://", f"{name}:count:0")
+    assert kv.expiring_items() == [("a", 1, 130 * S)] and kv.committed_txid() == 1
