@@ -274,3 +274,26 @@ def test_bad_retention_is_refused_naming_the_option(tmp_path: Path) -> None:
         ParquetStateFactory(str(tmp_path), ["w"], retain_txids=0)
     with pytest.raises(ConfigError, match=r"retain_secs is a number of seconds above 0 .* not -1"):
         ParquetStateFactory(str(tmp_path), ["w"], retain_secs=-1)
+
+
+def test_a_topology_into_parquet_with_retention_keeps_the_txids_of_its_recorded_times(tmp_path: Path) -> None:
+    """Five txids, one sentence each, the driver's clock 10 s apart: ``retain_secs=15`` keeps
+    the txids of the last 15 s by their recorded times (txids 4 and 5), whatever the clock
+    says when the run ends."""
+    from spouts import MemoryTransactionalSpout
+    from transactional import Fields
+    from trident import TridentTopology
+    from trident.parquet import ParquetUpdater
+
+    data = [(f"s{i}",) for i in range(1, 6)]
+    t = TridentTopology(f"pq-ret-{uuid.uuid4().hex[:6]}")
+    (t.new_stream("s", MemoryTransactionalSpout(data, Fields("sentence"), 1))
+     .partition_persist(ParquetStateFactory(str(tmp_path), ["sentence"], retain_secs=15), Fields("sentence"),
+                        ParquetUpdater()))
+    times = iter([1_700_000_000 + 10 * i for i in range(5)])
+    topo = t.build()
+    run_topology(topo, TopologyConfig(executor="in-process", progress=False, max_spout_pending=1),
+                 clock=lambda: next(times))
+    forget_states(topo.topology_id)
+    assert sorted(read_committed(str(tmp_path)).column("sentence").to_pylist()) == ["s4", "s5"]
+    assert files(tmp_path)[:2] == ["_committed/000000000004-00000-e1.json", "_committed/000000000005-00000-e1.json"]
