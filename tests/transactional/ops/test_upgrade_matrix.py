@@ -1,5 +1,5 @@
 """The upgrade matrix, killed at the switch: for each accepted kind of change of
-tests/test_upgrade.py (``ACCEPTED``), version 1 commits two txids, then version 2 -- the
+tests/transactional/ops/test_upgrade.py (``ACCEPTED``), version 1 commits two txids, then version 2 -- the
 change -- is SIGKILLed at its first txid, before the switch is recorded (kinds in even
 places) or just after (odd places), and runs again to the end. The Redis map ``counts``
 then holds every word once (the fault-free counts), and ``more`` (the kind that adds it)
