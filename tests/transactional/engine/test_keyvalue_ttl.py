@@ -20,6 +20,7 @@ from state.keyvalue import RedisKeyValueState, open_key_value_state
 from state.map.ttl import Ttl
 from transactional import Fields, TopologyBuilder, run_topology
 from transactional.exceptions import ConfigError
+from transactional.windowing import BaseStatefulWindowedBolt, Count
 
 S = 1000     # ms
 
@@ -268,3 +269,28 @@ def test_stateful_tasks_on_executors_stamp_the_checkpoints_time_and_the_driver_c
     cp.commit_prepared(shipped)
     kv = open_key_value_state("memory://", f"{name}:count:0")
     assert kv.expiring_items() == [("a", 1, 130 * S)] and kv.committed_txid() == 1
+
+
+class CountWindows(BaseStatefulWindowedBolt):
+    """A persistent windowed bolt: its window lives in its KeyValueState."""
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def execute(self, window: Any) -> None:
+        self.state.put("windows", self.state.get("windows", 0) + 1)
+
+
+def test_a_ttl_on_a_persistent_windowed_bolt_is_refused_naming_the_bolt() -> None:
+    from test_core_topology import MemorySpout, config
+
+    name = f"kvttl-{uuid.uuid4().hex[:8]}"
+    b = TopologyBuilder(name)
+    b.set_spout("s", MemorySpout([("a",), ("b",)], Fields("word"), name=name), 1)
+    (b.set_bolt("w", CountWindows().with_tumbling_window(Count(2)).with_persistence(), 1).global_grouping("s")
+     .add_configuration("topology.state.ttl.secs", 60))
+    with pytest.raises(ConfigError, match=r"bolt 'w': 'topology.state.ttl.secs' is for stateful bolts "
+                                          r"\(BaseStatefulBolt\); a windowed bolt's persistent window keeps tuples "
+                                          r"until its windows fire. Remove the setting"):
+        run_topology(b, config(executor="in-process", checkpoint_interval_ms=0))
+    assert open_key_value_state("memory://", f"{name}:w:0").committed_txid() is None
