@@ -2,7 +2,7 @@
 
     python benchmarks/core_wordcount.py [--sentences 200000] [--batch 5000] [--master local[2]]
            [--mode reliable|unreliable|stateful|all] [--state memory://|local-redis|redis://...]
-           [--executor spark|in-process] [--ackers 1]
+           [--executor spark|in-process] [--ackers 1] [--ttl-secs 3600]
 
 ``reliable``: MemorySpout (msg ids) -> SplitSentence (rich, each word anchored) -> WordCount
 (rich, fields grouping, acks each word); every sentence's tree is tracked by the acker,
@@ -10,7 +10,8 @@ and the spout hears ack once per sentence. ``unreliable``: the same with ``acker
 (nothing tracked: the cost of tracking is the difference). ``stateful``: WordCount is the
 seed's WordCountBolt on KeyValueState (default ``--state local-redis``: a private
 redis-server), checkpointed every ``--checkpoint-ms``; its counts are checked against the
-truth (``exact``). Prints one JSON line per mode: sentences and words per second, the
+truth (``exact``); ``--ttl-secs`` gives its KeyValueState a time to live (the cost of TTL on
+the checkpoint: compare the commit latency with and without). Prints one JSON line per mode: sentences and words per second, the
 spout tuple latency (emit to ack) and the micro-batch commit latency, p50/p99.
 """
 
@@ -63,12 +64,14 @@ class WordCountBolt(BaseStatefulBolt):
         self.ack(tuple)
 
 
-def build(tid, corpus, mode, parallelism):
+def build(tid, corpus, mode, parallelism, ttl_secs=None):
     b = TopologyBuilder(tid)
     b.set_spout("sentences", MemorySpout(corpus, Fields("sentence"), name=tid, per_call=1000), 1)
     b.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
     count = WordCountBolt() if mode == "stateful" else WordCount()
-    b.set_bolt("count", count, parallelism).fields_grouping("split", Fields("word"))
+    declared = b.set_bolt("count", count, parallelism).fields_grouping("split", Fields("word"))
+    if mode == "stateful" and ttl_secs is not None:
+        declared.add_configuration("topology.state.ttl.secs", ttl_secs)
     return b
 
 
@@ -91,7 +94,7 @@ def run_one(args, corpus, mode, state):
         get_or_create_context(cfg).parallelize(range(4), 2).count()   # workers up before timing
     tid = f"bench-core-{mode}-{int(time.time())}"
     t0 = time.monotonic()
-    r = run_topology(build(tid, corpus, mode, args.parallelism), cfg)
+    r = run_topology(build(tid, corpus, mode, args.parallelism, args.ttl_secs), cfg)
     wall = time.monotonic() - t0
     words = sum(s.count(" ") + 1 for s in corpus)
     lat = tuple_latencies(tid)
@@ -106,7 +109,7 @@ def run_one(args, corpus, mode, state):
     if mode == "stateful":
         got = r.key_value_state("count")
         line.update({"state": cfg.redacted()["state"], "checkpoints": r.checkpoints,
-                     "checkpoint_interval_ms": args.checkpoint_ms,
+                     "checkpoint_interval_ms": args.checkpoint_ms, "ttl_secs": args.ttl_secs,
                      "exact": got == dict(Counter(w for s in corpus for w in s.split()))})
     print(json.dumps(line), flush=True)
 
@@ -122,6 +125,7 @@ def main():
     ap.add_argument("--ackers", type=int, default=1)
     ap.add_argument("--checkpoint-ms", type=int, default=1000)
     ap.add_argument("--state", default="local-redis", help="for --mode stateful: memory://, redis://... or local-redis")
+    ap.add_argument("--ttl-secs", type=float, default=None, help="for --mode stateful: the state's time to live")
     args = ap.parse_args()
     corpus = make_corpus(args.sentences)
     server = None

@@ -25,6 +25,14 @@ committed that txid (which it does: the stale driver never recorded it). Until t
 they see that txid as the stale driver wrote it -- with a transactional spout the same
 rows -- and its files stay behind, ignored, until removed by hand (docs/states.md).
 
+**Retention** (``retain_txids=N``, ``retain_secs=S``): at each commit of txid ``t`` a task
+deletes its own markers, then the files they name, of the txids it no longer keeps: older
+than the newest ``N`` (``txid <= t - N``) or committed more than ``S`` seconds before ``t``
+by the txids' recorded times (``begin_time``, kept in each marker as ``"time_ms"``) -- all of
+them recorded, since ``t`` commits only after ``t - 1`` was. A txid goes from the readers'
+view at once when its first marker goes (the reader rule needs every task's), and
+``read_committed`` lists again when a file went while it read.
+
 **The reader rule.** A txid is committed when, for one driver epoch, the markers of all
 its ``num_partitions`` tasks exist; the newest such epoch's markers count. Read only the
 data files those markers name (``committed_files``). Then no reader sees part of a txid,
@@ -81,7 +89,18 @@ class ParquetStateFactory(StateFactory):
     opaque_safe = True
 
     def __init__(self, path: str, columns: Sequence[str], *, schema: Any = None, filesystem: Any = None,
-                 compression: str = "snappy") -> None:
+                 compression: str = "snappy", retain_txids: int | None = None,
+                 retain_secs: float | None = None) -> None:
+        """``retain_txids``/``retain_secs``: keep only the newest txids, or those committed
+        within that many seconds (module docstring, "Retention"); None: keep every txid."""
+        for what, v in (("retain_txids", retain_txids), ("retain_secs", retain_secs)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
+                                  or (what == "retain_txids" and not isinstance(v, int))):
+                msg = (f"ParquetStateFactory({path!r}): {what} is a "
+                       f"{'whole number of txids' if what == 'retain_txids' else 'number of seconds'} above 0 "
+                       f"(or None: keep every txid), not {v!r}")
+                raise ConfigError(msg)
+        self.retain_txids, self.retain_secs = retain_txids, retain_secs
         self.path = str(path)
         self.columns = list(columns)
         if not self.columns:
@@ -159,6 +178,12 @@ class ParquetState(State):
         # (txid, names relative to the root): what replays of txid superseded, deleted once
         # a later txid commits (then txid is recorded: no reader's list needs them).
         self.superseded: tuple[int, list[str]] | None = None
+        self.time_ms: int | None = None          # the txid's recorded time (``begin_time``)
+
+    def begin_time(self, time_ms: int) -> None:
+        """The txid's recorded time (the engine's, the same on every replay): kept in its
+        marker, what ``retain_secs`` is decided by."""
+        self.time_ms = time_ms
 
     def begin_commit(self, txid: int) -> None:
         """Start batch ``txid``."""
@@ -210,6 +235,7 @@ class ParquetState(State):
         if self.superseded and self.superseded[0] < txid:
             self._delete(self.superseded[1])
             self.superseded = None
+        self._retire(txid)
         # Step 4.
         data = data_name(txid, self.partition, self.epoch) if table.num_rows else None
         if data is not None:
@@ -220,6 +246,8 @@ class ParquetState(State):
         replaced = _read_marker(self.fs, f"{self.root}/{marker}")
         doc = {"txid": txid, "partition": self.partition, "num_partitions": self.num_partitions,
                "rows": table.num_rows, "epoch": self.epoch, "file": data}
+        if self.time_ms is not None:
+            doc["time_ms"] = self.time_ms
         _write_atomic(self.fs, f"{self.root}/{marker}", json.dumps(doc).encode())
         # Step 6.
         old = [replaced["file"]] if replaced and replaced.get("file") not in (None, data) else []
@@ -243,6 +271,30 @@ class ParquetState(State):
                 markers.append(path[len(self.root) + 1:])
                 files += [m["file"]] if m.get("file") else []
         return markers + files
+
+    def _retire(self, txid: int) -> None:
+        """Retention (module docstring): this task's markers of txids it no longer keeps
+        (task 0: also those of tasks a smaller task count no longer has), then their files."""
+        n, secs = self.f.retain_txids, self.f.retain_secs
+        if n is None and (secs is None or self.time_ms is None):
+            return
+        import pyarrow.fs as pafs
+
+        for info in self.fs.get_file_info(pafs.FileSelector(f"{self.root}/_committed", allow_not_found=True)):
+            name = info.path.rsplit("/", 1)[-1]
+            if not name.endswith(".json") or name.count("-") != 2:
+                continue
+            t, part = int(name[:12]), int(name[13:18])
+            mine = part == self.partition or (self.partition == 0 and part >= self.num_partitions)
+            if not mine or t >= txid:
+                continue
+            m = None if n is not None and t <= txid - n else _read_marker(self.fs, info.path)
+            old = m is None or (secs is not None and self.time_ms is not None and m.get("time_ms") is not None
+                                and m["time_ms"] <= self.time_ms - secs * 1000)
+            if m is None:
+                m = _read_marker(self.fs, info.path)
+            if old and m is not None:
+                self._delete([info.path[len(self.root) + 1:]] + ([m["file"]] if m.get("file") else []))
 
     def _delete(self, names: list[str]) -> None:
         for name in names:

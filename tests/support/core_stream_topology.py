@@ -9,7 +9,8 @@ this file in a child process).
   set ``<stream>:seen``, then acks;
 * ``stateful``: RedisStreamSpout -> SplitSentence -> WordCount (a ``BaseStatefulBolt``
   on ``KeyValueState`` in the same Redis: hashes ``core-stateful-<stream>:count:<task>``),
-  with ``TRIDENT_TEST_COUNT_TASKS`` tasks (default 2);
+  with ``TRIDENT_TEST_COUNT_TASKS`` tasks (default 2) and, when ``TRIDENT_TEST_TTL`` is set, a
+  time to live of that many seconds (grace 0);
 * ``windowed``: RedisStreamSpout -> SplitSentence -> Windowed (a persistent
   ``BaseStatefulWindowedBolt``, tumbling windows of 300 ms, its window in the same Redis),
   which adds the entry id of every tuple of each window it fires to ``<stream>:windowed``.
@@ -95,7 +96,10 @@ def build_topology():
         b.set_bolt("window", Windowed().with_tumbling_window(Duration(300)).with_persistence(), 1) \
             .global_grouping("split")
     elif KIND == "stateful":
-        b.set_bolt("count", WordCount(), COUNT_TASKS).fields_grouping("split", Fields("word"))
+        count = b.set_bolt("count", WordCount(), COUNT_TASKS).fields_grouping("split", Fields("word"))
+        if os.environ.get("TRIDENT_TEST_TTL"):
+            count.add_configuration("topology.state.ttl.secs", float(os.environ["TRIDENT_TEST_TTL"]))
+            count.add_configuration("topology.state.ttl.grace.secs", 0)
     else:
         b.set_bolt("record", Record(), 2).shuffle_grouping("split")
     return b

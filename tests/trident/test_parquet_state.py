@@ -240,3 +240,60 @@ def test_drivers_killed_at_every_commit_crash_point_leave_the_dataset_exact(
     tid = f"pq-kill-{flavour}-{uuid.uuid4().hex[:6]}"
     kill_at_every_crash_point(lambda spec: run_child(tmp_path, out, tid, flavour, zk_url, spec))
     assert sorted(read_committed(str(out)).column("sentence").to_pylist()) == pqk.sentences()
+
+
+def test_retention_drops_a_tasks_oldest_txids_after_later_ones_commit(tmp_path: Path) -> None:
+    a, b = make(tmp_path, 0, 2, retain_txids=2), make(tmp_path, 1, 2, retain_txids=2)
+    for t in (1, 2, 3):
+        apply(a, t, [(f"a{t}", t)])
+        apply(b, t, [(f"b{t}", t)] if t != 2 else [])
+    assert rows(tmp_path) == [("a2", 2), ("a3", 3), ("b3", 3)]           # txid 1 went, both tasks' files
+    apply(a, 4, [("a4", 4)])
+    assert rows(tmp_path) == [("a3", 3), ("b3", 3)]                      # txid 2: task 0's marker went, txid 4 incomplete
+    assert files(tmp_path) == [
+        "_committed/000000000002-00001-e1.json", "_committed/000000000003-00000-e1.json",
+        "_committed/000000000003-00001-e1.json", "_committed/000000000004-00000-e1.json", "_epoch",
+        "data/000000000003-00000-e1-*.parquet", "data/000000000003-00001-e1-*.parquet",
+        "data/000000000004-00000-e1-*.parquet"]
+
+
+def test_retention_by_seconds_goes_by_the_txids_recorded_times(tmp_path: Path) -> None:
+    st = make(tmp_path, retain_secs=10)
+    for t, at in ((1, 0), (2, 5_000), (3, 12_000), (4, 15_000)):
+        st.begin_time(1_700_000_000_000 + at)
+        apply(st, t, [(f"w{t}", t)])
+        if t == 3:
+            assert rows(tmp_path) == [("w2", 2), ("w3", 3)]              # txid 1 (12 s before) went
+    assert rows(tmp_path) == [("w3", 3), ("w4", 4)]                      # txid 2 committed 10 s before 4
+    assert json.loads((tmp_path / "_committed/000000000004-00000-e1.json").read_text())["time_ms"] == \
+        1_700_000_015_000
+
+
+def test_bad_retention_is_refused_naming_the_option(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"retain_txids is a whole number of txids above 0 .* not 0"):
+        ParquetStateFactory(str(tmp_path), ["w"], retain_txids=0)
+    with pytest.raises(ConfigError, match=r"retain_secs is a number of seconds above 0 .* not -1"):
+        ParquetStateFactory(str(tmp_path), ["w"], retain_secs=-1)
+
+
+def test_a_topology_into_parquet_with_retention_keeps_the_txids_of_its_recorded_times(tmp_path: Path) -> None:
+    """Five txids, one sentence each, the driver's clock 10 s apart: ``retain_secs=15`` keeps
+    the txids of the last 15 s by their recorded times (txids 4 and 5), whatever the clock
+    says when the run ends."""
+    from spouts import MemoryTransactionalSpout
+    from transactional import Fields
+    from trident import TridentTopology
+    from trident.parquet import ParquetUpdater
+
+    data = [(f"s{i}",) for i in range(1, 6)]
+    t = TridentTopology(f"pq-ret-{uuid.uuid4().hex[:6]}")
+    (t.new_stream("s", MemoryTransactionalSpout(data, Fields("sentence"), 1))
+     .partition_persist(ParquetStateFactory(str(tmp_path), ["sentence"], retain_secs=15), Fields("sentence"),
+                        ParquetUpdater()))
+    times = iter([1_700_000_000 + 10 * i for i in range(5)])
+    topo = t.build()
+    run_topology(topo, TopologyConfig(executor="in-process", progress=False, max_spout_pending=1),
+                 clock=lambda: next(times))
+    forget_states(topo.topology_id)
+    assert sorted(read_committed(str(tmp_path)).column("sentence").to_pylist()) == ["s4", "s5"]
+    assert files(tmp_path)[:2] == ["_committed/000000000004-00000-e1.json", "_committed/000000000005-00000-e1.json"]

@@ -5,6 +5,7 @@ epoch and the stored values as they were -- or accepted, and the run goes on fro
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections import Counter
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
 from state.base import open_transactional_state
+from state.map.openers import open_memory_backing
 from transactional import Fields, TopologyConfig, run_topology
 from transactional.engine.changes import UpgradeRefusedError
 from transactional.exceptions import ConfigError
@@ -129,12 +131,16 @@ def test_a_safe_change_or_a_declared_migration_is_accepted_and_the_run_goes_on(c
 def test_an_unsafe_change_is_refused_naming_the_component_and_the_fix_before_any_write(change: str) -> None:
     tid = f"up-{uuid.uuid4().hex[:8]}"
     before = committed_v1(tid)
+    counts = open_memory_backing("memory://", f"{tid}:counts", fence_scope=tid)
+    stored = copy.deepcopy(counts.data)
+    assert stored                           # version 1 counted words
     v, where, why = REFUSED[change]
     with pytest.raises(UpgradeRefusedError) as e:
         run_topology(build(tid, **v), CONFIG, max_batches=1)
     msg = str(e.value)
     assert "nothing was written" in msg and where in msg and why in msg, msg
     assert coordinator(tid) == before       # the epoch too: refused before the run took its own
+    assert counts.data == stored            # and the stored values as they were
 
 
 def test_a_transactional_map_fed_by_an_opaque_spout_is_refused_when_built() -> None:

@@ -24,6 +24,13 @@ checkpoint: the tasks prepare it when they end (``on_executors``), then the driv
 "prepared" and commits every state (``commit_prepared``) before it gives their acks to the
 ackers.
 
+**Time to live** (a stateful bolt's ``add_configuration("topology.state.ttl.secs", secs)``,
+with ``"topology.state.ttl.from"`` and ``"topology.state.ttl.grace.secs"``; ``state.keyvalue``):
+each checkpoint has a time, the driver's wall clock when it opened (at the start, and
+after the previous checkpoint committed or rolled back); every state of the checkpoint
+reads and stamps expiries by it, and its prepare stores it, so the recovery's commit of a
+prepared checkpoint decides as the first attempt did.
+
 A failure before step 4 (or of a stateful bolt in any micro-batch) rolls every state back
 to the last checkpoint (``pre_rollback``, then ``rollback``) and returns the held roots,
 which the caller fails so that their spouts replay them. A failure after step 4 stops the
@@ -61,19 +68,42 @@ one that only grows (no state in the tasks it drops) is recorded as it is.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from state.base import TransactionalState
 from state.keyvalue import KeyValueState, open_key_value_state
+from state.map.ttl import Ttl
 from transactional.engine.faults import crash_point
 from transactional.engine.routing import stable_hash
 from transactional.engine.store import CoordinatorStore
-from transactional.exceptions import StateLossError, TopologyFailedError
+from transactional.exceptions import ConfigError, StateLossError, TopologyFailedError
 from transactional.topology import Topology
 
 log = logging.getLogger("trident")
+
+#: a stateful bolt's settings (``add_configuration``) giving its state a time to live
+TTL_SECS, TTL_FROM, TTL_GRACE_SECS = "topology.state.ttl.secs", "topology.state.ttl.from", "topology.state.ttl.grace.secs"
+
+
+def state_ttl(topology: Topology, component: str) -> Ttl | None:
+    """The ``Ttl`` a stateful bolt's settings give its state (None: none); ``ConfigError``
+    naming the bolt for bad ones, or for a windowed bolt (its window's tuples are not
+    keys that may expire)."""
+    spec = topology.component(component)
+    if spec.conf.get(TTL_SECS) is None:
+        return None
+    if spec.core != "stateful":
+        msg = (f"bolt {component!r}: {TTL_SECS!r} is for stateful bolts (BaseStatefulBolt); a windowed bolt's "
+               "persistent window keeps tuples until its windows fire. Remove the setting")
+        raise ConfigError(msg)
+    try:
+        return Ttl.of(spec.conf.get(TTL_SECS), spec.conf.get(TTL_FROM, "write"), spec.conf.get(TTL_GRACE_SECS))
+    except ValueError as e:
+        msg = f"bolt {component!r}: {e}"
+        raise ConfigError(msg) from e
 
 
 @dataclass
@@ -124,8 +154,10 @@ class Checkpointer:
     engine passes it to the commit phase as the tasks' states (``for_task``)."""
 
     def __init__(self, topology: Topology, url: str, options: dict[str, Any], store: TransactionalState,
-                 interval_ms: int, clock: Callable[[], float], epoch: int | None = None) -> None:
-        """``epoch``: this driver's, fencing every state write (``state.keyvalue``)."""
+                 interval_ms: int, clock: Callable[[], float], epoch: int | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        """``epoch``: this driver's, fencing every state write (``state.keyvalue``);
+        ``wall_clock``: the checkpoints' times (seconds), for states with a TTL."""
         self.topology = topology
         self.epoch = epoch
         self.url = url
@@ -140,13 +172,28 @@ class Checkpointer:
         self.next_id = 1
         self.last = clock()
         self.checkpoints = 0
+        self.ttls = {c: state_ttl(topology, c) for c in sorted(self.stateful)}   # bad settings refused now
+        self.wall_clock = wall_clock
+        self.time_ms = int(wall_clock() * 1000)     # the open checkpoint's time (module docstring)
 
     def namespace(self, component: str, task: int) -> str:
         return f"{self.topology.topology_id}:{component}:{task}"
 
+    def _ttl(self, namespace: str) -> Ttl | None:
+        return self.ttls.get(namespace[len(self.topology.topology_id) + 1:].rsplit(":", 1)[0])
+
     def _open(self, namespace: str) -> KeyValueState:
-        return open_key_value_state(self.url, namespace, fence_scope=self.topology.topology_id, epoch=self.epoch,
-                                    **self.options)
+        kv = open_key_value_state(self.url, namespace, fence_scope=self.topology.topology_id, epoch=self.epoch,
+                                  ttl=self._ttl(namespace), **self.options)
+        kv.at(self.time_ms)
+        return kv
+
+    def _next_time(self) -> None:
+        """A checkpoint committed or rolled back: the next one's time, told every open state."""
+        self.time_ms = int(self.wall_clock() * 1000)
+        for t in self.tasks.values():
+            if t.state is not None:
+                t.state.at(self.time_ms)
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> None:
@@ -203,7 +250,7 @@ class Checkpointer:
         groupings = {s.grouping for s in self.topology.component(comp).inputs}
         names = [self.namespace(comp, t) for t in range(n)]
         states = [self._open(ns) for ns in names]
-        held = [dict(kv.items()) for kv in states]          # recovery left nothing prepared
+        held = [{k: (v, x) for k, v, x in kv.expiring_items()} for kv in states]   # recovery left nothing prepared
         route = _router(groupings, p_new)
         if route is None:
             dropped = sum(len(h) for h in held[p_new:])
@@ -225,10 +272,10 @@ class Checkpointer:
         dest = {key: route(key) for key in owner}
         moved = 0
         for t, (kv, h) in enumerate(zip(states, held, strict=True)):
-            for key, value in h.items():
+            for key, (value, exp) in h.items():
                 if dest[key] != t:
                     kv.delete(key)
-                    states[dest[key]].put(key, value)
+                    states[dest[key]].put_expiring(key, value, exp)    # a moved key keeps its expiry
                     moved += 1
         for kv in states:
             kv.prepare_commit(c)
@@ -335,6 +382,7 @@ class Checkpointer:
         self.last = self.clock()
         self.checkpoints += 1
         self.touched = False
+        self._next_time()
 
     def rollback(self) -> set[int]:
         """Back to the last checkpoint: every state drops its pending and prepared changes
@@ -344,6 +392,7 @@ class Checkpointer:
             t.key_value_state().rollback()
         roots = {r for acks in self.held for r in acks}
         self.held, self.touched = [], False
+        self._next_time()
         return roots
 
     # -- stateful bolts on executors (commit_placement="executors") ---------------------------
@@ -359,7 +408,8 @@ class Checkpointer:
         self.next_id += 1
         self.store.set("checkpoint", {"txid": c, "phase": "preparing", "states": self._names()})
         crash_point("checkpoint.preparing", txid=c)
-        return ExecutorKeyValueStates(self.url, self.options, self.topology.topology_id, self.epoch, c)
+        return ExecutorKeyValueStates(self.url, self.options, self.topology.topology_id, self.epoch, c,
+                                      self.time_ms, self.ttls)
 
     def commit_prepared(self, states: ExecutorKeyValueStates) -> None:
         """Every stateful task prepared ``states.txid`` (the commit job succeeded): steps 4-6
@@ -372,6 +422,7 @@ class Checkpointer:
         for ns in self._names():
             self._open(ns).rollback()
         self.store.set("checkpoint", {"txid": states.txid, "phase": "rolled back", "states": self._names()})
+        self._next_time()
 
     def items(self, component: str) -> dict[Any, Any]:
         """Every key and value of ``component``'s states as its tasks left them."""
@@ -392,9 +443,11 @@ class ExecutorKeyValueStates:
     topology_id: str
     epoch: int | None
     txid: int
+    time_ms: int | None = None               # the checkpoint's time (states with a TTL)
+    ttls: dict[str, Ttl | None] = field(default_factory=dict)
 
     def for_task(self, component: str, task: int) -> _ExecutorTask:
-        return _ExecutorTask(self, f"{self.topology_id}:{component}:{task}")
+        return _ExecutorTask(self, f"{self.topology_id}:{component}:{task}", self.ttls.get(component))
 
 
 class _ExecutorTask:
@@ -403,8 +456,8 @@ class _ExecutorTask:
     (``pre_commit`` and ``pre_rollback`` are not called here: the commit and a rollback
     happen on the driver, where the task's bolt instance is not.)"""
 
-    def __init__(self, spec: ExecutorKeyValueStates, namespace: str) -> None:
-        self.spec, self.namespace = spec, namespace
+    def __init__(self, spec: ExecutorKeyValueStates, namespace: str, ttl: Ttl | None = None) -> None:
+        self.spec, self.namespace, self.ttl = spec, namespace, ttl
         self.state: KeyValueState | None = None
         self.owner: Any = None
 
@@ -414,7 +467,8 @@ class _ExecutorTask:
         if self.state is None:
             s = self.spec
             self.state = open_key_value_state(s.url, self.namespace, fence_scope=s.topology_id, epoch=s.epoch,
-                                              **s.options)
+                                              ttl=self.ttl, **s.options)
+            self.state.at(s.time_ms)
         return self.state
 
     def finish(self) -> None:

@@ -114,7 +114,7 @@ class CoreSpoutPlanner(Planner):
         stateful = any(c.core in ("stateful", "swindowed") for c in topology.bolts)
         if stateful:
             self.checkpointer = Checkpointer(topology, config.state, state_options, store,
-                                             config.checkpoint_interval_ms, clock, epoch)
+                                             config.checkpoint_interval_ms, clock, epoch, wall_clock=wall_clock)
             self.checkpointer.recover()
         seed = random.Random().getrandbits(31)
         try:
