@@ -159,6 +159,7 @@ def main() -> None:
             "words_per_sec": round(words / wall), "batch_latency_p50_ms": round(r.latency_ms(50), 1),
             "batch_latency_p99_ms": round(r.latency_ms(99), 1),
             "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),
+            "processing_job_p50_ms": round(percentile(r.processing_secs, 50) * 1000, 1),
             "produce_secs": round(produce_secs, 2), "exact": exact, "failed_attempts": len(r.failures),
             "max_spout_pending": args.max_spout_pending, "master": args.master,
             "parallelism": args.parallelism, "committers": args.committers,
