@@ -16,7 +16,6 @@ began until the result was visible). Prints one JSON line.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -29,18 +28,11 @@ import redis
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(rate: int, seconds: float, window_ms: int, poll_interval: float | None) -> dict[str, Any]:
-    """One case: the JSON line's dict."""
-    sys.path.insert(0, HERE)
-    from latency_kafka import PARTITIONS, Producer, pct
-
+def _topology(tid: str, bootstrap: str, topic: str, window_ms: int) -> Any:
+    """Kafka (``parallelism_hint(2)``) -> tumbling processing-time windows counting the
+    records -> each window's result under ``e<end>`` in a ``counters`` map."""
     from spouts.kafka import KafkaTransactionalSpout
-    from transactional import Fields, TopologyConfig
-    from transactional.engine import driver
-    from transactional.engine.spark import get_or_create_context
-    from transactional.ops.run import OperatorWatch
-    from transactional.testing.kafka import ManagedKafka, create_topic
-    from transactional.testing.redis import ManagedRedis
+    from transactional import Fields
     from trident import BaseAggregator, Count, Duration, TridentTopology
     from trident import state as trident_state
     from trident.windowing import WindowsStoreFactory
@@ -55,6 +47,65 @@ def run(rate: int, seconds: float, window_ms: int, poll_interval: float | None) 
         def complete(self, acc: list[int], collector: Any) -> None:
             collector.emit((f"e{collector.window.get_end_timestamp()}", acc[0]))
 
+    t = TridentTopology(tid)
+    s = t.new_stream("spout", KafkaTransactionalSpout(bootstrap, topic, max_records_per_partition=12_500,
+                                                      field_names=("sentence",))).parallelism_hint(2)
+    w = s.tumbling_window(Duration(window_ms), WindowsStoreFactory("windows"), Fields("sentence"), EndCount(),
+                          Fields("end", "n"))
+    w.group_by(Fields("end")).persistent_aggregate(trident_state.counters("results"), Count(), Fields("c"))
+    return t.build()
+
+
+class _Windows(threading.Thread):
+    """Polls Redis for the next window's result key from the first commit on; ``seen``:
+    window end (ms) -> wall time its key appeared."""
+
+    def __init__(self, url: str, prefix: str, window_ms: int, first: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.client, self.prefix, self.window_ms, self.first = redis.Redis.from_url(url), prefix, window_ms, first
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.first.wait(0.1) and not self.stop.is_set():
+            pass                                # windows before the first commit hold nothing
+        step = self.window_ms
+        end = (int(time.time() * 1000) // step + 1) * step
+        while not self.stop.is_set():
+            if self.client.exists(f"{self.prefix}e{end}"):
+                self.seen[end] = time.time()
+                end += step
+            elif end < time.time() * 1000 - 5 * step:
+                end += step                     # a window with no records fires nothing
+            time.sleep(0.0005)
+
+
+def run(rate: int, seconds: float, window_ms: int, poll_interval: float | None) -> dict[str, Any]:
+    """One case: the JSON line's dict."""
+    sys.path.insert(0, HERE)
+    from latency_kafka import PARTITIONS, Producer, pct
+
+    from transactional import TopologyConfig
+    from transactional.engine import driver
+    from transactional.engine.spark import get_or_create_context
+    from transactional.ops.run import OperatorWatch
+    from transactional.testing.kafka import ManagedKafka, create_topic
+    from transactional.testing.redis import ManagedRedis
+
+    commits: list[float] = []                  # wall time each commit began
+    first = threading.Event()
+
+    def listen(tr: Any) -> None:
+        if tr.kind == "committing":
+            commits.append(time.time())
+        elif tr.kind == "committed":
+            first.set()
+
+    class Watch(OperatorWatch):
+        def started(self, engine: Any) -> None:
+            super().started(engine)
+            engine.listeners.append(listen)
+
     broker, server = ManagedKafka().start(), ManagedRedis(appendonly=False).start()
     try:
         topic, tid = f"latency-window-{uuid.uuid4().hex[:8]}", f"latency-window-{uuid.uuid4().hex[:8]}"
@@ -63,64 +114,24 @@ def run(rate: int, seconds: float, window_ms: int, poll_interval: float | None) 
         cfg = TopologyConfig(spark_ui=False, state=server.url, progress=False, idle_timeout_secs=3.0, **overrides)
         sc = get_or_create_context(cfg)
         sc.parallelize(range(4), 2).count()
-        t = TridentTopology(tid)
-        s = t.new_stream("spout", KafkaTransactionalSpout(broker.bootstrap, topic, max_records_per_partition=12_500,
-                                                          field_names=("sentence",))).parallelism_hint(2)
-        w = s.tumbling_window(Duration(window_ms), WindowsStoreFactory("windows"), Fields("sentence"), EndCount(),
-                              Fields("end", "n"))
-        w.group_by(Fields("end")).persistent_aggregate(trident_state.counters("results"), Count(), Fields("c"))
-        commits: list[float] = []         # wall time each commit began
-
-        first = threading.Event()
-
-        def listen(tr: Any) -> None:
-            if tr.kind == "committing":
-                commits.append(time.time())
-            elif tr.kind == "committed":
-                first.set()
-
-        class Watch(OperatorWatch):
-            def started(self, engine: Any) -> None:
-                super().started(engine)
-                engine.listeners.append(listen)
-
         producer = Producer(broker.bootstrap, topic, rate, int(rate * seconds))
-        seen: dict[int, float] = {}
-        client = redis.Redis.from_url(server.url)
-        stop = threading.Event()
-
-        def read() -> None:
-            while not first.wait(0.1) and not stop.is_set():
-                pass                            # windows before the first commit hold nothing
-            end = (int(time.time() * 1000) // window_ms + 1) * window_ms
-            while not stop.is_set():
-                if client.exists(f"{tid}:results:e{end}"):
-                    seen[end] = time.time()
-                    end += window_ms
-                elif end < time.time() * 1000 - 5 * window_ms:
-                    end += window_ms            # a window with no records fires nothing
-                time.sleep(0.0005)
-
-        reader = threading.Thread(target=read, daemon=True)
+        reader = _Windows(server.url, f"{tid}:results:", window_ms, first)
         load0 = os.getloadavg()[0]
         producer.start()
         reader.start()
-        r = driver.run_topology(t.build(), cfg, None, spark_context=sc, watch=Watch())
-        stop.set()
+        r = driver.run_topology(_topology(tid, broker.bootstrap, topic, window_ms), cfg, None, spark_context=sc,
+                                watch=Watch())
+        reader.stop.set()
         reader.join()
-        if os.environ.get("LATENCY_WINDOW_DEBUG"):
-            print(sorted(client.keys(f"{tid}:*"))[:30], file=sys.stderr)
     finally:
         server.destroy()
         broker.destroy()
-    if os.environ.get("LATENCY_WINDOW_DEBUG"):
-        print({e: round(seen[e] - e / 1000, 3) for e in sorted(seen)}, [round(c % 100, 3) for c in commits][-40:],
-              file=sys.stderr)
+    seen = reader.seen
     ends = sorted(seen)[:-1]                   # the last: the end of the input
     lat = [seen[e] - e / 1000 for e in ends]
     to_commit, commit = [], []
     for e in ends:
-        began = [c for c in commits if c >= e / 1000 and c <= seen[e]]
+        began = [c for c in commits if e / 1000 <= c <= seen[e]]
         if began:
             to_commit.append(began[0] - e / 1000)
             commit.append(seen[e] - began[0])

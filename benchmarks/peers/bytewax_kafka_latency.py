@@ -37,6 +37,7 @@ from bytewax.testing import run_main
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bytewax_kafka_wordcount import LUA_APPLY, OFFSETS_KEY  # noqa: E402
+
 from peer_common import COUNTS_KEY, connect  # noqa: E402
 
 
