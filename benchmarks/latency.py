@@ -1,8 +1,12 @@
 """End-to-end latency of one DRPC call under concurrency, with the engine's own breakdown
-(docs/performance.md, "Latency").
+(docs/performance.md, "Latency"); with ``--bench kafka``, of a Kafka record to its count
+committed in Redis (``latency_kafka.py``, "Latency: Kafka to Redis").
 
     python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
                                  [--executor in-process,spark] [--master local[2]]
+    python benchmarks/latency.py --bench kafka [--systems trident,bytewax,sss,sss-realtime]
+                                 [--rates 1000,10000,100000] [--seconds 10] [--warmup 3]
+    python benchmarks/latency.py --bench window [--rates 1000] [--seconds 10] [--window-ms 1000]
 
 ``linear`` is storm-starter's ReachTopology (examples/reach.py) on Linear DRPC; ``trident``
 is Storm's TridentWordCount query stream (examples/trident_drpc_word_count.py). Each client
@@ -79,7 +83,26 @@ def main() -> None:
     p.add_argument("--kind", default="linear,trident", help="comma-separated: linear, trident")
     p.add_argument("--executor", default="in-process,spark", help="comma-separated: in-process, spark")
     p.add_argument("--master", default="local[2]", help="Spark master for --executor spark")
+    p.add_argument("--bench", default="drpc", choices=["drpc", "kafka", "window"])
+    p.add_argument("--window-ms", type=int, default=1000, help="--bench window: tumbling window length")
+    p.add_argument("--systems", default="trident,bytewax,sss,sss-realtime", help="--bench kafka: who to measure")
+    p.add_argument("--rates", default="1000,10000,100000", help="--bench kafka: records/s offered")
+    p.add_argument("--seconds", type=float, default=10.0, help="--bench kafka: measured seconds a case")
+    p.add_argument("--warmup", type=float, default=3.0, help="--bench kafka: seconds produced before measuring")
+    p.add_argument("--trident-args", default="", help="--bench kafka: extra arguments of the trident system")
     a = p.parse_args()
+    if a.bench == "window":
+        import latency_window
+
+        for rate in (int(r) for r in a.rates.split(",")):
+            print(json.dumps(latency_window.run(rate, a.seconds, a.window_ms, None)), flush=True)
+        return
+    if a.bench == "kafka":
+        import latency_kafka
+
+        latency_kafka.run_all(a.systems.split(","), [int(r) for r in a.rates.split(",")], a.seconds, a.warmup,
+                              {"trident": a.trident_args.split()})
+        return
     for kind in a.kind.split(","):
         for executor in a.executor.split(","):
             for clients in (int(c) for c in a.clients.split(",")):

@@ -29,6 +29,7 @@ from transactional.engine.accumulator import ReportParam
 from transactional.engine.executors import flatten, for_consumers, task_of
 from transactional.engine.plan import Stage
 from transactional.engine.reports import empty_report
+from transactional.engine.task_groups import InFlight, grouped_source, grouped_stage, spark_tasks
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 
@@ -210,17 +211,22 @@ class SparkExecutor:
     by task, a bolt is ``partitionBy(N)`` (partition = task; skipped for
     ``local_or_shuffle``) then ``mapPartitionsWithIndex``. One job per attempt and phase,
     in its own job group, described "txid N attempt A (processing|commit)" in the Spark UI.
-    Reports come back through an accumulator."""
+    Reports come back through an accumulator. While several jobs run at once, a spout
+    stage and the ``local_or_shuffle`` stages behind it run as fewer Spark tasks, each
+    carrying several logical tasks (``transactional.engine.task_groups``)."""
 
     def __init__(self, sc: SparkContext) -> None:
         self.sc = sc
         self._local = threading.local()
         #: Spark 4 can cancel the jobs a group submits after the cancel
         self._future_jobs = int(sc.version.split(".")[0]) >= 4
+        self._cores = sc.defaultParallelism
+        self._in_flight = InFlight()
 
     def begin(self, group: str, description: str) -> None:
         self.sc.setJobGroup(group, description, interruptOnCancel=True)
         self._local.persisted = []
+        self._in_flight.begin()
 
     def shared(self, topology: Topology) -> Any:
         # executors load each component's ``blob``; ``driver_blob`` is for this process, and so
@@ -236,6 +242,9 @@ class SparkExecutor:
 
     def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
+        parts = spark_tasks(n, self._cores, self._in_flight.count())
+        if parts < n:
+            return self.sc.parallelize(range(parts), parts).mapPartitionsWithIndex(grouped_source(fn, n, parts))
         return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
 
     def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
@@ -248,6 +257,8 @@ class SparkExecutor:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
+        elif (parts := u.getNumPartitions()) < stage.parallelism:   # its source's tasks run grouped
+            fn = grouped_stage(fn, stage.parallelism, parts)
         return u.mapPartitionsWithIndex(fn)
 
     def persist(self, data: Any) -> None:
@@ -277,6 +288,7 @@ class SparkExecutor:
             pass
 
     def end(self) -> None:
+        self._in_flight.end()
         for r in getattr(self._local, "persisted", ()):
             r.unpersist(blocking=False)
         self._local.persisted = []

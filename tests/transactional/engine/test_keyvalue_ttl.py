@@ -151,7 +151,7 @@ def test_on_redis_cluster_the_expiries_share_the_states_slot(redis_cluster_url: 
 # -- through a core stateful bolt --------------------------------------------------------------------
 
 def run_counts(name: str, sentences: list[str], at_secs: float, **conf: Any) -> dict[str, int]:
-    """tests/test_core_topology.py's stateful word count, its ``count`` bolt given ``conf``,
+    """tests/transactional/engine/test_core_topology.py's stateful word count, its ``count`` bolt given ``conf``,
     the driver's wall clock stopped at ``at_secs``."""
     from test_core_topology import AckAll, MemorySpout, SplitWithDelivery, WordCount, config
 
