@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from state import backends
 from state.errors import ConfigError
+from state.map.backing import Closing
 
 __all__ = ["IBackingMap", "UserMapBacking", "register_map_backing", "unregister_map_backing", "registered_schemes"]
 
@@ -58,22 +59,17 @@ class UserMapBacking:
     remote = True
 
     def __init__(self, backing: Any, namespace: str = "user map") -> None:
-        if not callable(getattr(backing, "multi_get", None)) or not callable(getattr(backing, "multi_put", None)):
+        if not isinstance(backing, IBackingMap):
             msg = (f"a map backing needs multi_get(keys) and multi_put(keys, values) (Storm's IBackingMap); "
                    f"got {backing!r}")
             raise ConfigError(msg)
-        self.backing = backing
+        self.backing: Any = backing
         self.namespace = namespace
         try:
             params = inspect.signature(backing.multi_put).parameters
             self.fenced = "fence" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
         except (TypeError, ValueError):
             self.fenced = False
-
-    @property
-    def write_group(self) -> Hashable:
-        """Each user backing writes on its own."""
-        return ("user", id(self))
 
     def multi_get(self, keys: list[str]) -> list[Any]:
         """The user's ``multi_get``, checked for one value per key."""
@@ -92,9 +88,8 @@ class UserMapBacking:
 
     def close(self) -> None:
         """Close the user's backing if it can be."""
-        close = getattr(self.backing, "close", None)
-        if close is not None:
-            close()
+        if isinstance(self.backing, Closing):
+            self.backing.close()
 
 
 _OPENERS: dict[str, Callable[..., Any] | str] = {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, cast
 
 from state.keys import encode_key
-from state.map.backing import MapBacking
+from state.map.backing import BackingCapabilities, EncodesValues, MapBacking
 from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
 from state.map.rules import COMBINERS, Combine, Updater, V, unstorable_error
@@ -45,7 +45,7 @@ class MapState(CachedMap, Generic[V]):
 
     def __init__(self, backing: MapBacking, name: str | None = None, writer: str = "driver") -> None:
         self.backing = backing
-        self.name: str = cast(str, name or getattr(backing, "namespace", type(self).__name__))
+        self.name: str = name or self.caps.namespace or type(self).__name__
         #: who writes through this map object (one committer task, or the driver): names
         #: the record of what it wrote, for ``rollback``
         self.writer = writer
@@ -71,6 +71,17 @@ class MapState(CachedMap, Generic[V]):
         self._cache_epoch: int | None = None
         self._reset()
 
+    @property
+    def backing(self) -> MapBacking:
+        """Where the map's values live; setting it finds its capabilities once (``caps``)."""
+        return self._backing
+
+    @backing.setter
+    def backing(self, backing: MapBacking) -> None:
+        #: what the backing can do beyond ``MapBacking`` (``BackingCapabilities``)
+        self.caps = BackingCapabilities.of(backing)
+        self._backing = backing
+
     def _reset(self) -> None:
         # the keys (encoded) touched in this txid: their value so far, the value before the
         # txid, the ones an earlier attempt already applied (a TransactionalMap value of
@@ -90,7 +101,7 @@ class MapState(CachedMap, Generic[V]):
         if epoch != self._cache_epoch or epoch is None:
             self._cache = {}
             # a backing in this process's memory is as fast as a cache of it
-            self._cache_epoch = epoch if getattr(self.backing, "remote", True) else None
+            self._cache_epoch = epoch if self.caps.remote else None
         self._reset()
 
     def flush(self) -> None:
@@ -123,12 +134,12 @@ class MapState(CachedMap, Generic[V]):
                 order = fresh + [i for i, k in enumerate(keys) if cache.get(k) is not None]
                 trusted = len(keys) - len(fresh)
                 keys, values = [keys[i] for i in order], [values[i] for i in order]
-        encode = getattr(self.backing, "encode_values", None)
-        encoded = values if encode is None else self._encoded(encode, keys, values, scope)
+        encoded = (self._encoded(cast(EncodesValues, self.backing).encode_values, keys, values, scope)
+                   if self.caps.encodes_values else values)
         delete_at = None if self.ttl is None or scope.time_ms is None else self.ttl.delete_at(scope.time_ms)
         return MapWrite(self.name, self.backing, "put", keys, encoded,
                         Fence(scope.epoch, scope.txid, scope.attempt, writer), trusted, values, delete_at,
-                        scope.time_ms)
+                        scope.time_ms, self.caps)
 
     def _encoded(self, encode: Callable[[list[Any]], Any], keys: list[str], values: list[Any],
                  scope: CommitScope) -> Any:

@@ -8,7 +8,12 @@ from typing import Any, cast
 
 from state.errors import ConfigError, StateCorruptError
 from state.keys import decode_key
-from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
+from state.map.backing import (
+    Counting,
+    EncodesColumns,
+    EncodesDeltas,
+    MemoryMapBacking,  # noqa: F401 - the doctests use it
+)
 from state.map.base import MapState, _encode_all
 from state.map.fence import Fence
 from state.map.rules import Combine, CounterRecord, Updater, V, unstorable_error
@@ -162,11 +167,14 @@ class CounterMap(MapState[V]):
         return self._before(enc, self.scope.txid)
 
     def _counter_get(self, enc: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
-        get = getattr(self.backing, "counter_get", None)
-        if get is None:
+        return self._counting().counter_get(enc, txid)
+
+    def _counting(self) -> Counting:
+        """The backing, as a ``Counting`` one (``ConfigError`` when it cannot hold counters)."""
+        if not self.caps.counting:
             msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
             raise ConfigError(msg)
-        return cast(tuple[list[Any], CounterRecord], get(enc, txid))
+        return cast(Counting, self.backing)
 
     def _before(self, enc: list[str], txid: int) -> list[Any]:
         """The values of ``enc`` before batch ``txid`` (one read: values and record)."""
@@ -193,10 +201,11 @@ class CounterMap(MapState[V]):
         names the first that is not) and encoded for the backing; nothing is written."""
         scope = self._require_scope("flushed")
         fence = Fence(scope.epoch, scope.txid, scope.attempt)
-        encode_columns = getattr(self.backing, "encode_columns", None)
-        if self._columns is not None and encode_columns is not None:
+        caps = self.caps
+        if self._columns is not None and caps.encodes_columns:
             keys, deltas = self._columns      # integers, checked by add_columns
-            return MapWrite(self.name, self.backing, "add", keys, encode_columns(keys, deltas), fence)
+            return MapWrite(self.name, self.backing, "add", keys,
+                            cast(EncodesColumns, self.backing).encode_columns(keys, deltas), fence, caps=caps)
         self._take_columns()
         if not self._deltas:
             return None
@@ -207,12 +216,9 @@ class CounterMap(MapState[V]):
                         if type(d) not in (int, float) or not math.isfinite(d))
             raise unstorable_error(self.name, scope.txid, k, d, "a counter map adds finite numbers (int or "
                                    "float); use a transactional or opaque map for other values")
-        encode = getattr(self.backing, "encode_deltas", None)
-        if encode is None and getattr(self.backing, "multi_add", None) is None:
-            msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
-            raise ConfigError(msg)
-        return MapWrite(self.name, self.backing, "add", keys, deltas if encode is None else encode(keys, deltas),
-                        fence)
+        self._counting()
+        encoded = cast(EncodesDeltas, self.backing).encode_deltas(keys, deltas) if caps.encodes_deltas else deltas
+        return MapWrite(self.name, self.backing, "add", keys, encoded, fence, caps=caps)
 
     def _written(self, part: MapWrite) -> None:
         self._deltas = {}

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from state.map.backing import Scanning
+from state.map.base import MapState
 from state.map.migrate import VALUE_FIELDS, MigratingBacking
 from transactional.engine.user_states import MIGRATIONS
 from trident.operation import ReducerAggregator, TridentTuple
@@ -217,7 +219,7 @@ def _open_state(bolt: TridentBolt, op: Any) -> Any:
 class _ReadView:
     """A query's view of a map: the values committed before this batch."""
 
-    def __init__(self, m: Any) -> None:
+    def __init__(self, m: MapState[Any]) -> None:
         self._m = m
 
     def multi_get(self, keys: Sequence[Any]) -> list[Any]:
@@ -229,20 +231,15 @@ class _ReadView:
 
     def items(self) -> list[tuple[Any, Any]]:
         """Every ``(key, value)`` committed before this batch (``TupleCollectionGet``): the
-        backing lists its keys (memory: its dict; Redis: SCAN); another backing cannot."""
-        from state.keys import decode_key, hashable_key
+        backing lists its keys (``Scanning``: memory, Redis); another backing cannot."""
         from transactional.exceptions import ConfigError
 
-        backing: Any = getattr(self._m, "backing", None)
-        if hasattr(backing, "scan"):
-            keys = list(backing.scan())
-        elif isinstance(getattr(backing, "data", None), dict):
-            keys = [hashable_key(decode_key(k)) for k in list(backing.data)
-                    if isinstance(k, str) and (not k.startswith("~") or k[1:2] in ("s", "b", "j"))]
-        else:
-            msg = (f"TupleCollectionGet lists every key of map {getattr(self._m, 'name', '?')!r}, but its backing "
-                   f"{type(backing).__name__} cannot list keys; keep that map in memory:// or redis://")
+        m = self._m
+        if not m.caps.scanning:
+            msg = (f"TupleCollectionGet lists every key of map {m.name!r}, but its backing "
+                   f"{type(m.backing).__name__} cannot list keys; keep that map in memory:// or redis://")
             raise ConfigError(msg)
+        keys = list(cast(Scanning, m.backing).scan())
         values = self.multi_get(keys)
         return [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
 
