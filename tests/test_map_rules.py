@@ -21,6 +21,7 @@ from spouts import MemoryTransactionalSpout
 from state.keys import check_state_name, encode_key, stored_key
 from state.map import (
     WRITTEN_KEY,
+    Combined,
     CounterMap,
     Fence,
     FenceCell,
@@ -263,7 +264,7 @@ def test_a_counter_read_raises_when_the_map_is_ahead_of_the_batch():
     m = CounterMap(MemoryMapBacking())
     for txid in (1, 2):
         m.begin_commit(txid, epoch=1)
-        m.add(["a"], [1])
+        m.apply(Combined(["a"], [1], new_values=False))
         m.commit(txid)
     m.begin_commit(1, epoch=1)
     with pytest.raises(StateAheadError, match="written by txid 2, newer than the batch being committed "
@@ -288,7 +289,7 @@ def _commit(reg: StateRegistry, txid: int, first: int, second_kind: str, second:
         reg.map_state("first").multi_combine(["a"], [first], "sum")
         m = reg.map_state("second", second_kind)
         if second_kind == "counter":
-            m.add(["k"], [second])
+            m.apply(Combined(["k"], [second], new_values=False))
         else:
             m.multi_combine(["k"], [second], "replace")
         reg.commit(txid)
@@ -482,8 +483,8 @@ def test_combine_folds_a_batchs_groups_as_multi_combine_does(kind, columns):
     for txid, (keys, values) in enumerate([(["a", "b"], [2, 3]), (["b", "c"], [4, 5])], start=1):
         for m in (by_combine, by_multi):
             m.begin_commit(txid, epoch=1)
-        assert by_combine.combine(txid, col(keys), col(values)) == by_multi.multi_combine(keys, values)
-        assert by_combine.combine(txid, col(["c"]), col([1]), new_values=False) is None
+        assert by_combine.apply(Combined(col(keys), col(values)), txid) == by_multi.multi_combine(keys, values)
+        assert by_combine.apply(Combined(col(["c"]), col([1]), new_values=False), txid) is None
         by_multi.multi_combine(["c"], [1])
         for m in (by_combine, by_multi):
             m.commit(txid)
@@ -496,22 +497,22 @@ def test_combine_of_a_sum_into_a_counter_map_reads_nothing_unless_new_values_are
     b = MemoryMapBacking()
     m = CounterMap(b)
     m.begin_commit(1, epoch=1)
-    m.combine(1, pa.array(["a", "b"]), pa.array([2, 3]), new_values=False)
+    m.apply(Combined(pa.array(["a", "b"]), pa.array([2, 3]), new_values=False), 1)
     m.commit(1)
     assert b.round_trips == 1                       # the add, no read
     m.begin_commit(2, epoch=1)
-    assert m.combine(2, ["a"], [1]) == [3]          # the new values: one read
+    assert m.apply(Combined(["a"], [1]), 2) == [3]          # the new values: one read
     m.commit(2)
     assert b.round_trips == 3 and m.multi_get(["a", "b"]) == [3, 3]
     m.begin_commit(3, epoch=1)
     with pytest.raises(ValueError, match="a counter map adds numbers; combiner 'max' is not 'sum'"):
-        m.combine(3, ["a"], [9], "max", new_values=False)
+        m.apply(Combined(["a"], [9], "max", new_values=False), 3)
 
 
 def test_combine_belongs_to_the_commit_of_its_txid():
     m = TransactionalMap(MemoryMapBacking(), "counts")
     with pytest.raises(RuntimeError, match="map 'counts' updated outside a commit"):
-        m.combine(1, ["a"], [1])
+        m.apply(Combined(["a"], [1]), 1)
     m.begin_commit(2)
     with pytest.raises(RuntimeError, match=re.escape("combine(1) of map 'counts' in the commit of txid 2")):
-        m.combine(1, ["a"], [1])
+        m.apply(Combined(["a"], [1]), 1)

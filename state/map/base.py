@@ -14,6 +14,7 @@ from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
 from state.map.rules import COMBINERS, Combine, Updater, V, unstorable_error
 from state.map.ttl import Ttl
+from state.map.updates import Combined, MapUpdate, Updated
 from state.map.write import MapWrite, commit_maps, write_maps
 
 
@@ -33,9 +34,10 @@ class MapState(CachedMap, Generic[V]):
     """What a committer uses: Trident's ``MapState`` in Python. Users do not subclass it.
 
     Call order per batch (the framework makes the first and last calls around the commit
-    phase): ``begin_commit(txid, attempt, epoch=...)``, any ``multi_update`` /
-    ``multi_combine`` / ``multi_get``, ``commit(txid)`` (which ``flush``-es: one atomic,
-    fenced write of every key changed in the txid) or ``abort()`` (writes nothing).
+    phase): ``begin_commit(txid, attempt, epoch=...)``, any ``apply`` (the one write door;
+    ``multi_update`` / ``multi_combine`` are its Storm-named forms) / ``multi_get``,
+    ``commit(txid)`` (which ``flush``-es: one atomic, fenced write of every key changed in
+    the txid) or ``abort()`` (writes nothing).
     """
 
     kind = "map"
@@ -241,22 +243,35 @@ class MapState(CachedMap, Generic[V]):
         """The value before batch ``txid`` of a stored value (as ``_load`` takes it)."""
         raise NotImplementedError
 
+    def apply(self, update: MapUpdate, txid: int | None = None) -> list[V] | None:
+        """The map's one write door: ``update`` (``Updated``: per-key updaters;
+        ``Combined``: per-key values and a combiner, as lists or columns) applied in the
+        current commit, exactly once across replays (``txid``, when given, must be the
+        commit's). Returns the new values, or None for a ``Combined`` without
+        ``new_values`` (a map may then write without reading, as ``CounterMap`` does).
+        Trident's persistence, ``multi_update`` and ``multi_combine`` all write through it.
+
+        >>> from state.map import Combined, MemoryMapBacking, TransactionalMap
+        >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(4)
+        >>> m.apply(Combined(["a", "b"], [2, 3]), 4), m.apply(Combined(["a"], [5], "max"), 4)
+        ([2, 3], [5])
+        """
+        if txid is not None:
+            self._require_txid(txid, update.verb)
+        if isinstance(update, Updated):
+            return self._update(list(update.keys), update.updaters)
+        new = self._combine(_as_list(update.keys), _as_list(update.values), update.combiner)
+        return new if update.new_values else None
+
     def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
-        """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
-        exactly once across replays; returns the new values. One updater may serve all.
-        A key repeated in the call, or updated again later in the txid, is updated again
-        on the value so far."""
-        keys = list(keys)
-        if callable(updaters):
-            return self._apply_all(keys, _call, [updaters] * len(keys))
-        if len(updaters) != len(keys):
-            msg = f"{len(keys)} keys but {len(updaters)} updaters"
-            raise ValueError(msg)
-        return self._apply_all(keys, _call, updaters)
+        """``apply(Updated(keys, updaters))``: ``updaters[i](old_or_None) -> new`` applied
+        to ``keys[i]`` for the current batch, exactly once across replays; returns the new
+        values. One updater may serve all."""
+        return cast(list[V], self.apply(Updated(keys, updaters)))
 
     def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
-        """Fold ``values[i]`` into ``keys[i]`` with a combiner: ``"sum"``, ``"count"``
-        (sum of counts), ``"min"``, ``"max"``, ``"replace"`` or ``f(old_or_None, new)``.
+        """``apply(Combined(keys, values, combiner))``: fold ``values[i]`` into ``keys[i]``
+        with a combiner (``Combined``).
 
         >>> from state.map import MemoryMapBacking, TransactionalMap
         >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(1)
@@ -265,35 +280,27 @@ class MapState(CachedMap, Generic[V]):
         >>> m.commit(1); m.begin_commit(2); m.multi_combine(["a"], [5], "max")
         [5]
         """
+        return cast(list[V], self.apply(Combined(keys, values, combiner)))
+
+    def _update(self, keys: list[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
+        """``Updated``'s write (``apply``)."""
+        if callable(updaters):
+            return self._apply_all(keys, _call, [updaters] * len(keys))
+        if len(updaters) != len(keys):
+            msg = f"{len(keys)} keys but {len(updaters)} updaters"
+            raise ValueError(msg)
+        return self._apply_all(keys, _call, updaters)
+
+    def _combine(self, keys: list[Any], values: list[Any], combiner: str | Combine) -> list[V]:
+        """``Combined``'s write (``apply``), the new values read back."""
         fn = COMBINERS.get(combiner) if isinstance(combiner, str) else combiner
         if fn is None:
             msg = f"unknown combiner {combiner!r}; use one of {sorted(COMBINERS)} or a function"
             raise ValueError(msg)
-        keys = list(keys)
         if len(values) != len(keys):
             msg = f"{len(keys)} keys but {len(values)} values"
             raise ValueError(msg)
         return self._apply_all(keys, fn, values)
-
-    def combine(self, txid: int, keys: Any, values: Any, combiner: str | Combine = "sum", *,
-                new_values: bool = True) -> list[V] | None:
-        """Fold one batch's aggregates into the map, as columns: ``values[i]`` into
-        ``keys[i]`` with ``combiner`` (as ``multi_combine``) in the commit of ``txid``.
-        ``keys`` and ``values`` are sequences or ``pyarrow`` arrays of one length, each key
-        once (an aggregation's groups). Returns the new values, or None when not
-        ``new_values`` (nobody reads them: a map may then write without reading, as
-        ``CounterMap`` does). Trident's persistent aggregation writes through it.
-
-        The default: ``multi_combine`` of the columns as Python lists.
-
-        >>> from state.map import MemoryMapBacking, TransactionalMap
-        >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(4)
-        >>> m.combine(4, ["a", "b"], [2, 3]), m.combine(4, ["a"], [5], "max")
-        ([2, 3], [5])
-        """
-        self._require_txid(txid, "combine")
-        new = self.multi_combine(_as_list(keys), _as_list(values), combiner)
-        return new if new_values else None
 
     def _apply_all(self, keys: list[Any], fn: Combine, args: Sequence[Any]) -> list[V]:
         self._require_scope("updated")
