@@ -99,7 +99,9 @@ def register_map_backing(scheme: str, opener: Callable[..., Any] | str, example:
     """Open maps of state URLs ``<scheme>://...`` with ``opener(url, namespace, **options)``
     (a callable, or ``"module:attribute"``, imported when first used: the form that also
     works in executor processes that never ran this call). Registering a scheme again
-    replaces its opener; the built-in schemes cannot be replaced."""
+    replaces its opener; the built-in schemes cannot be replaced. The scheme serves every
+    state kind: maps, and the ``KeyValueState`` of core stateful bolts
+    (``state.keyvalue_map``, over the same backing)."""
     if not scheme.isidentifier() and not scheme.replace("-", "").replace("+", "").isalnum():
         msg = f"state URL scheme {scheme!r} is not a URL scheme (letters, digits, '+', '-')"
         raise ConfigError(msg)
@@ -109,15 +111,18 @@ def register_map_backing(scheme: str, opener: Callable[..., Any] | str, example:
             raise ConfigError(msg)
     _OPENERS[scheme] = opener
     if not any(b.role == backends.USER_STATE and b.scheme == scheme for b in backends.BACKENDS):
-        backends.BACKENDS = (*backends.BACKENDS, backends.Backend(
-            scheme, backends.USER_STATE, example or f"{scheme}://...", "state.user_backing:open_registered"))
+        example = example or f"{scheme}://..."
+        backends.BACKENDS = (
+            *backends.BACKENDS,
+            backends.Backend(scheme, backends.USER_STATE, example, "state.user_backing:open_registered"),
+            backends.Backend(scheme, backends.KEY_VALUE, example, "state.keyvalue_map:open_registered_key_value"))
 
 
 def unregister_map_backing(scheme: str) -> None:
     """Forget a registered scheme (not a built-in one)."""
     if _OPENERS.pop(scheme, None) is not None:
-        backends.BACKENDS = tuple(b for b in backends.BACKENDS
-                                  if not (b.role == backends.USER_STATE and b.scheme == scheme))
+        backends.BACKENDS = tuple(b for b in backends.BACKENDS if not (
+            b.role in (backends.USER_STATE, backends.KEY_VALUE) and b.scheme == scheme))
 
 
 def registered_schemes() -> list[str]:
