@@ -39,7 +39,8 @@ from state.map import (
 from transactional import BaseTransactionalBolt, Committer, Fields, TransactionalTopologyBuilder
 from transactional.config import TopologyConfig
 from transactional.engine.maps import StateRegistry
-from transactional.engine.plan import ExecutorStates, compile_plan
+from transactional.engine.plan import compile_plan
+from transactional.engine.task_states import ExecutorStates
 from transactional.exceptions import (
     ConfigError,
     LeadershipLostError,

@@ -6,18 +6,16 @@ not import the driver's modules (``_spark`` imports the config, and pydantic wit
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.accumulators import AccumulatorParam
 
-from transactional.engine.plan import empty_report, merge_reports
+from transactional.engine.reports import TaskReport, empty_report, merge_reports
 
 
-class ReportParam(AccumulatorParam[dict[str, Any]]):
-    """Merges task reports (``transactional.engine.plan.merge_reports``)."""
+class ReportParam(AccumulatorParam[TaskReport]):
+    """Merges task reports (``transactional.engine.reports.merge_reports``)."""
 
-    def zero(self, value: dict[str, Any]) -> dict[str, Any]:
+    def zero(self, value: TaskReport) -> TaskReport:
         return empty_report()
 
-    def addInPlace(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    def addInPlace(self, a: TaskReport, b: TaskReport) -> TaskReport:
         return merge_reports(a, b)

@@ -14,8 +14,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
+from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
-from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_processing
+from transactional.engine.interpreter import run_processing
+from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
@@ -23,7 +25,7 @@ from transactional.metrics import fold_committed
 from transactional.tuples import TransactionAttempt
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
     from transactional.engine.runner import TopologyRunner
 
 log = logging.getLogger("trident")
@@ -39,27 +41,29 @@ class AttemptFailed(Exception):
 
 class Jobs:
     """The processing phase of attempts: the plan's processing stages on the configured
-    executor (Spark, or this process for ``executor="in-process"``)."""
+    executor (Spark, or this process for ``executor="in-process"``). ``sc``: the run's
+    Spark context, if it has one already (``self.sc`` after: the one the jobs use)."""
 
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
+    def __init__(self, ctx: RunContext, run_id: str, sc: Any = None) -> None:
+        self.ctx = ctx
         self.run_id = run_id
-        if engine.config.executor == "in-process":
+        self.sc = sc
+        if ctx.config.executor == "in-process":
             self.executor: Any = InProcessExecutor()
         else:
-            if engine.sc is None:
-                engine.sc = get_or_create_context(engine.config, spark_app_name(engine.topology.topology_id))
+            if self.sc is None:
+                self.sc = get_or_create_context(ctx.config, spark_app_name(ctx.topology.topology_id))
             else:
-                ship(engine.sc, engine.config)      # py_files / archives of this run
-            self.executor = SparkExecutor(engine.sc)
-        self.shared = self.executor.shared(engine.topology)
+                ship(self.sc, ctx.config)      # py_files / archives of this run
+            self.executor = SparkExecutor(self.sc)
+        self.shared = self.executor.shared(ctx.topology)
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
-        e = self.engine
-        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
+        ctx = self.ctx
+        return run_processing(ctx.plan, self.executor, self.shared, self.run_id, ctx.conf, attempt, meta,
                               cleanup_before, group, fed)
 
     def cancel(self, group: str) -> None:
@@ -78,8 +82,8 @@ class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
-        self.engine = engine
+    def __init__(self, ctx: RunContext, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
+        self.ctx = ctx
         self.jobs = jobs
         self.store = store
         self.runner = runner
@@ -93,18 +97,18 @@ class Attempts:
         """Do what ``a`` asks; return the coordinator's answer to its outcome."""
         now = time.monotonic
         if isinstance(a, Plan):
-            planned = self.runner.plan(a.txid, a.partitions, a.keep)
+            planned = self.runner.planner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.busy())
+            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.planner.busy())
         if isinstance(a, Launch):
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             crash_point("process.after_meta", txid=a.txid)
-            tid = self.engine.topology.topology_id
+            tid = self.ctx.topology.topology_id
             group = f"trident-{tid}-{a.txid}-{a.attempt}-{uuid.uuid4().hex[:6]}"
             self.groups[(a.txid, a.attempt)] = group
             fut = self.pool.submit(self._process, TransactionAttempt(a.txid, a.attempt), a.meta,
-                                   coord.last_committed, group, self.runner.fed(a.txid))
+                                   coord.last_committed, group, self.runner.planner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             self.group_of[fut] = group
             return []
@@ -112,7 +116,7 @@ class Attempts:
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
             return []
         if isinstance(a, Cancel):
-            self.runner.discard(a.txid)
+            self.runner.planner.discard(a.txid)
             job_group = self.groups.pop((a.txid, a.attempt), None)
             if job_group is not None:
                 self.jobs.cancel(job_group)
@@ -228,16 +232,16 @@ class JobThreads:
             self.queue.put(None)
 
 
-def add_report(rep: dict[str, Any], executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,
+def add_report(rep: PhaseReport, executed: dict[str, Any], emitted: dict[str, Any], busy: dict[str, Any] | None = None,
                metrics: dict[str, Any] | None = None) -> None:
     """Raise the report's first failure as ``AttemptFailed``, else add its counters (the
     seconds its tasks ran to ``busy``, the user's metrics to ``metrics``)."""
-    if rep["failures"]:
-        raise AttemptFailed(first_failure(rep["failures"]))
+    if rep.failures:
+        raise AttemptFailed(first_failure(rep.failures))
     if metrics is not None:
-        fold_committed(metrics, rep.get("metrics", {}))
-    for total, counts in ((executed, rep["executed"]), (emitted, rep["emitted"]),
-                          (busy if busy is not None else {}, rep.get("busy", {}))):
+        fold_committed(metrics, rep.metrics)
+    for total, counts in ((executed, rep.executed), (emitted, rep.emitted),
+                          (busy if busy is not None else {}, rep.busy)):
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
 

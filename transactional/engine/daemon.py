@@ -22,7 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 PRELOAD = ("pyspark.worker", "pyspark.cloudpickle", "pyarrow", "pyarrow.compute", "pyarrow.ipc",
-           "transactional.engine.plan", "transactional.engine.task", "transactional.engine.spout_planner", "transactional.engine.accumulator",
+           "transactional.engine.plan", "transactional.engine.stage_tasks", "transactional.engine.executors",
+           "transactional.engine.task", "transactional.engine.core.task_kind", "transactional.engine.spout_planner",
+           "transactional.engine.accumulator",
            "trident.runtime.bolt", "trident.builtin", "state.map",
            "spouts.kafka.emitter")     # with confluent-kafka, when it is installed: ≈50 ms a worker
 

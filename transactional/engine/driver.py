@@ -6,9 +6,10 @@ in flight and processed, run its commit phase here, in the main thread, while la
 txids keep processing.
 
 What depends on the topology's kind -- planning a txid, what the driver feeds its job,
-its commit, the spouts' timers -- is the kind's runner (``transactional.engine.runner``:
-``TransactionalRunner``, whose commit is ``transactional.engine.commit.CommitProtocol``;
-``transactional.engine.core.runner.CoreRunner``), picked once, from ``RUNNERS``.
+the hooks of its commit (``transactional.engine.commit.CommitProtocol``), the spouts'
+timers -- is the kind's runner (``transactional.engine.runner.TransactionalRunner``,
+``transactional.engine.core.runner.CoreRunner``), picked once, from ``RUNNERS``; the loop
+here and the commit protocol are the same for both.
 
 Failure of attempt (t, a) -- a task failure, a failed or timed-out job, a failed commit
 -- fails t and every later txid in flight: their jobs are cancelled and each is
@@ -31,6 +32,7 @@ from state.base import TransactionalState, open_transactional_state
 from transactional.config import TopologyConfig
 from transactional.engine import layout
 from transactional.engine.attempts import Attempts, Jobs
+from transactional.engine.context import RunContext
 from transactional.engine.coordinator import (
     Action,
     Cancel,
@@ -41,12 +43,10 @@ from transactional.engine.coordinator import (
 )
 from transactional.engine.core.runner import CoreRunner
 from transactional.engine.events import Tally, Transition
+from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.maps import StateRegistry
-from transactional.engine.plan import (
-    InProcessExecutor,
-    compile_plan,
-)
+from transactional.engine.plan import compile_plan
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
@@ -118,7 +118,7 @@ class Engine:
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
                               "drpc.token": _drpc_token(config)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
-        self.plan = compile_plan(topology, config.commit_placement)
+        self.plan = compile_plan(topology, config.commit_placement, self.runner_class.task_kind)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
         self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
@@ -292,16 +292,18 @@ class Engine:
         """The run, holding the lock with ``epoch``; ``status``: keep the record ``trident status`` shows."""
         self.states.record_map = store.record_map
         self.conf[MIGRATIONS] = layout.versions(state)       # read by the stages that open maps
-        runner = self.runner_class(self, state, store, epoch)
+        ctx = self.context()
+        runner = self.runner_class(ctx, state, store, epoch)
         # ``status`` False: a replay of txids begun with other task counts, before the run proper:
         # the watch (status record, operator's requests) is not told of it
         watch = self.watch if status else RunWatch()
         error: BaseException | None = None
         try:
             watch.locked(self, state, owner, runner)
-            jobs = Jobs(self, owner)
+            jobs = Jobs(ctx, owner, self.sc)
+            self.sc = jobs.sc                   # the run's Spark context, for the runs that go on from this one
             try:
-                self._loop(store, runner, jobs, max_batches, watch)
+                self._loop(ctx, store, runner, jobs, max_batches, watch)
             finally:
                 jobs.close()
         except BaseException as e:
@@ -309,29 +311,34 @@ class Engine:
             raise
         finally:
             try:
-                runner.close(error is None)
+                runner.planner.close(error is None)
             finally:
                 watch.unlocking(error)
+
+    def context(self) -> RunContext:
+        """What this run's collaborators need of it (``RunContext``)."""
+        return RunContext(self.topology, self.plan, self.config, self.conf, self.states, self.result, self.clock,
+                          self.driver_executor, self.driver_shared)
 
     def _coordination_options(self) -> dict[str, Any]:
         if self.config.coordination.startswith("zk:"):
             return {"auth": self.config.coordination_auth, "connect_timeout": self.config.connect_timeout_secs}
         return {}
 
-    def _loop(self, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs, max_batches: int | None,
-              watch: RunWatch) -> None:
+    def _loop(self, ctx: RunContext, store: CoordinatorStore, runner: TopologyRunner, jobs: Jobs,
+              max_batches: int | None, watch: RunWatch) -> None:
         """Carry out the coordinator's actions until it says stop (see ``_coordinator``)."""
         rec = store.recover()
         self.states.known.update(rec.maps)
         self.states.last_committed = rec.last_committed
-        coord = Coordinator(runner.settings(), runner.policy,
+        coord = Coordinator(runner.settings(), runner.planner.policy,
                             Recovered(rec.last_committed, rec.committed_meta, rec.partitions, rec.pending),
                             max_batches)
         coord.listeners += [_heard_safely(listener) for listener in self.listeners]
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
-                     rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
-        attempts = Attempts(self, jobs, store, runner)
+                     rec.last_committed, len(rec.pending), "replay" if runner.planner.policy.replays else "plan again")
+        attempts = Attempts(ctx, jobs, store, runner)
         clock = time.monotonic
         # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
         pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))
@@ -356,10 +363,10 @@ class Engine:
                 pending += watch.requests(coord, clock())
                 if pending:
                     continue
-                wakes = [w for w in (coord.next_wakeup(clock()), runner.next_wakeup()) if w is not None]
+                wakes = [w for w in (coord.next_wakeup(clock()), runner.planner.next_wakeup()) if w is not None]
                 timeout = self.config.poll_interval_secs if not wakes else max(0.0, min(wakes) - clock())
                 pending += attempts.wait(coord, min(timeout, CONTROL_CHECK_SECS))
-                runner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
+                runner.planner.tick(clock())              # the spouts' timers (core topologies) before the coordinator's
                 pending += coord.tick(clock())
                 watch.between(runner, clock())
         finally:

@@ -24,8 +24,9 @@ from state.map import (
     open_map_backing,
 )
 from transactional.config import TopologyConfig
-from transactional.engine.plan import ExecutionPlan, ExecutorStates, new_bolt
+from transactional.engine.plan import ExecutionPlan, new_bolt
 from transactional.engine.task import TaskContext
+from transactional.engine.task_states import ExecutorStates
 from transactional.topology import Topology
 from transactional.tuples import TransactionAttempt
 
@@ -134,7 +135,7 @@ class StateRegistry:
     def declare(self, plan: ExecutionPlan, conf: dict[str, Any]) -> None:
         """Find the maps the committers open in ``prepare`` (run on the driver against a
         recording context) and record them, before the first commit: committer tasks on
-        executors open only declared maps (see ``transactional.engine.plan.TaskStates``)."""
+        executors open only declared maps (see ``transactional.engine.task_states.TaskStates``)."""
         topology = plan.topology
         for stage in plan.commit:
             c = topology.component(stage.component)

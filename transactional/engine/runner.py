@@ -1,11 +1,12 @@
 """One runner per topology kind: what the driver's loop (``transactional.engine.driver``)
 asks of a topology's spouts and commits, behind one interface (``TopologyRunner``).
 
-``TransactionalRunner`` (here): the spouts' coordinators plan each txid's metadata on the
-driver, their emitters run as the first stages of the processing job, and a txid commits
-through ``transactional.engine.commit.CommitProtocol``. ``CoreRunner``
-(``transactional.engine.core.runner``): core spouts run on the driver and *feed* the
-processing job, and a micro-batch commits its acks and checkpoints.
+Every kind commits through the one ``transactional.engine.commit.CommitProtocol``, with
+its own hooks. ``TransactionalRunner`` (here): the spouts' coordinators plan each txid's
+metadata on the driver, their emitters run as the first stages of the processing job, and
+a txid commits its maps (``MapCommit``). ``CoreRunner`` (``transactional.engine.core.runner``):
+core spouts run on the driver and *feed* the processing job, and a micro-batch commits
+its acks and checkpoints (``CoreCommit``).
 """
 
 from __future__ import annotations
@@ -16,29 +17,33 @@ from typing import TYPE_CHECKING, Any
 
 from state.base import TransactionalState
 from transactional.engine.attempts import Jobs
-from transactional.engine.commit import CommitProtocol
+from transactional.engine.commit import CommitProtocol, MapCommit
 from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.events import SpoutFigures
-from transactional.engine.plan import ProcessingResult
-from transactional.engine.replay import ReplayPolicy
-from transactional.engine.spout_planner import SpoutsPlanner
+from transactional.engine.reports import ProcessingResult
+from transactional.engine.spout_planner import Planner, SpoutsPlanner
 from transactional.engine.store import CoordinatorStore
+from transactional.engine.task import TRANSACTIONAL_TASKS, TaskKind
 from transactional.topology import Topology
 
 if TYPE_CHECKING:
-    from transactional.engine.driver import Engine
+    from transactional.engine.context import RunContext
 
 
 class TopologyRunner(ABC):
-    """The driver's interface to one kind of topology: ``plan`` a txid's metadata, what the
-    driver ``fed`` its processing job, ``commit`` it, ``close`` at the end; and the spouts'
-    timers and figures between commits. ``policy`` is the coordinator's replay policy."""
+    """The driver's interface to one kind of topology: its spouts' ``planner`` (plans a
+    txid's metadata, feeds its processing job, keeps the spouts' timers; ``Planner``),
+    ``commit`` a txid; and the spouts' figures between commits."""
 
-    policy: ReplayPolicy
+    planner: Planner
+    #: how this kind's bolt tasks run (``transactional.engine.task.run_task``)
+    task_kind: TaskKind
+    #: how a txid commits: ``CommitProtocol`` with this kind's hooks
+    protocol: CommitProtocol
 
     @abstractmethod
-    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
-        """Open the spouts of ``engine``'s run, with this driver's lock held and its ``epoch``."""
+    def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        """Open the spouts of the run ``ctx``, with this driver's lock held and its ``epoch``."""
 
     @staticmethod
     def run_conf(topology: Topology) -> dict[str, Any]:
@@ -58,37 +63,10 @@ class TopologyRunner(ABC):
         """The most processing jobs in flight at once."""
         return self.settings().max_spout_pending
 
-    @abstractmethod
-    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
-        """``(metadata, state after it)`` of ``txid``, or None when there is nothing now."""
-
-    @abstractmethod
-    def fed(self, txid: int) -> Any:
-        """The records the driver feeds ``txid``'s processing job (None: its spout stages emit)."""
-
-    @abstractmethod
     def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
-        """Commit attempt ``a`` (``AttemptFailed`` when it fails); what ``committed`` reports."""
-
-    @abstractmethod
-    def close(self, ok: bool) -> None:
-        """The run ended (``ok``: without an error)."""
-
-    @abstractmethod
-    def discard(self, txid: int) -> None:
-        """``txid``'s attempt was cancelled."""
-
-    @abstractmethod
-    def tick(self, now: float) -> None:
-        """Time passed: the spouts' timers."""
-
-    @abstractmethod
-    def next_wakeup(self) -> float | None:
-        """When the spouts' next timer is due, or None."""
-
-    @abstractmethod
-    def busy(self) -> bool:
-        """True when the spouts have work outside the coordinator's txids."""
+        """Commit attempt ``a`` (``AttemptFailed`` when it fails) through the one commit
+        protocol, with this kind's hooks; what ``committed`` reports."""
+        return self.protocol.commit(a, r, jobs)
 
     def status_counts(self) -> Callable[[], dict[str, Any]] | None:
         """The spout figures of the status record, or None."""
@@ -108,42 +86,20 @@ class TransactionalRunner(TopologyRunner):
     """Transactional topologies (and Trident's): the spouts' coordinators plan on the
     driver (``SpoutsPlanner``), a txid commits through ``CommitProtocol``."""
 
-    def __init__(self, engine: Engine, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
-        self.engine = engine
-        engine.states.raise_epoch(epoch)
-        if engine.plan.commits_on_executors:
-            engine.states.known.update(store.recover_maps())
-            engine.states.declare(engine.plan, engine.conf)
-        self.planner = SpoutsPlanner(engine.topology, engine.conf, state=state)
-        self.policy = self.planner.policy
-        self.protocol = CommitProtocol(engine, store, self.planner, state)
+    planner: SpoutsPlanner
+    task_kind = TRANSACTIONAL_TASKS
+
+    def __init__(self, ctx: RunContext, state: TransactionalState, store: CoordinatorStore, epoch: int) -> None:
+        self.ctx = ctx
+        ctx.states.raise_epoch(epoch)
+        if ctx.plan.commits_on_executors:
+            ctx.states.known.update(store.recover_maps())
+            ctx.states.declare(ctx.plan, ctx.conf)
+        self.planner = SpoutsPlanner(ctx.topology, ctx.conf, state=state)
+        self.protocol = CommitProtocol(ctx, store, self.planner, state, MapCommit(ctx, store))
 
     def settings(self) -> CoordinatorSettings:
-        return CoordinatorSettings.of(self.engine.config)
-
-    def plan(self, txid: int, states: Any, keep: Any = None) -> tuple[Any, Any] | None:
-        return self.planner.plan(txid, states, keep)
-
-    def fed(self, txid: int) -> Any:
-        return self.planner.fed(txid)
-
-    def commit(self, a: Commit, r: ProcessingResult, jobs: Jobs) -> dict[str, Any]:
-        return self.protocol.commit(a, r, jobs)
-
-    def close(self, ok: bool) -> None:
-        self.planner.close()
-
-    def discard(self, txid: int) -> None:
-        self.planner.discard(txid)
-
-    def tick(self, now: float) -> None:
-        self.planner.tick(now)
-
-    def next_wakeup(self) -> float | None:
-        return self.planner.next_wakeup()
-
-    def busy(self) -> bool:
-        return self.planner.busy()
+        return CoordinatorSettings.of(self.ctx.config)
 
     def spout_coordinators(self) -> dict[str, Any]:
         return {sid: p.coordinator for sid, p in self.planner.planners.items()}

@@ -6,7 +6,7 @@ all-grouping of Storm's batch stream); every bolt is a ``partitionBy`` +
 record per (consumer, consumer task, stream) holding all its tuples for it, so the
 shuffle moves a few large records, not one per tuple. What flows into commit-phase
 components is collected to the driver; failures, counters and opaque spouts' actual
-metadata come back through an accumulator, as data (``transactional/engine/plan.py``).
+metadata come back through an accumulator, as data (``transactional/engine/reports.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from pyspark import SparkConf, SparkContext, StorageLevel
 
 from transactional.config import TopologyConfig
 from transactional.engine.accumulator import ReportParam
-from transactional.engine.plan import Stage, empty_report, flatten, for_consumers, task_of
+from transactional.engine.executors import flatten, for_consumers, task_of
+from transactional.engine.plan import Stage
+from transactional.engine.reports import empty_report
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
 

@@ -1,7 +1,9 @@
 """One spout executor for the three spout kinds (docs/design.md §6).
 
 Driver side, ``SpoutPlanner`` turns any spout into "plan the metadata of txid t", and
-``SpoutsPlanner`` plans every spout of a topology under one txid (metadata
+``SpoutsPlanner`` plans every spout of a topology under one txid: it is the transactional
+topologies' ``Planner`` (the interface the engine plans a topology's txids through; a core
+topology's is ``transactional.engine.core.spout_planner.CoreSpoutPlanner``) (metadata
 ``{spout_id: meta}``, None for a spout with nothing in that txid; replays follow
 ``transactional.engine.replay.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
 emitter task of a batch. Partitioned spouts keep a *partition state* (partition -> its
@@ -26,14 +28,52 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from state.base import JSON_TYPES, json_problem
 from transactional.exceptions import SpoutError, StateCorruptError, TopologyError
 from transactional.spout import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout, TransactionalSpout
 from transactional.tuples import TransactionAttempt
 
+if TYPE_CHECKING:
+    from transactional.engine.replay import ReplayPolicy
+
 log = logging.getLogger(__name__)
+
+
+class Planner(Protocol):
+    """The spouts of a topology as the engine plans its txids through them, on the driver
+    (``SpoutsPlanner`` for transactional topologies, ``CoreSpoutPlanner`` for core ones).
+    ``policy`` is the coordinator's replay policy for them."""
+
+    policy: ReplayPolicy
+
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[Any, Any] | None:
+        """``(metadata, state after it)`` of ``txid``, or None when no spout has anything now."""
+
+    def fed(self, txid: int) -> dict[str, list[list[Any]]] | None:
+        """The records the driver feeds ``txid``'s processing job (None: its spout stages emit)."""
+
+    def discard(self, txid: int) -> None:
+        """``txid``'s attempt failed or was cancelled."""
+
+    def tick(self, now: float) -> None:
+        """Time passed: the spouts' timers."""
+
+    def next_wakeup(self) -> float | None:
+        """When the spouts' next timer is due, or None."""
+
+    def busy(self) -> bool:
+        """True when the spouts have work outside the coordinator's txids."""
+
+    def pending(self) -> dict[str, int]:
+        """Tracked spout tuples not yet decided, per spout."""
+
+    def committed(self, txid: int, meta: Any) -> None:
+        """``txid`` (metadata ``meta``) is committed."""
+
+    def close(self, ok: bool = True) -> None:
+        """The run ended (``ok``: without an error)."""
 
 
 @dataclass
@@ -156,7 +196,7 @@ class SpoutPlanner:
         self.coordinator.close()
 
 
-class SpoutsPlanner:
+class SpoutsPlanner(Planner):
     """Every spout of a topology, planned under one txid (Storm's MasterBatchCoordinator
     with its list of spouts). ``policy`` is the coordinator's replay policy for them."""
 
@@ -178,7 +218,7 @@ class SpoutsPlanner:
     def kinds(self) -> dict[str, str]:
         return {sid: p.kind for sid, p in self.planners.items()}
 
-    def plan(self, txid: int, states: dict[str, Any] | None, keep: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[Any, Any] | None:
         """``(meta, states after it)`` for ``txid``, or None when no spout has anything
         now. ``states``: each spout's state after txid-1 (``SpoutsReplay.advance``);
         ``keep``: the spouts whose part is fixed (a replay), which are not asked."""
@@ -217,14 +257,15 @@ class SpoutsPlanner:
         """No spout tuples are tracked (that is for core topologies)."""
         return {}
 
-    def committed(self, txid: int, meta: dict[str, Any] | None) -> None:
+    def committed(self, txid: int, meta: Any) -> None:
         """Tell each spout's coordinator that its part of ``txid`` is committed."""
         for sid, p in self.planners.items():
             m = (meta or {}).get(sid)
             if m is not None:
                 p.committed(txid, m)
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
+        """Close every spout's coordinator."""
         for p in self.planners.values():
             try:
                 p.close()

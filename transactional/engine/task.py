@@ -12,13 +12,14 @@ records ``(key, payload)`` where ``key = consumer_index * KEY_STRIDE + consumer_
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from transactional.bolt import BasicBoltAdapter
 from transactional.columns import ColumnBatch, rows_of
 from transactional.engine.faults import task_fault
-from transactional.engine.routing import KEY_STRIDE, direct, grouper, shuffle_start
+from transactional.engine.routing import DIRECT, KEY_STRIDE, choose_tasks, direct, grouper, shuffle_start
 from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
 from transactional.engine.user_states import TaskUserStates
 from transactional.exceptions import (
@@ -82,47 +83,128 @@ class TaskFailure:
                 f"task {self.task}: {self.error_type}: {self.message}")
 
 
-class Router:
-    """The collector a task emits into: checks each tuple and routes it by grouping."""
+class Route:
+    """One subscription of one stream: the consumer (its index in ``Topology.components``
+    and its first global task id), its per-task lists of values and, where tuples are
+    tracked (core topologies), of message ids; and how a tuple finds its task(s):
+    ``send(values)`` appends it (transactional topologies' hot path), ``choose(values)``
+    names the task indexes (core topologies: Storm's ``chooseTasks``)."""
 
-    __slots__ = ("component", "task", "attempt", "_emit", "_direct", "_outputs", "_columns", "emitted")
+    __slots__ = ("index", "stream", "values", "ids", "base", "direct", "send", "choose")
+
+    def __init__(self, index: int, stream: str, n: int, base: int, direct: bool) -> None:
+        self.index = index
+        self.stream = stream
+        self.values: list[list[Any]] = [[] for _ in range(n)]
+        self.ids: list[list[Any]] = [[] for _ in range(n)]
+        self.base = base
+        self.direct = direct
+        self.send: Callable[[tuple[Any, ...]], Any] = _unrouted
+        self.choose: Callable[[tuple[Any, ...]], Sequence[int]] = _unrouted
+
+
+def _unrouted(values: tuple[Any, ...]) -> Any:
+    """How a direct subscription's tuple finds its task: never (``emit_direct`` names it)."""
+    msg = "a direct subscription's task is named by emit_direct, not chosen"
+    raise InvalidTupleError(msg)
+
+
+class Router:
+    """The one router of every topology kind: where a task's tuples go (per stream its
+    field count, whether it is direct, its ``Route`` to each consumer), and the records
+    for the consumers at the end (``records``). It is also the collector a transactional
+    task emits into (``emit``, ``emit_direct``, ``emit_columns``: each tuple checked and
+    routed by grouping); a core task's collector (``transactional.engine.core.task.CoreRouter``,
+    ``SpoutCollector``) routes through one made with ``seed`` (its tuples tracked, each
+    with its message ids, and no ``attempt`` in the values)."""
+
+    __slots__ = ("component", "task", "attempt", "streams", "tracked", "_routes", "_emit", "_direct", "_columns",
+                 "emitted")
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int,
-                 attempt: TransactionAttempt, only: Callable[[str], bool] | None = None) -> None:
+                 attempt: TransactionAttempt | None, only: Callable[[str], bool] | None = None, *,
+                 seed: int | None = None) -> None:
         self.component = component.id
         self.task = task
         self.attempt = attempt
+        self.tracked = seed is not None
         self.emitted = 0
-        self._outputs: list[tuple[int, str, list[list[Any]]]] = []   # (consumer index, stream, per-task lists)
+        self.streams: dict[str, tuple[int, bool, list[Route]]] = {}
+        self._routes: list[Route] = []
         self._emit: dict[str, Callable[[tuple[Any, ...]], None]] = {}
         self._direct: dict[str, list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]]] = {}   # stream -> (tasks, send)
         self._columns: dict[str, tuple[int, list[list[Any]]]] = {}   # stream -> (fields, lists taking columns)
+        start = shuffle_start(task, seed if seed is not None else attempt.txid if attempt is not None else 0)
         index = {c.id: i for i, c in enumerate(topology.components)}
         for stream, spec in component.streams.items():
-            routes: list[Callable[[tuple[Any, ...]], None]] = []
-            direct_targets: list[tuple[int, Callable[[int, tuple[Any, ...]], Any]]] = []
+            routes: list[Route] = []
             columnar: list[list[Any]] | None = []
             for consumer, sub in topology.consumers(component.id):
                 if sub.stream != stream or (only is not None and not only(consumer.id)):
                     continue
-                lists: list[list[Any]] = [[] for _ in range(consumer.parallelism)]
-                self._outputs.append((index[consumer.id], stream, lists))
-                local = sub.grouping != "direct" and topology.is_local(consumer)
+                is_direct = sub.grouping == DIRECT
+                r = Route(index[consumer.id], stream, consumer.parallelism, topology.task_ids(consumer.id).start,
+                          is_direct)
+                local = not is_direct and topology.is_local(consumer)
+                field_idx = [spec.fields.index(f) for f in sub.fields]
+                if self.tracked and not is_direct:
+                    r.choose = choose_tasks(sub.grouping, consumer.parallelism, field_idx, task=task, start=start,
+                                            local=topology.is_local(consumer))
+                elif not self.tracked and not is_direct:
+                    r.send = grouper(sub.grouping, [l.append for l in r.values], field_idx, task=task, start=start,
+                                     local=local)
+                routes.append(r)
+                self._routes.append(r)
                 if columnar is not None and local and consumer.accepts_columns:
-                    columnar.append(lists[task])
+                    columnar.append(r.values[task])
                 else:
                     columnar = None
-                if sub.grouping == "direct":
-                    direct_targets.append((len(lists), direct([l.append for l in lists])))
-                else:
-                    routes.append(grouper(sub.grouping, [l.append for l in lists],
-                                          [spec.fields.index(f) for f in sub.fields], task=task,
-                                          start=shuffle_start(task, attempt.txid), local=local))
-            self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct, routes)
+            self.streams[stream] = (len(spec.fields), spec.direct, routes)
+            if self.tracked:
+                continue
+            self._emit[stream] = _checked_emit(self, stream, len(spec.fields), spec.direct,
+                                               [r.send for r in routes if not r.direct])
             if columnar and not spec.direct:
                 self._columns[stream] = (len(spec.fields) - 1, columnar)
             if spec.direct:
-                self._direct[stream] = direct_targets
+                self._direct[stream] = [(len(r.values), direct([l.append for l in r.values]))
+                                        for r in routes if r.direct]
+
+    # -- the routing of core collectors ----------------------------------------------------
+    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple[Any, ...], list[Route]]:
+        """The checked values and the routes of an emit on ``stream`` (a core collector's)."""
+        try:
+            nfields, is_direct, routes = self.streams[stream]
+        except KeyError:
+            msg = (f"{self.component!r} task {self.task} emitted on undeclared stream {stream!r}; declared: "
+                   f"{sorted(self.streams)}. Declare it in declare_output_fields")
+            raise InvalidTupleError(msg) from None
+        if is_direct != direct:
+            msg = (f"{self.component!r} task {self.task} used emit_direct on stream {stream!r}, which is not "
+                   "declared direct; declare(fields, stream, direct=True)" if direct else
+                   f"{self.component!r} task {self.task} used emit() on direct stream {stream!r}; use "
+                   "emit_direct(task, values, ...)")
+            raise InvalidTupleError(msg)
+        if type(values) is not tuple:
+            if not isinstance(values, (list, tuple)):
+                msg = f"{self.component!r} task {self.task} emitted {values!r}; emit a tuple of values, e.g. (word, 1)"
+                raise InvalidTupleError(msg)
+            values = tuple(values)
+        if len(values) != nfields:
+            msg = (f"{self.component!r} task {self.task} emitted {len(values)} values on stream {stream!r}, "
+                   f"which declares {nfields} fields: {values!r}")
+            raise InvalidTupleError(msg)
+        return values, routes
+
+    def direct_task(self, routes: list[Route], task_id: int) -> tuple[Route, int]:
+        """The route and task index of global task id ``task_id`` among ``routes``."""
+        for r in routes:
+            if r.base <= task_id < r.base + len(r.values):
+                return r, task_id - r.base
+        owners = ", ".join(f"{r.base}..{r.base + len(r.values) - 1}" for r in routes) or "none"
+        msg = (f"{self.component!r} task {self.task} used emit_direct to task {task_id}, which does not "
+               f"subscribe to that stream (subscribers' task ids: {owners}; see context.get_component_tasks)")
+        raise InvalidTupleError(msg)
 
     # -- the collector API -------------------------------------------------------------------
     def emit(self, values: tuple[Any, ...], stream: str = "default") -> None:
@@ -155,7 +237,7 @@ class Router:
             msg = (f"{self.component!r} task {self.task} emitted a batch of columns {batch.schema.names} "
                    f"on stream {stream!r}, which has {nfields} fields after the attempt")
             raise InvalidTupleError(msg)
-        cb = ColumnBatch(self.attempt, batch)
+        cb = ColumnBatch(cast(TransactionAttempt, self.attempt), batch)
         for values in lists:
             values.append(cb)
         self.emitted += batch.num_rows
@@ -206,12 +288,23 @@ class Router:
 
     # -- output --------------------------------------------------------------------------------
     def records(self) -> list[Record]:
-        out = []
-        for ci, stream, lists in self._outputs:
-            base = ci * KEY_STRIDE
-            for t, vals in enumerate(lists):
-                if vals:
-                    out.append((base + t, (self.component, stream, self.task, vals)))
+        """``(key, payload)`` per consumer task that got tuples: ``(component, stream, task,
+        values)``, with the values' message ids (None: none tracked) where tuples are
+        tracked, whose lists then start again (a core spout task's, once per micro-batch)."""
+        out: list[Record] = []
+        tracked = self.tracked
+        for r in self._routes:
+            base = r.index * KEY_STRIDE
+            for t, vals in enumerate(r.values):
+                if not vals:
+                    continue
+                if tracked:
+                    ids = r.ids[t]
+                    out.append((base + t, (self.component, r.stream, self.task, vals,
+                                           ids if any(m is not None for m in ids) else None)))
+                    r.values[t], r.ids[t] = [], []
+                else:
+                    out.append((base + t, (self.component, r.stream, self.task, vals)))
         return out
 
 
@@ -370,13 +463,39 @@ def payload_order(p: Payload) -> tuple[str, str, int]:
     return p[0], p[1], p[2]
 
 
-def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-             payloads: Iterable[Payload], conf: dict[str, Any], phase: str, states: Any = None,
-             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
-    """Run one task of a transactional topology's bolt (``bolt``: a fresh instance, as the
-    plan's adapter made it) for one batch. Returns (records, tuples executed, emitted,
-    acks): ``acks`` is None here (a core task's report to the ackers comes from
-    ``transactional.engine.core.task.run_core_task``, the core topologies' task runner).
+@dataclass(frozen=True)
+class TaskKind:
+    """How one kind of topology runs a bolt's task (``run_task``): its collector (the
+    router a task emits into), how a task's input is fed to its bolt, what the task
+    reports to the ackers, and how a bolt as the user wrote it becomes the batch bolt the
+    task drives (``adapters``, by the name ``adapter_of`` gives a component). Each kind
+    declares its own: ``TRANSACTIONAL_TASKS`` here, ``transactional.engine.core.task_kind.CORE_TASKS``."""
+
+    name: str
+    #: ``(topology, component, task, attempt, conf, only)`` -> the task's collector
+    collector: Callable[[Topology, ComponentSpec, int, TransactionAttempt, dict[str, Any],
+                         Callable[[str], bool] | None], Any]
+    #: ``(bolt, topology, component, payloads, conf)`` -> tuples executed
+    feed: Callable[[Any, Topology, ComponentSpec, list[Any], dict[str, Any]], int]
+    #: the collector -> the task's report to the ackers (None: no acks)
+    acks: Callable[[Any], Any]
+    adapters: Mapping[str, Callable[[Any], Any]]
+    adapter_of: Callable[[ComponentSpec], str]
+    #: tasks reach the user's own states (``TaskContext.state``)
+    user_states: bool = False
+
+    def new_bolt(self, adapter: str, component: ComponentSpec) -> Any:
+        """A fresh instance of ``component``'s bolt as a task drives it (adapter ``adapter``)."""
+        return self.adapters[adapter](component.new_instance())
+
+
+def run_task(kind: TaskKind, topology: Topology, component: ComponentSpec, bolt: Any, task: int,
+             attempt: TransactionAttempt, payloads: Iterable[Any], conf: dict[str, Any], phase: str,
+             states: Any = None, only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
+    """Run one task of a bolt (``bolt``: a fresh instance, as the plan's adapter made it)
+    for one batch, the way topologies of ``kind`` run it: prepare with the kind's
+    collector, feed it the input, finish_batch. Returns (records, tuples executed,
+    emitted, the task's report to the ackers: None but in core topologies).
 
     Exceptions propagate; callers turn them into ``TaskFailure``. The input is taken in a
     fixed order (by source, stream, source task: Spark fetches shuffle blocks in any
@@ -385,10 +504,24 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
     payloads = sorted(payloads, key=payload_order)
     task_fault(component.id, task, attempt.txid, attempt.attempt_id)
     context = TaskContext(topology, component, task, phase, states)
-    context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
-                                         attempt, context.epoch, phase)
-    router = Router(topology, component, task, attempt, only)
-    bolt.prepare(conf, context, router, attempt)
+    if kind.user_states:
+        context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
+                                             attempt, context.epoch, phase)
+    collector = kind.collector(topology, component, task, attempt, conf, only)
+    bolt.prepare(conf, context, collector, attempt)
+    n = kind.feed(bolt, topology, component, payloads, conf)
+    bolt.finish_batch()
+    if context.user_states is not None:
+        context.user_states.commit()      # the states it opened: commit(txid), in txid order
+    records = collector.records()
+    if _TRACER is not None:
+        _TRACER(component.id, task, attempt, payloads, records)
+    return records, n, collector.emitted, kind.acks(collector)
+
+
+def feed_batch(bolt: Any, topology: Topology, component: ComponentSpec, payloads: list[Payload],
+               conf: dict[str, Any]) -> int:
+    """Execute every tuple of ``payloads`` (sorted) on a transactional ``bolt``; returns how many."""
     execute = bolt.execute
     # a bolt may take a whole payload's values at once (Trident's stages do): no Tuple objects;
     # it is told the source task (a window stage's watermark is per upstream partition)
@@ -406,8 +539,28 @@ def run_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int,
         for v in values_list:
             execute(Tuple(v, fields, source, stream, source_task))
         n += len(values_list)
-    bolt.finish_batch()
-    context.user_states.commit()      # the states it opened: commit(txid), in txid order
-    if _TRACER is not None:
-        _TRACER(component.id, task, attempt, payloads, router.records())
-    return router.records(), n, router.emitted, None
+    return n
+
+
+def _router(topology: Topology, component: ComponentSpec, task: int, attempt: TransactionAttempt,
+            conf: dict[str, Any], only: Callable[[str], bool] | None) -> Router:
+    return Router(topology, component, task, attempt, only)
+
+
+def _no_acks(collector: Any) -> None:
+    return None
+
+
+def _as_it_is(bolt: Any) -> Any:
+    return bolt
+
+
+def _batch_or_basic(component: ComponentSpec) -> str:
+    return "basic" if component.basic else "batch"
+
+
+#: the task life of transactional topologies (and Trident's): a ``BaseBatchBolt`` (or a
+#: committer) as it is, a transactional ``BaseBasicBolt`` through ``BasicBoltAdapter``
+TRANSACTIONAL_TASKS = TaskKind("transactional", _router, feed_batch, _no_acks,
+                               {"batch": _as_it_is, "basic": BasicBoltAdapter},
+                               _batch_or_basic, user_states=True)

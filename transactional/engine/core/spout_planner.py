@@ -1,7 +1,7 @@
 """The driver side of core Storm topologies (docs/design.md §7): on the engine's one
 coordinator and plan, a micro-batch is a txid.
 
-* **Plan** of micro-batch t (``CoreDriver.plan``): the spout tasks -- one instance each,
+* **Plan** of micro-batch t (``CoreSpoutPlanner.plan``): the spout tasks -- one instance each,
   opened once, on the driver -- are asked for tuples (``next_tuple``, round after round,
   while they emit, up to ``micro_batch_size`` tuples, ``poll_interval_secs`` of asking,
   and ``max_spout_pending`` tracked tuples per task). Each tuple emitted with a
@@ -11,8 +11,8 @@ coordinator and plan, a micro-batch is a txid.
   themselves stand for the spouts' stages in the processing job (``fed``).
 * **Processing**: the bolts as Spark stages (``transactional.engine.core.task``); each task's
   acks come back XOR-combined per root.
-* **Commit** of t, in txid order (``transactional.engine.core.runner.CoreRunner.commit``,
-  steps 2-4 in ``CoreDriver.commit``):
+* **Commit** of t, in txid order (``transactional.engine.commit.CommitProtocol`` with
+  ``transactional.engine.core.runner.CoreCommit``; steps 2-4 in ``CoreSpoutPlanner.commit``):
   1. check the lock;
   2. run the stateful bolts and everything downstream of them on the driver, their
      states in ``transactional.engine.core.checkpoint.Checkpointer``;
@@ -46,10 +46,12 @@ from transactional.config import TopologyConfig
 from transactional.engine.coordinator import Commit
 from transactional.engine.core.acker import Acker, acker_for
 from transactional.engine.core.checkpoint import Checkpointer
-from transactional.engine.core.task import TICKS, Outputs, SpoutCollector, tick_freq
+from transactional.engine.core.task import TICKS, SpoutCollector, tick_freq
 from transactional.engine.core.window_keeper import CoreStates, WindowKeeper
 from transactional.engine.replay import CoreReplay
-from transactional.engine.spout_planner import SpoutContext
+from transactional.engine.reports import PhaseReport
+from transactional.engine.spout_planner import Planner, SpoutContext
+from transactional.engine.task import Router
 from transactional.exceptions import LeadershipLostError, TopologyFailedError, TridentError
 from transactional.result import RunResult
 from transactional.topology import Topology
@@ -90,10 +92,10 @@ def _call(t: _SpoutTask, method: str, *args: Any) -> None:
         raise TopologyFailedError(msg, component=t.spout_id, task=t.index, cause=str(e)) from e
 
 
-class CoreDriver:
-    """The spouts, ackers and checkpoints of a core topology's run (module docstring).
-    It plays the spout planner's part for the engine (``plan``, ``committed``, ``close``,
-    ``policy``) and adds ``commit``, ``discard``, ``tick``, ``next_wakeup``, ``busy``."""
+class CoreSpoutPlanner(Planner):
+    """The spouts, ackers and checkpoints of a core topology's run (module docstring):
+    a core topology's ``Planner``, with the acks and checkpoints of a micro-batch's
+    commit (``commit``)."""
 
     def __init__(self, topology: Topology, config: TopologyConfig, conf: dict[str, Any], result: RunResult,
                  store: TransactionalState, state_options: dict[str, Any], clock: Callable[[], float] = time.monotonic,
@@ -118,7 +120,7 @@ class CoreDriver:
         try:
             for spec in topology.spouts:
                 for i, task_id in enumerate(topology.task_ids(spec.id)):
-                    collector = SpoutCollector(Outputs(topology, spec, i, seed), self.tracking)
+                    collector = SpoutCollector(Router(topology, spec, i, None, seed=seed), self.tracking)
                     t = _SpoutTask(spec.id, i, task_id, spec.new_instance(), collector)
                     self.tasks.append(t)
                     self.by_id[task_id] = t
@@ -180,7 +182,7 @@ class CoreDriver:
         return {**conf, TICKS: b.ticks} if b is not None and b.ticks else conf
 
     # -- planning a micro-batch -------------------------------------------------------------
-    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[dict[str, Any], None] | None:
+    def plan(self, txid: int, states: dict[str, Any] | None, keep: Any = None) -> tuple[Any, Any] | None:
         """Fill micro-batch ``txid`` from the spout tasks (module docstring); None when
         they emitted nothing."""
         now = self.clock()
@@ -233,7 +235,7 @@ class CoreDriver:
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
 
-    def fed(self, txid: int) -> dict[str, list[list[Any]]]:
+    def fed(self, txid: int) -> dict[str, list[list[Any]]] | None:
         """What the spout tasks emitted for ``txid``: per spout, the records of each task."""
         return self.batches[txid].fed
 
@@ -294,7 +296,7 @@ class CoreDriver:
         self._deliver(decided)
 
     # -- the engine's hooks ------------------------------------------------------------------------
-    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], dict[str, Any]] | None) -> dict[str, Any]:
+    def commit(self, a: Commit, reports: dict[tuple[str, int], tuple[dict[int, int], list[int]]], run_stages: Callable[[Any], PhaseReport] | None) -> None:
         """Steps 2-4 of a micro-batch's commit (module docstring). ``run_stages(states)``
         runs the commit-phase stages and returns their report; it raises on a failure,
         after which the states are rolled back and the held roots failed."""
@@ -302,7 +304,6 @@ class CoreDriver:
         on_executors = cp is not None and self.config.commit_placement == "executors"
         hold = cp.stateful if cp is not None and not on_executors else frozenset()
         reports = dict(reports)
-        info: dict[str, Any] = {}
         if run_stages is not None:
             states: Any = cp.on_executors() if cp is not None and on_executors else cp
             if self.windows is not None:
@@ -323,12 +324,10 @@ class CoreDriver:
                 cp.commit_prepared(states)  # then the acks count
             elif cp is not None:
                 cp.touched = True                    # a checkpoint is due, acks held or not (ackers=0)
-            reports.update(rep.get("acks", {}))
-            info = rep
+            reports.update(rep.acks)
         self.settle(reports, hold)
         self.batches.pop(a.txid, None)
         self._checkpoint_if_due(self.clock())
-        return info
 
     def rollback(self) -> None:
         """Every state back to its last checkpoint; the roots whose acks it held fail."""

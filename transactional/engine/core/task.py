@@ -1,6 +1,7 @@
 """The task side of core Storm topologies: tuples with message ids, the collectors of
 spouts and bolts (routing by grouping, anchoring, acks), and the adapters that run rich,
-basic and stateful bolts on the batch path, and their task runner (``run_core_task``).
+basic and stateful bolts on the batch path (run by ``transactional.engine.task.run_task``
+as ``transactional.engine.core.task_kind.CORE_TASKS`` says).
 
 A core record payload is ``(source, stream, source_task, [values, ...], ids)`` where
 ``ids`` is None (no tuple tracked) or one *message id* per tuple: ``{root: id}`` for every
@@ -19,18 +20,16 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transactional.bolt import BaseBatchBolt
 from transactional.engine.core.acker import TupleIds, new_id
-from transactional.engine.faults import task_fault
-from transactional.engine.routing import DIRECT, KEY_STRIDE, Chooser, choose_tasks, shuffle_start
-from transactional.engine.task import TaskContext, payload_order
+from transactional.engine.task import Route, Router
 from transactional.exceptions import FailedException, InvalidTupleError
 from transactional.ticks import TICK_COMPONENT, TICK_FREQ_KEY, TICK_STREAM
 from transactional.topology import ComponentSpec, Topology
-from transactional.tuples import Fields, TransactionAttempt, Tuple
+from transactional.tuples import Fields, Tuple
 
 
 class CoreTuple(Tuple):
@@ -44,102 +43,6 @@ class CoreTuple(Tuple):
         super().__init__(values, fields, source_component, source_stream, source_task)
         self.message_id = message_id
         self.key = key
-
-
-def _unchosen(values: tuple[Any, ...]) -> Sequence[int]:
-    """The chooser of a direct subscription: never called (``Outputs.stream`` sends an emit on
-    a direct stream to ``direct_task``, the task ``emit_direct`` names)."""
-    msg = "a direct subscription's task is named by emit_direct, not chosen"
-    raise InvalidTupleError(msg)
-
-
-class _Route:
-    """One subscription of one stream: how to choose the consumer's tasks, and the
-    consumer's per-task lists of values and of message ids."""
-
-    __slots__ = ("choose", "values", "ids", "base", "direct")
-
-    def __init__(self, choose: Chooser, n: int, base: int, direct: bool) -> None:
-        self.choose = choose
-        self.values: list[list[Any]] = [[] for _ in range(n)]
-        self.ids: list[list[Any]] = [[] for _ in range(n)]
-        self.base = base                       # the consumer's first global task id
-        self.direct = direct
-
-
-class Outputs:
-    """Where a component's tuples go: per stream its field count and its routes; the
-    records for the consumers at the end (``records``)."""
-
-    def __init__(self, topology: Topology, component: ComponentSpec, task: int, seed: int,
-                 only: Callable[[str], bool] | None = None) -> None:
-        self.component = component.id
-        self.task = task
-        self.streams: dict[str, tuple[int, bool, list[_Route]]] = {}
-        self._records: list[tuple[int, str, _Route]] = []
-        index = {c.id: i for i, c in enumerate(topology.components)}
-        for stream, spec in component.streams.items():
-            routes = []
-            for consumer, sub in topology.consumers(component.id):
-                if sub.stream != stream or (only is not None and not only(consumer.id)):
-                    continue
-                n = consumer.parallelism
-                # a direct subscription's tasks are named by emit_direct (direct_task), never chosen
-                choose = _unchosen if sub.grouping == DIRECT else choose_tasks(
-                    sub.grouping, n, [spec.fields.index(f) for f in sub.fields], task=task,
-                    start=shuffle_start(task, seed), local=topology.is_local(consumer))
-                r = _Route(choose, n, topology.task_ids(consumer.id).start, sub.grouping == "direct")
-                routes.append(r)
-                self._records.append((index[consumer.id], stream, r))
-            self.streams[stream] = (len(spec.fields), spec.direct, routes)
-
-    def stream(self, stream: str, values: Any, direct: bool) -> tuple[tuple[Any, ...], list[_Route]]:
-        """The checked values and the routes of an emit on ``stream``."""
-        try:
-            nfields, is_direct, routes = self.streams[stream]
-        except KeyError:
-            msg = (f"{self.component!r} task {self.task} emitted on undeclared stream {stream!r}; declared: "
-                   f"{sorted(self.streams)}. Declare it in declare_output_fields")
-            raise InvalidTupleError(msg) from None
-        if is_direct != direct:
-            msg = (f"{self.component!r} task {self.task} used emit_direct on stream {stream!r}, which is not "
-                   "declared direct; declare(fields, stream, direct=True)" if direct else
-                   f"{self.component!r} task {self.task} used emit() on direct stream {stream!r}; use "
-                   "emit_direct(task, values, ...)")
-            raise InvalidTupleError(msg)
-        if type(values) is not tuple:
-            if not isinstance(values, (list, tuple)):
-                msg = f"{self.component!r} task {self.task} emitted {values!r}; emit a tuple of values, e.g. (word, 1)"
-                raise InvalidTupleError(msg)
-            values = tuple(values)
-        if len(values) != nfields:
-            msg = (f"{self.component!r} task {self.task} emitted {len(values)} values on stream {stream!r}, "
-                   f"which declares {nfields} fields: {values!r}")
-            raise InvalidTupleError(msg)
-        return values, routes
-
-    def direct_task(self, routes: list[_Route], task_id: int) -> tuple[_Route, int]:
-        """The route and task index of global task id ``task_id`` among ``routes``."""
-        for r in routes:
-            if r.base <= task_id < r.base + len(r.values):
-                return r, task_id - r.base
-        owners = ", ".join(f"{r.base}..{r.base + len(r.values) - 1}" for r in routes) or "none"
-        msg = (f"{self.component!r} task {self.task} used emit_direct to task {task_id}, which does not "
-               f"subscribe to that stream (subscribers' task ids: {owners}; see context.get_component_tasks)")
-        raise InvalidTupleError(msg)
-
-    def records(self) -> list[tuple[int, tuple[Any, ...]]]:
-        """``(key, payload)`` per consumer task that got tuples since the last call."""
-        out = []
-        for ci, stream, r in self._records:
-            base = ci * KEY_STRIDE
-            for t, vals in enumerate(r.values):
-                if vals:
-                    ids = r.ids[t]
-                    out.append((base + t, (self.component, stream, self.task, vals,
-                                           ids if any(m is not None for m in ids) else None)))
-                    r.values[t], r.ids[t] = [], []
-        return out
 
 
 def _anchor_pairs(component: str, task: int, anchors: Any) -> list[tuple[int, Mapping[int, int]]]:
@@ -160,7 +63,7 @@ class CoreRouter:
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int, seed: int,
                  only: Callable[[str], bool] | None = None) -> None:
-        self.outputs = Outputs(topology, component, task, seed, only)
+        self.outputs = Router(topology, component, task, None, only, seed=seed)
         self.component = component.id
         self.task = task
         self.emitted = 0
@@ -273,29 +176,8 @@ def tick_freq(component: ComponentSpec, default: float | None) -> float | None:
     return None if v is None else float(v)
 
 
-def run_core_task(topology: Topology, component: ComponentSpec, bolt: Any, task: int, attempt: TransactionAttempt,
-                  payloads: Iterable[tuple[Any, ...]], conf: dict[str, Any], phase: str, states: Any = None,
-                  only: Callable[[str], bool] | None = None) -> tuple[list[tuple[int, tuple[Any, ...]]], int, int, Any]:
-    """Run one task of a core topology's bolt (``bolt``: its batch-path ``adapter``) for one
-    micro-batch: the task's ``CoreRouter`` is its collector. Returns (records, tuples
-    executed, emitted, the task's report to the ackers). The input is taken in the same
-    fixed order as ``transactional.engine.task.run_task`` takes it."""
-    payloads = sorted(payloads, key=payload_order)
-    task_fault(component.id, task, attempt.txid, attempt.attempt_id)
-    context = TaskContext(topology, component, task, phase, states)
-    core = CoreRouter(topology, component, task, task_seed(int(conf.get("topology.run.salt", 0)), attempt.txid,
-                                                           attempt.attempt_id, component.id, task), only)
-    bolt.prepare(conf, context, core, attempt)
-    n = feed(bolt, topology, payloads)
-    tick = conf.get(TICKS, {}).get(component.id)
-    if tick is not None:       # after the micro-batch's tuples (transactional.ticks)
-        bolt.execute(tick_tuple(tick, n))
-    bolt.finish_batch()
-    return core.records(), n, core.emitted, core.report()
-
-
 def feed(bolt: Any, topology: Topology, payloads: list[tuple[Any, ...]]) -> int:
-    """Execute every tuple of ``payloads`` (sorted) on ``bolt``; returns how many."""
+    """Execute every tuple of ``payloads`` (sorted) on a core ``bolt``; returns how many."""
     execute = bolt.execute
     key = n = 0
     fields_of: dict[tuple[str, str], Fields] = {}
@@ -324,7 +206,7 @@ class SpoutCollector:
     ``(root, val, msg_id)`` for the driver to register. With tracking off (``ackers=0``)
     the ``msg_id`` goes to ``acked_at_once``: the spout gets ``ack`` right after emitting."""
 
-    def __init__(self, outputs: Outputs, tracking: bool) -> None:
+    def __init__(self, outputs: Router, tracking: bool) -> None:
         self.outputs = outputs
         self.tracking = tracking
         self.roots: list[tuple[int, int, Any]] = []
@@ -341,7 +223,7 @@ class SpoutCollector:
         values, routes = self.outputs.stream(stream, values, True)
         self._send(values, msg_id, [self.outputs.direct_task(routes, task)])
 
-    def _send(self, values: tuple[Any, ...], msg_id: Any, targets: list[tuple[_Route, int]]) -> list[int]:
+    def _send(self, values: tuple[Any, ...], msg_id: Any, targets: list[tuple[Route, int]]) -> list[int]:
         self.emitted += 1
         tracked = msg_id is not None and self.tracking
         root = val = 0
