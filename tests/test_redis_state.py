@@ -504,7 +504,7 @@ class TestCounterWrites:
         m = CounterMap(b)
         for txid, deltas in [(1, {"a": 2, "b": 3}), (1, {"a": 2, "b": 3}), (2, {"a": 1, "c": -4})]:
             m.begin_commit(txid, epoch=1)
-            m.add(list(deltas), list(deltas.values()))
+            m.apply(Combined(list(deltas), list(deltas.values()), new_values=False))
             m.commit(txid)
         assert m.multi_get(["a", "b", "c", "d"]) == [3, 3, -4, None]
         assert b.client.get(f"{redis_namespace}:a") == b"3"        # a plain Redis integer
@@ -929,8 +929,8 @@ class TestMapsOfATxid:
             for t in (1, 2):
                 for m in maps:
                     m.begin_commit(t, 1, epoch=1)
-                maps[0].add(["k"], [t])
-                maps[1].add(["x:~prior", "x:~applied"], [10 * t, 100 * t])
+                maps[0].apply(Combined(["k"], [t], new_values=False))
+                maps[1].apply(Combined(["x:~prior", "x:~applied"], [10 * t, 100 * t], new_values=False))
                 commit_maps(maps, t)
             for m in maps:
                 m.begin_commit(2, 2, epoch=1)    # a replay of txid 2: the values before it
