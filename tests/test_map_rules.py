@@ -517,3 +517,73 @@ def test_combine_belongs_to_the_commit_of_its_txid():
     m.begin_commit(2)
     with pytest.raises(RuntimeError, match=re.escape("combine(1) of map 'counts' in the commit of txid 2")):
         m.apply(Combined(["a"], [1]), 1)
+
+
+# -- the backing contract: two required methods, the rest declared capabilities ---------------------
+
+class _PlainBacking:
+    """Only what MapBacking requires: no group write, no encoding, no counters, no listing."""
+
+    def __init__(self):
+        self.data = {}
+
+    def multi_get(self, keys):
+        return [self.data.get(k) for k in keys]
+
+    def multi_put(self, keys, values, fence=None, trusted=0):
+        self.data.update(zip(keys, values, strict=True))
+
+
+def test_a_backing_states_its_capabilities_once_when_a_map_opens():
+    from state.map.backing import BackingCapabilities
+
+    m = TransactionalMap(_PlainBacking(), "plain")
+    assert m.caps == BackingCapabilities(namespace=None, remote=True, expires_keys=False, write_group=None,
+                                         encodes_values=False, counting=False, encodes_deltas=False,
+                                         encodes_columns=False, scanning=False, closing=False)
+    m.begin_commit(1)
+    m.multi_combine(["a", "a"], [1, 2])
+    m.commit(1)
+    assert m.get("a") == 3 and m.backing.data["a"] == {"txid": 1, "val": 3, "prev": None}
+    mem = TransactionalMap(MemoryMapBacking(namespace="t:m")).caps
+    assert (mem.namespace, mem.remote, mem.expires_keys, mem.counting, mem.encodes_deltas, mem.scanning,
+            mem.encodes_columns, mem.write_group is not None) == ("t:m", False, True, True, True, True, False, True)
+    with pytest.raises(ConfigError, match="map state backing _PlainBacking cannot hold counter maps"):
+        CounterMap(_PlainBacking()).multi_get(["a"])
+    with pytest.raises(ConfigError, match=r"a map backing needs multi_get\(keys\) and multi_put\(keys, values"):
+        TransactionalMap(object())
+
+
+def test_the_updaters_persistent_aggregate_compiles_to_write_through_the_maps_one_door():
+    from trident import Count, Sum
+    from trident.operation import ReducerAggregator, TridentCollector, TridentTuple
+    from trident.runtime.map_updaters import MapCombinerAggStateUpdater, MapReducerAggStateUpdater
+
+    class Out(TridentCollector):
+        def __init__(self):
+            self.got = []
+
+        def emit(self, values):
+            self.got.append(tuple(values))
+
+    class Longest(ReducerAggregator):
+        def init(self):
+            return ""
+
+        def reduce(self, curr, tuple):
+            return max(curr, tuple["word"], key=len)
+
+    counts, sums, longest = (TransactionalMap(MemoryMapBacking()) for _ in range(3))
+    for m in (counts, sums, longest):
+        m.begin_commit(1)
+    tt = TridentTuple.of(Fields("word", "n"))
+    rows = [tt(("a", 2)), tt(("b", 1)), tt(("a", 3))]
+    out = Out()
+    MapCombinerAggStateUpdater(Count(), 1).update_state(counts, rows, out)
+    assert out.got == [("a", 5), ("b", 1)]
+    assert MapCombinerAggStateUpdater(Sum(), 1).write(sums, 1, ["a"], [4], new_values=False) is None
+    assert sums.multi_get(["a"]) == [4]
+    out = Out()
+    words = TridentTuple.of(Fields("k", "word"))
+    MapReducerAggStateUpdater(Longest(), 1).update_state(longest, [words(("x", "ab")), words(("x", "abc"))], out)
+    assert out.got == [("x", "abc")]
