@@ -28,6 +28,18 @@ class MapAggStateUpdater(StateUpdater):
         self.agg = agg
         self.groups = groups
 
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        """The aggregator's ``prepare`` (per task and batch)."""
+        prepare = getattr(self.agg, "prepare", None)     # a plain object with combine/zero may have none
+        if prepare is not None:
+            prepare(conf, context)
+
+    def cleanup(self) -> None:
+        """The aggregator's ``cleanup``."""
+        cleanup = getattr(self.agg, "cleanup", None)
+        if cleanup is not None:
+            cleanup()
+
     def write(self, state: Any, txid: int, keys: Any, values: Any, new_values: bool) -> list[Any] | None:
         """Fold ``values`` (one per key of ``keys``, lists or columns) into ``state`` in the
         commit of ``txid``; the new values (None when not ``new_values`` and the map can

@@ -43,6 +43,10 @@ class PersistProc(Proc):
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
 
+    def aggregator(self) -> Any:
+        """The user's aggregator the updater folds in."""
+        return self.agg
+
     def row(self, r: Row) -> None:
         op = self.op
         assert op is not None
