@@ -2,8 +2,10 @@
 how each is checked, and which module opens it.
 
 ``TopologyConfig`` validates ``coordination`` and ``state`` with ``check_url``;
-``state.base.open_transactional_state``, ``state.map.open_map_backing`` and
-``trident status`` open through ``opener``. A backend module is imported only when a URL
+``state.base.open_transactional_state``, ``state.map.open_map_backing``,
+``state.keyvalue.open_key_value_state`` and ``trident status`` open through ``opener``. A
+scheme registered with ``state.user_backing.register_map_backing`` serves maps and
+key-value state alike. A backend module is imported only when a URL
 of its scheme is opened (``state/zookeeper/`` is the only package importing kazoo,
 ``state/redis.py`` and ``state/redis_cluster.py`` the only ones importing redis).
 """
@@ -18,9 +20,12 @@ from urllib.parse import urlparse
 
 from state.errors import ConfigError
 
-__all__ = ["Backend", "COORDINATION", "USER_STATE", "backend_for", "check_url", "opener", "store_identity"]
+__all__ = ["Backend", "COORDINATION", "USER_STATE", "KEY_VALUE", "backend_for", "check_url", "opener",
+           "store_identity"]
 
-COORDINATION, USER_STATE = "coordination", "state"
+#: what a scheme opens: coordinator state, map backings (``USER_STATE``), the
+#: ``KeyValueState`` of core stateful bolts (``KEY_VALUE``; same URLs as ``USER_STATE``)
+COORDINATION, USER_STATE, KEY_VALUE = "coordination", "state", "key-value"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,13 @@ BACKENDS: tuple[Backend, ...] = (
             "state.redis:RedisMapBacking.from_url"),
     Backend("redis+cluster", USER_STATE, "redis+cluster://[user:password@]host:port,host:port",
             "state.redis_cluster:open_cluster_backing"),
+    Backend("memory", KEY_VALUE, "memory://", "state.keyvalue:MemoryKeyValueState.from_url", needs_host=False,
+            shared=False),
+    Backend("redis", KEY_VALUE, "redis://[user:password@]host:port/db", "state.keyvalue:RedisKeyValueState.from_url"),
+    Backend("rediss", KEY_VALUE, "rediss://[user:password@]host:port/db (TLS)",
+            "state.keyvalue:RedisKeyValueState.from_url"),
+    Backend("redis+cluster", KEY_VALUE, "redis+cluster://[user:password@]host:port,host:port",
+            "state.keyvalue:RedisClusterKeyValueState.from_url"),
 )
 
 

@@ -59,6 +59,7 @@ from state.keys import decode_key, encode_key, hashable_key
 from state.map.ttl import Ttl
 
 _DELETED = object()        # a pending or prepared delete
+DELETED = _DELETED         # the same, as subclasses in other modules see it
 _TOMBSTONE = b"\x00deleted"  # a prepared delete in Redis (not valid JSON: never a value)
 TXID_FIELD = "~txid"       # the prepared txid in the prepare hash (encoded keys never equal it)
 TIME_FIELD = "~time"       # the prepared checkpoint's time (ms) in the prepare hash
@@ -294,6 +295,12 @@ _STORES_GUARD = threading.RLock()
 class MemoryKeyValueState(KeyValueState):
     """``memory://``: one store per namespace in this process; a state opened again in
     the same process (a restarted run) finds what was committed and prepared."""
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
+                 ttl: Ttl | None = None, **options: Any) -> MemoryKeyValueState:
+        """The state of ``namespace`` in this process (``memory://``; no options)."""
+        return cls(namespace, fence_scope=fence_scope, epoch=epoch, ttl=ttl)
 
     def __init__(self, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
                  ttl: Ttl | None = None) -> None:
@@ -555,17 +562,21 @@ class RedisClusterKeyValueState(RedisKeyValueState):
 def open_key_value_state(url: str, namespace: str, *, fence_scope: str | None = None, epoch: int | None = None,
                          ttl: Ttl | None = None, **options: Any) -> KeyValueState:
     """The ``KeyValueState`` of ``namespace`` (e.g. ``<topology>:<bolt>:<task>``) in the
-    store named by ``url``: ``memory://``, ``redis://``/``rediss://`` or ``redis+cluster://``; its writes fenced
-    by ``epoch`` in ``fence_scope`` when both are given; its keys expiring by ``ttl`` (module docstring)."""
-    scheme = url.split("://", 1)[0]
-    if scheme == "memory":
-        return MemoryKeyValueState(namespace, fence_scope=fence_scope, epoch=epoch, ttl=ttl)
-    if scheme in ("redis", "rediss"):
-        return RedisKeyValueState.from_url(url, namespace, fence_scope=fence_scope, epoch=epoch, ttl=ttl, **options)
-    if scheme == "redis+cluster":
-        return RedisClusterKeyValueState.from_url(url, namespace, fence_scope=fence_scope, epoch=epoch, ttl=ttl,
-                                                  **options)
-    msg = (f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db "
-           "(redis+cluster://host:port,host:port for a Redis Cluster)")
-    raise ValueError(msg)
+    store named by ``url`` (``state.backends``: ``memory://``, ``redis://``/``rediss://``,
+    ``redis+cluster://``, or a scheme registered with ``register_map_backing``, whose map
+    backing then holds it: ``state.keyvalue_map``); its writes fenced by ``epoch`` in
+    ``fence_scope`` when both are given; its keys expiring by ``ttl`` (module docstring)."""
+    from state.backends import KEY_VALUE, opener
 
+    try:
+        open_ = opener(KEY_VALUE, url)
+    except ConfigError:
+        from state.user_backing import registered_schemes
+
+        msg = (f"no KeyValueState provider for {url!r}; use memory:// or redis://host:port/db "
+               f"(redis+cluster://host:port,host:port for a Redis Cluster; known schemes: {registered_schemes()})")
+        raise ConfigError(msg) from None
+    if ttl is not None:
+        options["ttl"] = ttl
+    state: KeyValueState = open_(url, namespace, fence_scope=fence_scope, epoch=epoch, **options)
+    return state

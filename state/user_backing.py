@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from state import backends
 from state.errors import ConfigError
+from state.map.backing import Closing
 
 __all__ = ["IBackingMap", "UserMapBacking", "register_map_backing", "unregister_map_backing", "registered_schemes"]
 
@@ -58,22 +59,17 @@ class UserMapBacking:
     remote = True
 
     def __init__(self, backing: Any, namespace: str = "user map") -> None:
-        if not callable(getattr(backing, "multi_get", None)) or not callable(getattr(backing, "multi_put", None)):
+        if not isinstance(backing, IBackingMap):
             msg = (f"a map backing needs multi_get(keys) and multi_put(keys, values) (Storm's IBackingMap); "
                    f"got {backing!r}")
             raise ConfigError(msg)
-        self.backing = backing
+        self.backing: Any = backing
         self.namespace = namespace
         try:
             params = inspect.signature(backing.multi_put).parameters
             self.fenced = "fence" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
         except (TypeError, ValueError):
             self.fenced = False
-
-    @property
-    def write_group(self) -> Hashable:
-        """Each user backing writes on its own."""
-        return ("user", id(self))
 
     def multi_get(self, keys: list[str]) -> list[Any]:
         """The user's ``multi_get``, checked for one value per key."""
@@ -92,9 +88,8 @@ class UserMapBacking:
 
     def close(self) -> None:
         """Close the user's backing if it can be."""
-        close = getattr(self.backing, "close", None)
-        if close is not None:
-            close()
+        if isinstance(self.backing, Closing):
+            self.backing.close()
 
 
 _OPENERS: dict[str, Callable[..., Any] | str] = {}
@@ -104,7 +99,9 @@ def register_map_backing(scheme: str, opener: Callable[..., Any] | str, example:
     """Open maps of state URLs ``<scheme>://...`` with ``opener(url, namespace, **options)``
     (a callable, or ``"module:attribute"``, imported when first used: the form that also
     works in executor processes that never ran this call). Registering a scheme again
-    replaces its opener; the built-in schemes cannot be replaced."""
+    replaces its opener; the built-in schemes cannot be replaced. The scheme serves every
+    state kind: maps, and the ``KeyValueState`` of core stateful bolts
+    (``state.keyvalue_map``, over the same backing)."""
     if not scheme.isidentifier() and not scheme.replace("-", "").replace("+", "").isalnum():
         msg = f"state URL scheme {scheme!r} is not a URL scheme (letters, digits, '+', '-')"
         raise ConfigError(msg)
@@ -114,15 +111,18 @@ def register_map_backing(scheme: str, opener: Callable[..., Any] | str, example:
             raise ConfigError(msg)
     _OPENERS[scheme] = opener
     if not any(b.role == backends.USER_STATE and b.scheme == scheme for b in backends.BACKENDS):
-        backends.BACKENDS = (*backends.BACKENDS, backends.Backend(
-            scheme, backends.USER_STATE, example or f"{scheme}://...", "state.user_backing:open_registered"))
+        example = example or f"{scheme}://..."
+        backends.BACKENDS = (
+            *backends.BACKENDS,
+            backends.Backend(scheme, backends.USER_STATE, example, "state.user_backing:open_registered"),
+            backends.Backend(scheme, backends.KEY_VALUE, example, "state.keyvalue_map:open_registered_key_value"))
 
 
 def unregister_map_backing(scheme: str) -> None:
     """Forget a registered scheme (not a built-in one)."""
     if _OPENERS.pop(scheme, None) is not None:
-        backends.BACKENDS = tuple(b for b in backends.BACKENDS
-                                  if not (b.role == backends.USER_STATE and b.scheme == scheme))
+        backends.BACKENDS = tuple(b for b in backends.BACKENDS if not (
+            b.role in (backends.USER_STATE, backends.KEY_VALUE) and b.scheme == scheme))
 
 
 def registered_schemes() -> list[str]:

@@ -34,12 +34,13 @@ def test_backend_clients_load_only_when_their_url_is_opened():
 
 
 def test_one_registry_of_schemes_serves_config_and_openers():
-    from state.backends import BACKENDS, COORDINATION, USER_STATE, opener
+    from state.backends import BACKENDS, COORDINATION, KEY_VALUE, USER_STATE, opener
     from state.base import MemoryTransactionalState
 
     assert {(b.role, b.scheme) for b in BACKENDS} == {
         (COORDINATION, "memory"), (COORDINATION, "zk"), (USER_STATE, "memory"), (USER_STATE, "redis"),
-        (USER_STATE, "rediss"), (USER_STATE, "redis+cluster")}
+        (USER_STATE, "rediss"), (USER_STATE, "redis+cluster"),
+        (KEY_VALUE, "memory"), (KEY_VALUE, "redis"), (KEY_VALUE, "rediss"), (KEY_VALUE, "redis+cluster")}
     assert isinstance(opener(COORDINATION, "memory://")("memory://", "reg-t"), MemoryTransactionalState)
 
 

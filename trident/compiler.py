@@ -14,6 +14,7 @@ from transactional.exceptions import ConfigError
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import Fields
 from trident.runtime.bolt import TridentBolt, TridentCommitterBolt
+from trident.runtime.map_updaters import aggregates
 from trident.runtime.op import Op, op_label
 from trident.runtime.processors import ArrowOut
 from trident.state import check_pairing, is_state_factory
@@ -199,7 +200,7 @@ class _Compiler:
         drpc_returns = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
         # persist ops emit their new values only when something reads them
         for s in segs:
-            if s.ops and s.ops[-1].kind == "persist":
+            if s.ops and aggregates(s.ops[-1]):
                 s.ops[-1].emit_values = bool(s.consumers) or any(o is not s.ops[-1] for o in s.ops)
         spouts = [s for s in segs if s.spout is not None]
         b = self._builder(spouts)

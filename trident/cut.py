@@ -31,9 +31,10 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from state.errors import StateError
+from state.errors import ConfigError, StateError
+from state.map.backing import BackingCapabilities, Closing, Scanning
 
 __all__ = ["CutMovedError", "committed_txid", "read_cut", "read_map_as_of", "read_postgres_as_of",
            "map_committed_txid", "postgres_committed_txid"]
@@ -87,9 +88,8 @@ def read_map_as_of(url: str, namespace: str, txid: int) -> dict[Any, Any]:
                 out[k] = value
         return out
     finally:
-        close = getattr(backing, "close", None)
-        if close is not None:
-            close()
+        if BackingCapabilities.of(backing).closing:
+            cast(Closing, backing).close()
 
 
 def map_committed_txid(url: str, namespace: str) -> int:
@@ -100,13 +100,12 @@ def map_committed_txid(url: str, namespace: str) -> int:
 
 
 def _scan(backing: Any) -> dict[Any, Any]:
-    """Every stored ``key -> value`` of a map backing (Redis: SCAN; memory: its dict)."""
-    if hasattr(backing, "scan"):
-        return dict(backing.scan())
-    from state.keys import decode_key, hashable_key
-
-    return {hashable_key(decode_key(k)): v for k, v in dict(backing.data).items()
-            if not k.startswith("~") or k[1:2] in ("s", "b", "j")}     # not the backing's own ~written entries
+    """Every stored ``key -> value`` of a map backing (``Scanning``: Redis SCAN, the memory
+    backing's dict; the backing's own ``~written`` entries left out)."""
+    if not BackingCapabilities.of(backing).scanning:
+        msg = f"backing {type(backing).__name__} cannot list its keys (state.map.backing.Scanning)"
+        raise ConfigError(msg)
+    return dict(cast(Scanning, backing).scan())
 
 
 def read_postgres_as_of(factory: Any, txid: int, state_id: str) -> list[tuple[Any, ...]]:

@@ -60,10 +60,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from state.keys import check_state_name
 from state.map import MapState, commit_maps, map_class
+from state.map.backing import Closing
 from state.user_backing import IBackingMap, UserMapBacking, register_map_backing, registered_schemes
 from transactional.engine.user_states import COMPONENT_ID, EPOCH, TOPOLOGY_ID, forget_states, mark_factory
 from transactional.exceptions import ConfigError
@@ -351,9 +352,9 @@ class _MapOverBacking(State):
         self.map.multi_update(list(keys), [_replace(v) for v in values])
 
     def close(self) -> None:
-        close = getattr(self.map.backing, "close", None)
-        if close is not None:
-            close()
+        """Close the map's backing, when it holds connections (``Closing``)."""
+        if self.map.caps.closing:
+            cast(Closing, self.map.backing).close()
 
     def __getattr__(self, name: str) -> Any:       # multi_get, multi_update, multi_combine, get ...
         if name == "map":

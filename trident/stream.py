@@ -24,6 +24,7 @@ from trident.operation import (
     ReducerAggregator,
     StateUpdater,
 )
+from trident.runtime.map_updaters import MapCombinerAggStateUpdater, MapReducerAggStateUpdater
 from trident.runtime.op import Op
 from trident.state import MapStateFactory, StateType, TridentState, is_state_factory, mark_factory
 from trident.windowing import (
@@ -458,15 +459,19 @@ def _persist(stream: Stream, group: Fields, factory: Any, in_fields: Any, agg: A
     fields = Fields(*group, *out)
     topo = stream.topology
     grouping = "fields" if group else "global"
+    # Storm's compilation: partial aggregates, then partition_persist with a combiner (or
+    # reducer) updater that writes through the map's one door (trident.runtime.map_updaters)
     if isinstance(agg, CombinerAggregator):
         partial_fields = Fields(*group, out[0])
         p = Op("partial", stream.fields, partial_fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx,
                columnar=True)
         pnode = topo._add(Node("op", [stream.node], partial_fields, op=p)).node
-        op = Op("persist", partial_fields, fields, fn=agg, group_idx=tuple(range(len(group))), state=factory)
+        op = Op("partition_persist", partial_fields, fields, fn=MapCombinerAggStateUpdater(agg, len(group)),
+                group_idx=tuple(range(len(group))), state=factory, verb="persistent_aggregate")
         node = topo._add(Node("persist", [pnode], fields, op=op, grouping=grouping, keys=group)).node
     else:
-        op = Op("persist", stream.fields, fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx, state=factory)
+        op = Op("partition_persist", stream.fields, fields, fn=MapReducerAggStateUpdater(agg, len(group)),
+                in_idx=idx, in_fields=f, group_idx=gidx, state=factory, verb="persistent_aggregate")
         node = topo._add(Node("persist", [stream.node], fields, op=op, grouping=grouping, keys=group)).node
     return topo._state(factory, node)
 

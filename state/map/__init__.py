@@ -4,8 +4,9 @@ The rules live once, as small immutable values (``TransactionalValue``, ``Opaque
 ``CounterRecord`` in ``state/map/rules.py``, after Storm's ``TransactionalValue`` /
 ``OpaqueValue``: ``from_stored``, ``get(txid)``, ``update(txid, attempt, new)``,
 ``to_stored``) that every read and write path uses; every backing only stores what the
-wrappers hand it. The package: ``rules`` (the values), ``fence``, ``write`` (one txid's
-writes of several maps), ``backing`` (the protocol and the memory backing), ``cache``,
+wrappers hand it. The package: ``rules`` (the values), ``fence``, ``updates`` (the one
+write a map takes, ``MapState.apply``), ``write`` (one txid's writes of several maps),
+``backing`` (the protocol, its optional capabilities and the memory backing), ``cache``,
 ``base`` (``MapState``), ``flavours``, ``counter`` and ``openers``.
 
 **A read in txid t sees the state as of t-1** -- a state query, an updater's old value,
@@ -94,6 +95,7 @@ from state.map.rules import (
     unstorable_error,
     written_key,
 )
+from state.map.updates import Combined, MapUpdate, Updated
 from state.map.write import MapWrite, commit_maps, tagged, write_maps
 
 __all__ = [
@@ -132,6 +134,9 @@ __all__ = [
     "unstorable_error",
     "COMBINERS",
     "MapWrite",
+    "MapUpdate",
+    "Updated",
+    "Combined",
     "tagged",
     "write_maps",
     "commit_maps",

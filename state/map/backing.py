@@ -1,13 +1,16 @@
-"""Where a map's stored values live: the backing protocol (I/O only) and the memory backing."""
+"""Where a map's stored values live: the backing protocol (I/O only), its optional
+capabilities (``BackingCapabilities``) and the memory backing."""
 
 from __future__ import annotations
 
 import heapq
 import json
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
-from state.errors import StateCorruptError
+from state.errors import ConfigError, StateCorruptError
+from state.keys import decode_key, hashable_key
 from state.map.fence import Fence, FenceCell
 from state.map.rules import APPLIED_KEY, PRIOR_KEY, CounterRecord
 from state.map.write import MapWrite, tagged
@@ -16,6 +19,13 @@ from state.map.write import MapWrite, tagged
 @runtime_checkable
 class MapBacking(Protocol):
     """Where a map's stored values live. I/O only: no exactly-once logic here.
+
+    The whole contract: these two methods are required; everything else a backing may
+    offer is an optional capability, declared below as its own protocol (``GroupWriting``,
+    ``EncodesValues``, ``Counting``, ``EncodesDeltas``, ``EncodesColumns``, ``Scanning``,
+    ``Closing``) or flag (``remote``, ``expires_keys``), and found once, when a map
+    opens over the backing (``BackingCapabilities.of``, kept as ``MapState.caps``).
+    Nothing probes a backing after that.
 
     Keys are the strings of ``state.keys.encode_key`` (the wrappers encode; a ``str`` key
     not starting with ``~`` is its own encoding). Both calls take and return whole
@@ -35,6 +45,133 @@ class MapBacking(Protocol):
         the write: refused, raise ``fence_error`` and write nothing; else raise the
         backing's fence to it. With no keys, only check and raise the fence."""
         ...
+
+
+# -- optional capabilities -------------------------------------------------------------------
+
+@runtime_checkable
+class GroupWriting(Protocol):
+    """Atomic group write: several maps' writes of one txid in one atomic, fenced step
+    (``state.map.write_maps``). Backings with equal ``write_group`` are written together
+    by the first one's ``write``; without it, each map writes through ``multi_put`` /
+    ``multi_add`` on its own."""
+
+    @property
+    def write_group(self) -> Hashable:
+        """Which backings share one atomic write (one Redis server; one fence's memory maps)."""
+        ...
+
+    def write(self, parts: Sequence[MapWrite]) -> None:
+        """Write ``parts`` (``MapWrite``: puts and adds) all or none, fences checked first."""
+        ...
+
+
+@runtime_checkable
+class EncodesValues(Protocol):
+    """A backing that encodes a put's values before any is written, so a value it cannot
+    store fails while nothing of the txid is written (``UnstorableValueError``)."""
+
+    def encode_values(self, values: list[Any]) -> Any:
+        """``values`` as the backing stores them; raises on a value it cannot store."""
+        ...
+
+
+@runtime_checkable
+class Counting(Protocol):
+    """A backing that can hold a ``CounterMap``: numbers added once per txid."""
+
+    def counter_get(self, keys: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
+        """The stored numbers of ``keys`` and the record of the last added txid."""
+        ...
+
+    def multi_add(self, keys: list[str], deltas: list[Any], fence: Fence) -> bool:
+        """Add ``deltas`` once for ``fence.txid``; False when that txid was added before."""
+        ...
+
+
+@runtime_checkable
+class EncodesDeltas(Protocol):
+    """A counting backing that encodes a counter map's additions before the write."""
+
+    def encode_deltas(self, keys: list[str], deltas: list[Any]) -> Any:
+        """The additions as ``write`` takes them."""
+        ...
+
+
+@runtime_checkable
+class EncodesColumns(Protocol):
+    """A counting backing that encodes additions straight from ``pyarrow`` arrays
+    (distinct string keys, integer deltas), with no Python object per key."""
+
+    def encode_columns(self, keys: Any, deltas: Any) -> Any:
+        """The arrays' additions as ``write`` takes them."""
+        ...
+
+
+@runtime_checkable
+class Scanning(Protocol):
+    """A backing that lists what it holds (``TupleCollectionGet``, ``trident.cut``)."""
+
+    def scan(self) -> dict[Any, Any]:
+        """Every stored ``key -> value`` (keys decoded; the wrappers' own records left out)."""
+        ...
+
+
+@runtime_checkable
+class Closing(Protocol):
+    """A backing holding connections to let go of when its map is closed."""
+
+    def close(self) -> None:
+        """Close the backing's connections."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackingCapabilities:
+    """What a backing can do beyond ``MapBacking``, found once when a map opens over it.
+
+    ``remote``: its values are in another process (a map caches what it reads; default
+    True). ``expires_keys``: a put may carry ``delete_at`` (a map with a TTL).
+    ``write_group``: the group written atomically together (``GroupWriting``), or None.
+    The other fields say which optional protocol the backing implements.
+
+    >>> caps = BackingCapabilities.of(MemoryMapBacking())
+    >>> caps.remote, caps.counting, caps.scanning, caps.closing
+    (False, True, True, False)
+    """
+
+    namespace: str | None
+    remote: bool
+    expires_keys: bool
+    write_group: Hashable | None
+    encodes_values: bool
+    counting: bool
+    encodes_deltas: bool
+    encodes_columns: bool
+    scanning: bool
+    closing: bool
+
+    @classmethod
+    def of(cls, backing: Any) -> BackingCapabilities:
+        """``backing``'s capabilities; ``ConfigError`` when it lacks a required method."""
+        if not isinstance(backing, MapBacking):
+            msg = (f"a map backing needs multi_get(keys) and multi_put(keys, values, fence=None, trusted=0) "
+                   f"(state.map.MapBacking); got {backing!r}")
+            raise ConfigError(msg)
+        group = isinstance(backing, GroupWriting)
+        namespace = getattr(backing, "namespace", None)
+        return cls(
+            namespace=namespace if isinstance(namespace, str) else None,
+            remote=bool(getattr(backing, "remote", True)),
+            expires_keys=bool(getattr(backing, "expires_keys", False)),
+            write_group=cast(GroupWriting, backing).write_group if group else None,
+            encodes_values=isinstance(backing, EncodesValues),
+            counting=isinstance(backing, Counting),
+            encodes_deltas=isinstance(backing, EncodesDeltas),
+            encodes_columns=isinstance(backing, EncodesColumns),
+            scanning=isinstance(backing, Scanning),
+            closing=isinstance(backing, Closing),
+        )
 
 
 class MemoryMapBacking:
@@ -165,6 +302,11 @@ class MemoryMapBacking:
         if len(heap) > 2 * len(at) + 1024:           # entries of keys written again since: drop them
             self._deletions = [(t, k) for k, t in at.items()]
             heapq.heapify(self._deletions)
+
+    def scan(self) -> dict[Any, Any]:
+        """Every stored ``key -> value`` (keys decoded; the map's own ``~`` records left out)."""
+        return {hashable_key(decode_key(k)): v for k, v in list(self.data.items())
+                if isinstance(k, str) and (not k.startswith("~") or k[1:2] in ("s", "b", "j"))}
 
     def expire(self, now_ms: int) -> int:
         """Delete the keys whose ``delete_at`` is at or before ``now_ms`` (the txid time of a

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, cast
 
 from state.keys import encode_key
-from state.map.backing import MapBacking
+from state.map.backing import BackingCapabilities, EncodesValues, MapBacking
 from state.map.cache import CachedMap
 from state.map.fence import Fence, conflict_error
 from state.map.rules import COMBINERS, Combine, Updater, V, unstorable_error
 from state.map.ttl import Ttl
+from state.map.updates import Combined, MapUpdate, Updated
 from state.map.write import MapWrite, commit_maps, write_maps
 
 
@@ -33,9 +34,10 @@ class MapState(CachedMap, Generic[V]):
     """What a committer uses: Trident's ``MapState`` in Python. Users do not subclass it.
 
     Call order per batch (the framework makes the first and last calls around the commit
-    phase): ``begin_commit(txid, attempt, epoch=...)``, any ``multi_update`` /
-    ``multi_combine`` / ``multi_get``, ``commit(txid)`` (which ``flush``-es: one atomic,
-    fenced write of every key changed in the txid) or ``abort()`` (writes nothing).
+    phase): ``begin_commit(txid, attempt, epoch=...)``, any ``apply`` (the one write door;
+    ``multi_update`` / ``multi_combine`` are its Storm-named forms) / ``multi_get``,
+    ``commit(txid)`` (which ``flush``-es: one atomic, fenced write of every key changed in
+    the txid) or ``abort()`` (writes nothing).
     """
 
     kind = "map"
@@ -45,7 +47,7 @@ class MapState(CachedMap, Generic[V]):
 
     def __init__(self, backing: MapBacking, name: str | None = None, writer: str = "driver") -> None:
         self.backing = backing
-        self.name: str = cast(str, name or getattr(backing, "namespace", type(self).__name__))
+        self.name: str = name or self.caps.namespace or type(self).__name__
         #: who writes through this map object (one committer task, or the driver): names
         #: the record of what it wrote, for ``rollback``
         self.writer = writer
@@ -71,6 +73,17 @@ class MapState(CachedMap, Generic[V]):
         self._cache_epoch: int | None = None
         self._reset()
 
+    @property
+    def backing(self) -> MapBacking:
+        """Where the map's values live; setting it finds its capabilities once (``caps``)."""
+        return self._backing
+
+    @backing.setter
+    def backing(self, backing: MapBacking) -> None:
+        #: what the backing can do beyond ``MapBacking`` (``BackingCapabilities``)
+        self.caps = BackingCapabilities.of(backing)
+        self._backing = backing
+
     def _reset(self) -> None:
         # the keys (encoded) touched in this txid: their value so far, the value before the
         # txid, the ones an earlier attempt already applied (a TransactionalMap value of
@@ -90,7 +103,7 @@ class MapState(CachedMap, Generic[V]):
         if epoch != self._cache_epoch or epoch is None:
             self._cache = {}
             # a backing in this process's memory is as fast as a cache of it
-            self._cache_epoch = epoch if getattr(self.backing, "remote", True) else None
+            self._cache_epoch = epoch if self.caps.remote else None
         self._reset()
 
     def flush(self) -> None:
@@ -123,12 +136,12 @@ class MapState(CachedMap, Generic[V]):
                 order = fresh + [i for i, k in enumerate(keys) if cache.get(k) is not None]
                 trusted = len(keys) - len(fresh)
                 keys, values = [keys[i] for i in order], [values[i] for i in order]
-        encode = getattr(self.backing, "encode_values", None)
-        encoded = values if encode is None else self._encoded(encode, keys, values, scope)
+        encoded = (self._encoded(cast(EncodesValues, self.backing).encode_values, keys, values, scope)
+                   if self.caps.encodes_values else values)
         delete_at = None if self.ttl is None or scope.time_ms is None else self.ttl.delete_at(scope.time_ms)
         return MapWrite(self.name, self.backing, "put", keys, encoded,
                         Fence(scope.epoch, scope.txid, scope.attempt, writer), trusted, values, delete_at,
-                        scope.time_ms)
+                        scope.time_ms, self.caps)
 
     def _encoded(self, encode: Callable[[list[Any]], Any], keys: list[str], values: list[Any],
                  scope: CommitScope) -> Any:
@@ -230,22 +243,35 @@ class MapState(CachedMap, Generic[V]):
         """The value before batch ``txid`` of a stored value (as ``_load`` takes it)."""
         raise NotImplementedError
 
+    def apply(self, update: MapUpdate, txid: int | None = None) -> list[V] | None:
+        """The map's one write door: ``update`` (``Updated``: per-key updaters;
+        ``Combined``: per-key values and a combiner, as lists or columns) applied in the
+        current commit, exactly once across replays (``txid``, when given, must be the
+        commit's). Returns the new values, or None for a ``Combined`` without
+        ``new_values`` (a map may then write without reading, as ``CounterMap`` does).
+        Trident's persistence, ``multi_update`` and ``multi_combine`` all write through it.
+
+        >>> from state.map import Combined, MemoryMapBacking, TransactionalMap
+        >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(4)
+        >>> m.apply(Combined(["a", "b"], [2, 3]), 4), m.apply(Combined(["a"], [5], "max"), 4)
+        ([2, 3], [5])
+        """
+        if txid is not None:
+            self._require_txid(txid, update.verb)
+        if isinstance(update, Updated):
+            return self._update(list(update.keys), update.updaters)
+        new = self._combine(_as_list(update.keys), _as_list(update.values), update.combiner)
+        return new if update.new_values else None
+
     def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
-        """Apply ``updaters[i](old_or_None) -> new`` to ``keys[i]`` for the current batch,
-        exactly once across replays; returns the new values. One updater may serve all.
-        A key repeated in the call, or updated again later in the txid, is updated again
-        on the value so far."""
-        keys = list(keys)
-        if callable(updaters):
-            return self._apply_all(keys, _call, [updaters] * len(keys))
-        if len(updaters) != len(keys):
-            msg = f"{len(keys)} keys but {len(updaters)} updaters"
-            raise ValueError(msg)
-        return self._apply_all(keys, _call, updaters)
+        """``apply(Updated(keys, updaters))``: ``updaters[i](old_or_None) -> new`` applied
+        to ``keys[i]`` for the current batch, exactly once across replays; returns the new
+        values. One updater may serve all."""
+        return cast(list[V], self.apply(Updated(keys, updaters)))
 
     def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
-        """Fold ``values[i]`` into ``keys[i]`` with a combiner: ``"sum"``, ``"count"``
-        (sum of counts), ``"min"``, ``"max"``, ``"replace"`` or ``f(old_or_None, new)``.
+        """``apply(Combined(keys, values, combiner))``: fold ``values[i]`` into ``keys[i]``
+        with a combiner (``Combined``).
 
         >>> from state.map import MemoryMapBacking, TransactionalMap
         >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(1)
@@ -254,35 +280,27 @@ class MapState(CachedMap, Generic[V]):
         >>> m.commit(1); m.begin_commit(2); m.multi_combine(["a"], [5], "max")
         [5]
         """
+        return cast(list[V], self.apply(Combined(keys, values, combiner)))
+
+    def _update(self, keys: list[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
+        """``Updated``'s write (``apply``)."""
+        if callable(updaters):
+            return self._apply_all(keys, _call, [updaters] * len(keys))
+        if len(updaters) != len(keys):
+            msg = f"{len(keys)} keys but {len(updaters)} updaters"
+            raise ValueError(msg)
+        return self._apply_all(keys, _call, updaters)
+
+    def _combine(self, keys: list[Any], values: list[Any], combiner: str | Combine) -> list[V]:
+        """``Combined``'s write (``apply``), the new values read back."""
         fn = COMBINERS.get(combiner) if isinstance(combiner, str) else combiner
         if fn is None:
             msg = f"unknown combiner {combiner!r}; use one of {sorted(COMBINERS)} or a function"
             raise ValueError(msg)
-        keys = list(keys)
         if len(values) != len(keys):
             msg = f"{len(keys)} keys but {len(values)} values"
             raise ValueError(msg)
         return self._apply_all(keys, fn, values)
-
-    def combine(self, txid: int, keys: Any, values: Any, combiner: str | Combine = "sum", *,
-                new_values: bool = True) -> list[V] | None:
-        """Fold one batch's aggregates into the map, as columns: ``values[i]`` into
-        ``keys[i]`` with ``combiner`` (as ``multi_combine``) in the commit of ``txid``.
-        ``keys`` and ``values`` are sequences or ``pyarrow`` arrays of one length, each key
-        once (an aggregation's groups). Returns the new values, or None when not
-        ``new_values`` (nobody reads them: a map may then write without reading, as
-        ``CounterMap`` does). Trident's persistent aggregation writes through it.
-
-        The default: ``multi_combine`` of the columns as Python lists.
-
-        >>> from state.map import MemoryMapBacking, TransactionalMap
-        >>> m = TransactionalMap(MemoryMapBacking()); m.begin_commit(4)
-        >>> m.combine(4, ["a", "b"], [2, 3]), m.combine(4, ["a"], [5], "max")
-        ([2, 3], [5])
-        """
-        self._require_txid(txid, "combine")
-        new = self.multi_combine(_as_list(keys), _as_list(values), combiner)
-        return new if new_values else None
 
     def _apply_all(self, keys: list[Any], fn: Combine, args: Sequence[Any]) -> list[V]:
         self._require_scope("updated")

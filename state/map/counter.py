@@ -8,10 +8,16 @@ from typing import Any, cast
 
 from state.errors import ConfigError, StateCorruptError
 from state.keys import decode_key
-from state.map.backing import MemoryMapBacking  # noqa: F401 - the doctests use it
+from state.map.backing import (
+    Counting,
+    EncodesColumns,
+    EncodesDeltas,
+    MemoryMapBacking,  # noqa: F401 - the doctests use it
+)
 from state.map.base import MapState, _encode_all
 from state.map.fence import Fence
 from state.map.rules import Combine, CounterRecord, Updater, V, unstorable_error
+from state.map.updates import Combined, MapUpdate
 from state.map.write import MapWrite
 
 
@@ -44,14 +50,35 @@ class CounterMap(MapState[V]):
     def _reset(self) -> None:
         super()._reset()
         self._deltas: dict[str, Any] = {}
-        self._columns: tuple[Any, Any] | None = None     # add_columns' arrays, not yet in _deltas
+        self._columns: tuple[Any, Any] | None = None     # _add_columns' arrays, not yet in _deltas
 
-    def add_columns(self, keys: Any, deltas: Any) -> None:
-        """``add`` for a ``pyarrow`` array of distinct string keys (an aggregation's
+    def apply(self, update: MapUpdate, txid: int | None = None) -> list[V] | None:
+        """``MapState.apply``; a ``Combined`` sum without ``new_values`` is added without
+        reading a key (``pyarrow`` arrays written from the arrays when the backing can:
+        ``EncodesColumns``). ``Updated`` is refused: counters only add.
+
+        >>> from state.map import Combined
+        >>> m = CounterMap(MemoryMapBacking()); m.begin_commit(1, epoch=1)
+        >>> m.apply(Combined(["a", "b"], [2, 3], new_values=False), 1); m.commit(1); m.multi_get(["a", "b"])
+        [2, 3]
+        """
+        if not isinstance(update, Combined) or update.new_values or update.combiner not in ("sum", "count"):
+            return super().apply(update, txid)
+        if txid is not None:
+            self._require_txid(txid, update.verb)
+        keys, values = update.keys, update.values
+        if hasattr(keys, "to_pylist") and hasattr(values, "to_pylist"):
+            self._add_columns(keys, values)
+        else:
+            self._add(list(keys), list(values))
+        return None
+
+    def _add_columns(self, keys: Any, deltas: Any) -> None:
+        """``_add`` for a ``pyarrow`` array of distinct string keys (an aggregation's
         groups) and one of integer deltas: kept as arrays, and written from them when the
         backing can (``encode_columns``: no Python object per key on the way).
         Anything else (other types, nulls, keys starting with ``~``, earlier additions in
-        the txid) takes the ``add`` path."""
+        the txid) takes the ``_add`` path."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -63,13 +90,13 @@ class CounterMap(MapState[V]):
         if plain:
             self._columns = (keys, deltas)
         else:
-            self.add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
+            self._add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
 
     def _take_columns(self) -> None:
         if self._columns is not None:
             keys, deltas = self._columns
             self._columns = None
-            self.add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
+            self._add(keys.to_pylist(), deltas.to_pylist(), distinct=True)
 
     def begin_commit(self, txid: int, attempt: int | None = None, *, epoch: int | None = None,
                      time_ms: int | None = None) -> None:
@@ -80,7 +107,7 @@ class CounterMap(MapState[V]):
             raise ConfigError(msg)
         super().begin_commit(txid, attempt, epoch=epoch, time_ms=time_ms)
 
-    def multi_combine(self, keys: Sequence[Any], values: Sequence[Any], combiner: str | Combine = "sum") -> list[V]:
+    def _combine(self, keys: list[Any], values: list[Any], combiner: str | Combine) -> list[V]:
         """Add ``values[i]`` to ``keys[i]`` in this txid (``combiner`` must be ``"sum"`` or
         ``"count"``); returns the values as this txid leaves them (one read of the keys
         not read before in the txid)."""
@@ -89,7 +116,6 @@ class CounterMap(MapState[V]):
             raise ValueError(msg)
         self._require_scope("updated")
         self._take_columns()
-        keys = list(keys)
         if len(values) != len(keys):
             msg = f"{len(keys)} keys but {len(values)} values"
             raise ValueError(msg)
@@ -102,27 +128,8 @@ class CounterMap(MapState[V]):
             deltas[e] = deltas.get(e, 0) + v
         return self._current(enc)
 
-    def combine(self, txid: int, keys: Any, values: Any, combiner: str | Combine = "sum", *,
-                new_values: bool = True) -> list[V] | None:
-        """``MapState.combine``; without ``new_values`` a sum is added without reading a
-        key: ``add_columns`` for ``pyarrow`` arrays (written from the arrays when the
-        backing can), else ``add``.
-
-        >>> m = CounterMap(MemoryMapBacking()); m.begin_commit(1, epoch=1)
-        >>> m.combine(1, ["a", "b"], [2, 3], new_values=False); m.commit(1); m.multi_get(["a", "b"])
-        [2, 3]
-        """
-        if new_values or combiner not in ("sum", "count"):
-            return super().combine(txid, keys, values, combiner, new_values=new_values)
-        self._require_txid(txid, "combine")
-        if hasattr(keys, "to_pylist") and hasattr(values, "to_pylist"):
-            self.add_columns(keys, values)
-        else:
-            self.add(list(keys), list(values))
-        return None
-
-    def add(self, keys: Sequence[Any], deltas: Sequence[Any], *, distinct: bool = False) -> None:
-        """``multi_combine(keys, deltas)`` without reading the new values back
+    def _add(self, keys: Sequence[Any], deltas: Sequence[Any], *, distinct: bool = False) -> None:
+        """``_combine(keys, deltas)`` without reading the new values back
         (``distinct``: the caller vouches that no key repeats, e.g. an aggregation's)."""
         self._require_scope("updated")
         self._take_columns()
@@ -134,8 +141,8 @@ class CounterMap(MapState[V]):
         for e, v in zip(enc, deltas, strict=True):
             d[e] = d.get(e, 0) + v
 
-    def multi_update(self, keys: Sequence[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
-        """Not for counters: they only add (``multi_combine(keys, deltas, "sum")``)."""
+    def _update(self, keys: list[Any], updaters: Sequence[Updater] | Updater) -> list[V]:
+        """Not for counters: they only add (``Combined(keys, deltas, "sum")``)."""
         msg = f"counter map {self.name!r} only adds numbers: use multi_combine(keys, deltas, 'sum')"
         raise TypeError(msg)
 
@@ -162,11 +169,14 @@ class CounterMap(MapState[V]):
         return self._before(enc, self.scope.txid)
 
     def _counter_get(self, enc: list[str], txid: int) -> tuple[list[Any], CounterRecord]:
-        get = getattr(self.backing, "counter_get", None)
-        if get is None:
+        return self._counting().counter_get(enc, txid)
+
+    def _counting(self) -> Counting:
+        """The backing, as a ``Counting`` one (``ConfigError`` when it cannot hold counters)."""
+        if not self.caps.counting:
             msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
             raise ConfigError(msg)
-        return cast(tuple[list[Any], CounterRecord], get(enc, txid))
+        return cast(Counting, self.backing)
 
     def _before(self, enc: list[str], txid: int) -> list[Any]:
         """The values of ``enc`` before batch ``txid`` (one read: values and record)."""
@@ -193,10 +203,11 @@ class CounterMap(MapState[V]):
         names the first that is not) and encoded for the backing; nothing is written."""
         scope = self._require_scope("flushed")
         fence = Fence(scope.epoch, scope.txid, scope.attempt)
-        encode_columns = getattr(self.backing, "encode_columns", None)
-        if self._columns is not None and encode_columns is not None:
-            keys, deltas = self._columns      # integers, checked by add_columns
-            return MapWrite(self.name, self.backing, "add", keys, encode_columns(keys, deltas), fence)
+        caps = self.caps
+        if self._columns is not None and caps.encodes_columns:
+            keys, deltas = self._columns      # integers, checked by _add_columns
+            return MapWrite(self.name, self.backing, "add", keys,
+                            cast(EncodesColumns, self.backing).encode_columns(keys, deltas), fence, caps=caps)
         self._take_columns()
         if not self._deltas:
             return None
@@ -207,12 +218,9 @@ class CounterMap(MapState[V]):
                         if type(d) not in (int, float) or not math.isfinite(d))
             raise unstorable_error(self.name, scope.txid, k, d, "a counter map adds finite numbers (int or "
                                    "float); use a transactional or opaque map for other values")
-        encode = getattr(self.backing, "encode_deltas", None)
-        if encode is None and getattr(self.backing, "multi_add", None) is None:
-            msg = f"map state backing {type(self.backing).__name__} cannot hold counter maps"
-            raise ConfigError(msg)
-        return MapWrite(self.name, self.backing, "add", keys, deltas if encode is None else encode(keys, deltas),
-                        fence)
+        self._counting()
+        encoded = cast(EncodesDeltas, self.backing).encode_deltas(keys, deltas) if caps.encodes_deltas else deltas
+        return MapWrite(self.name, self.backing, "add", keys, encoded, fence, caps=caps)
 
     def _written(self, part: MapWrite) -> None:
         self._deltas = {}

@@ -136,7 +136,7 @@ class OpaqueMap(MapState[V]):
         """Write rolled-back values; with a TTL, each keeps the expiry it had (the store
         deletes it ``grace`` after, as its write did)."""
         put = self.backing.multi_put
-        if not getattr(self.backing, "expires_keys", False) or not any(EXPIRES in v for v in values):
+        if not self.caps.expires_keys or not any(EXPIRES in v for v in values):
             put(keys, values, fence)
             return
         grace = int(DEFAULT_GRACE_SECS * 1000) if self.ttl is None else self.ttl.grace_ms

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from state.map.fence import Fence
 
 if TYPE_CHECKING:
+    from state.map.backing import BackingCapabilities
     from state.map.base import MapState
 
 
@@ -36,6 +37,9 @@ class MapWrite:
     stored: list[Any] | None = None
     delete_at: int | None = None
     time_ms: int | None = None
+    #: the backing's capabilities (the map's ``caps``, found when it opened); None: the
+    #: backing is written through its own ``multi_put`` / ``multi_add``
+    caps: BackingCapabilities | None = None
 
 
 @contextlib.contextmanager
@@ -53,15 +57,14 @@ def tagged(name: str) -> Iterator[None]:
 def write_maps(parts: Sequence[MapWrite]) -> None:
     """Write ``parts`` (each checked storable already): the parts whose backings share a
     ``write_group`` (one Redis server; the memory maps of one fence) in one atomic step,
-    through the group's ``write``; a backing without ``write`` through its own calls."""
+    through the group's ``write`` (``GroupWriting``); a backing without it through its own calls."""
     groups: dict[Hashable, list[MapWrite]] = {}
     for p in parts:
-        group = getattr(p.backing, "write_group", None)
+        group = None if p.caps is None else p.caps.write_group
         groups.setdefault(("own", id(p)) if group is None else group, []).append(p)
     for ps in groups.values():
-        write = getattr(ps[0].backing, "write", None)
-        if write is not None:
-            write(ps)
+        if ps[0].caps is not None and ps[0].caps.write_group is not None:
+            ps[0].backing.write(ps)
             continue
         for p in ps:
             with tagged(p.name):

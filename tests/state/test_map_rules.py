@@ -21,6 +21,7 @@ from spouts import MemoryTransactionalSpout
 from state.keys import check_state_name, encode_key, stored_key
 from state.map import (
     WRITTEN_KEY,
+    Combined,
     CounterMap,
     Fence,
     FenceCell,
@@ -264,7 +265,7 @@ def test_a_counter_read_raises_when_the_map_is_ahead_of_the_batch():
     m = CounterMap(MemoryMapBacking())
     for txid in (1, 2):
         m.begin_commit(txid, epoch=1)
-        m.add(["a"], [1])
+        m.apply(Combined(["a"], [1], new_values=False))
         m.commit(txid)
     m.begin_commit(1, epoch=1)
     with pytest.raises(StateAheadError, match="written by txid 2, newer than the batch being committed "
@@ -289,7 +290,7 @@ def _commit(reg: StateRegistry, txid: int, first: int, second_kind: str, second:
         reg.map_state("first").multi_combine(["a"], [first], "sum")
         m = reg.map_state("second", second_kind)
         if second_kind == "counter":
-            m.add(["k"], [second])
+            m.apply(Combined(["k"], [second], new_values=False))
         else:
             m.multi_combine(["k"], [second], "replace")
         reg.commit(txid)
@@ -483,8 +484,8 @@ def test_combine_folds_a_batchs_groups_as_multi_combine_does(kind, columns):
     for txid, (keys, values) in enumerate([(["a", "b"], [2, 3]), (["b", "c"], [4, 5])], start=1):
         for m in (by_combine, by_multi):
             m.begin_commit(txid, epoch=1)
-        assert by_combine.combine(txid, col(keys), col(values)) == by_multi.multi_combine(keys, values)
-        assert by_combine.combine(txid, col(["c"]), col([1]), new_values=False) is None
+        assert by_combine.apply(Combined(col(keys), col(values)), txid) == by_multi.multi_combine(keys, values)
+        assert by_combine.apply(Combined(col(["c"]), col([1]), new_values=False), txid) is None
         by_multi.multi_combine(["c"], [1])
         for m in (by_combine, by_multi):
             m.commit(txid)
@@ -497,22 +498,92 @@ def test_combine_of_a_sum_into_a_counter_map_reads_nothing_unless_new_values_are
     b = MemoryMapBacking()
     m = CounterMap(b)
     m.begin_commit(1, epoch=1)
-    m.combine(1, pa.array(["a", "b"]), pa.array([2, 3]), new_values=False)
+    m.apply(Combined(pa.array(["a", "b"]), pa.array([2, 3]), new_values=False), 1)
     m.commit(1)
     assert b.round_trips == 1                       # the add, no read
     m.begin_commit(2, epoch=1)
-    assert m.combine(2, ["a"], [1]) == [3]          # the new values: one read
+    assert m.apply(Combined(["a"], [1]), 2) == [3]          # the new values: one read
     m.commit(2)
     assert b.round_trips == 3 and m.multi_get(["a", "b"]) == [3, 3]
     m.begin_commit(3, epoch=1)
     with pytest.raises(ValueError, match="a counter map adds numbers; combiner 'max' is not 'sum'"):
-        m.combine(3, ["a"], [9], "max", new_values=False)
+        m.apply(Combined(["a"], [9], "max", new_values=False), 3)
 
 
 def test_combine_belongs_to_the_commit_of_its_txid():
     m = TransactionalMap(MemoryMapBacking(), "counts")
     with pytest.raises(RuntimeError, match="map 'counts' updated outside a commit"):
-        m.combine(1, ["a"], [1])
+        m.apply(Combined(["a"], [1]), 1)
     m.begin_commit(2)
     with pytest.raises(RuntimeError, match=re.escape("combine(1) of map 'counts' in the commit of txid 2")):
-        m.combine(1, ["a"], [1])
+        m.apply(Combined(["a"], [1]), 1)
+
+
+# -- the backing contract: two required methods, the rest declared capabilities ---------------------
+
+class _PlainBacking:
+    """Only what MapBacking requires: no group write, no encoding, no counters, no listing."""
+
+    def __init__(self):
+        self.data = {}
+
+    def multi_get(self, keys):
+        return [self.data.get(k) for k in keys]
+
+    def multi_put(self, keys, values, fence=None, trusted=0):
+        self.data.update(zip(keys, values, strict=True))
+
+
+def test_a_backing_states_its_capabilities_once_when_a_map_opens():
+    from state.map.backing import BackingCapabilities
+
+    m = TransactionalMap(_PlainBacking(), "plain")
+    assert m.caps == BackingCapabilities(namespace=None, remote=True, expires_keys=False, write_group=None,
+                                         encodes_values=False, counting=False, encodes_deltas=False,
+                                         encodes_columns=False, scanning=False, closing=False)
+    m.begin_commit(1)
+    m.multi_combine(["a", "a"], [1, 2])
+    m.commit(1)
+    assert m.get("a") == 3 and m.backing.data["a"] == {"txid": 1, "val": 3, "prev": None}
+    mem = TransactionalMap(MemoryMapBacking(namespace="t:m")).caps
+    assert (mem.namespace, mem.remote, mem.expires_keys, mem.counting, mem.encodes_deltas, mem.scanning,
+            mem.encodes_columns, mem.write_group is not None) == ("t:m", False, True, True, True, True, False, True)
+    with pytest.raises(ConfigError, match="map state backing _PlainBacking cannot hold counter maps"):
+        CounterMap(_PlainBacking()).multi_get(["a"])
+    with pytest.raises(ConfigError, match=r"a map backing needs multi_get\(keys\) and multi_put\(keys, values"):
+        TransactionalMap(object())
+
+
+def test_the_updaters_persistent_aggregate_compiles_to_write_through_the_maps_one_door():
+    from trident import Count, Sum
+    from trident.operation import ReducerAggregator, TridentCollector, TridentTuple
+    from trident.runtime.map_updaters import MapCombinerAggStateUpdater, MapReducerAggStateUpdater
+
+    class Out(TridentCollector):
+        def __init__(self):
+            self.got = []
+
+        def emit(self, values):
+            self.got.append(tuple(values))
+
+    class Longest(ReducerAggregator):
+        def init(self):
+            return ""
+
+        def reduce(self, curr, tuple):
+            return max(curr, tuple["word"], key=len)
+
+    counts, sums, longest = (TransactionalMap(MemoryMapBacking()) for _ in range(3))
+    for m in (counts, sums, longest):
+        m.begin_commit(1)
+    tt = TridentTuple.of(Fields("word", "n"))
+    rows = [tt(("a", 2)), tt(("b", 1)), tt(("a", 3))]
+    out = Out()
+    MapCombinerAggStateUpdater(Count(), 1).update_state(counts, rows, out)
+    assert out.got == [("a", 5), ("b", 1)]
+    assert MapCombinerAggStateUpdater(Sum(), 1).write(sums, 1, ["a"], [4], new_values=False) is None
+    assert sums.multi_get(["a"]) == [4]
+    out = Out()
+    words = TridentTuple.of(Fields("k", "word"))
+    MapReducerAggStateUpdater(Longest(), 1).update_state(longest, [words(("x", "ab")), words(("x", "abc"))], out)
+    assert out.got == [("x", "abc")]

@@ -14,7 +14,7 @@ from state.base import open_transactional_state
 from state.committed import CommittedReader
 from state.errors import ConfigError, LeadershipLostError
 from state.keyvalue import open_key_value_state
-from state.map import CounterMap, Fence, MapWrite, OpaqueMap, TransactionalMap, open_map_backing
+from state.map import Combined, CounterMap, Fence, MapWrite, OpaqueMap, TransactionalMap, open_map_backing
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def test_maps_spread_over_every_master_and_a_replay_or_an_old_epoch_changes_noth
         for m in (t, o, c):
             m.begin_commit(txid, epoch=2)
             if isinstance(m, CounterMap):
-                m.add(KEYS, [txid] * len(KEYS))
+                m.apply(Combined(KEYS, [txid] * len(KEYS), new_values=False))
             else:
                 m.multi_combine(KEYS, [txid] * len(KEYS), "sum")
             m.commit(txid)
@@ -76,7 +76,7 @@ def test_a_reader_through_the_cut_sees_only_recorded_txids_while_a_node_lags(red
     for kind, b in maps.items():                         # txid 1 taken by every node and recorded
         m = classes[kind](b, kind)
         m.begin_commit(1, epoch=1)
-        m.add(KEYS, [1] * 300) if kind == "counter" else m.multi_combine(KEYS, [1] * 300, "sum")
+        m.apply(Combined(KEYS, [1] * 300, new_values=False)) if kind == "counter" else m.multi_combine(KEYS, [1] * 300, "sum")
         m.commit(1)
     coord.set("committed", {"txid": 1})
     ranges, masters = redis_cluster.slots(), redis_cluster.master_ports()

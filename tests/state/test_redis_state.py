@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from state.map import (
+    Combined,
     CounterMap,
     CounterRecord,
     Fence,
@@ -503,7 +504,7 @@ class TestCounterWrites:
         m = CounterMap(b)
         for txid, deltas in [(1, {"a": 2, "b": 3}), (1, {"a": 2, "b": 3}), (2, {"a": 1, "c": -4})]:
             m.begin_commit(txid, epoch=1)
-            m.add(list(deltas), list(deltas.values()))
+            m.apply(Combined(list(deltas), list(deltas.values()), new_values=False))
             m.commit(txid)
         assert m.multi_get(["a", "b", "c", "d"]) == [3, 3, -4, None]
         assert b.client.get(f"{redis_namespace}:a") == b"3"        # a plain Redis integer
@@ -528,7 +529,7 @@ class TestCounterWrites:
         flush()
         assert [m.get("a") for m in (t, u, c)] == [3, 3, 3]
         c.begin_commit(3, epoch=1)
-        c.add(["a"], [4])
+        c.apply(Combined(["a"], [4], new_values=False))
         flush()
         c.commit(3)                             # the counter's add script alone
         assert c.get("a") == 7
@@ -543,7 +544,7 @@ class TestCounterWrites:
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         m = CounterMap(b)
         m.begin_commit(1, epoch=1)
-        m.add(["old1", "old2"], [5, 0])
+        m.apply(Combined(["old1", "old2"], [5, 0], new_values=False))
         m.commit(1)
         r, key = b.client, f"{redis_namespace}:bad"
         {"set": lambda: r.set(key, "many"), "hset": lambda: r.hset(key, "f", "1"),
@@ -551,7 +552,7 @@ class TestCounterWrites:
         before = {k: r.dump(k) for k in r.keys(f"{redis_namespace}:*")}
         m.begin_commit(2, epoch=1)
         # absent keys and present ones (one holding 0) before and after the refusing key
-        m.add(["new1", "old1", "old2", "bad", "new2"], [1, 2, 3, 4, 5])
+        m.apply(Combined(["new1", "old1", "old2", "bad", "new2"], [1, 2, 3, 4, 5], new_values=False))
         with pytest.raises(StateCorruptError, match=f"holds a {what}.*nothing was overwritten"):
             m.commit(2)
         # every key as it was (the one holding 0 too: the script read each value first)
@@ -573,15 +574,15 @@ class TestCounterWrites:
         ]
         for txid, (keys, deltas) in enumerate(cases, 1):
             m.begin_commit(txid, epoch=1)
-            m.add_columns(keys, deltas)
+            m.apply(Combined(keys, deltas, new_values=False))
             m.commit(txid)
         m.begin_commit(4, epoch=1)                                       # arrays, then more in the txid
-        m.add_columns(pa.array(["b"]), pa.array([10]))
-        m.add(["b", "d"], [1, 1])
+        m.apply(Combined(pa.array(["b"]), pa.array([10]), new_values=False))
+        m.apply(Combined(["b", "d"], [1, 1], new_values=False))
         assert m.multi_get(["b", "d"]) == [14, 1]
         m.commit(4)
         m.begin_commit(4, epoch=1)                                       # a replay adds nothing
-        m.add_columns(pa.array(["a"]), pa.array([100]))
+        m.apply(Combined(pa.array(["a"]), pa.array([100]), new_values=False))
         m.commit(4)
         assert CounterMap(b).multi_get(["a", "b", "c", "~x", "d"]) == [8, 14, 7, 1, 1]
         assert calls == [2, 2, 1]              # the case with "~x" went the list way
@@ -594,7 +595,7 @@ class TestCounterWrites:
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         m = CounterMap(b)
         m.begin_commit(1, epoch=1)
-        m.add(["zero", "f"], [0, 0.1])
+        m.apply(Combined(["zero", "f"], [0, 0.1], new_values=False))
         m.commit(1)
         for attempt in (1, 2):
             m.begin_commit(2, attempt, epoch=1)
@@ -612,11 +613,11 @@ class TestCounterWrites:
         b = RedisMapBacking.from_url(redis_url, redis_namespace)
         m = CounterMap(b)
         m.begin_commit(1, epoch=1)
-        m.add(["x", "y"], [0.5, 1])
+        m.apply(Combined(["x", "y"], [0.5, 1], new_values=False))
         m.commit(1)
         b.client.set(f"{redis_namespace}:z", "nope")
         m.begin_commit(2, epoch=1)
-        m.add(["x", "z"], [0.25, 1.0])
+        m.apply(Combined(["x", "z"], [0.25, 1.0], new_values=False))
         with pytest.raises(StateCorruptError, match="'.*:z'.*string that is not a number"):
             m.commit(2)
         assert CounterMap(b).multi_get(["x", "y"]) == [0.5, 1]
@@ -807,7 +808,7 @@ class TestMapsOfATxid:
             m.begin_commit(txid, 1, epoch=epoch)
         first, n, second = maps
         first.multi_combine(["a", "b"], [txid, 1])
-        n.add(["c", "d"], [txid, 2])
+        n.apply(Combined(["c", "d"], [txid, 2], new_values=False))
         second.multi_combine(["e"], [txid])
         try:
             commit_maps(maps, txid)
@@ -890,7 +891,7 @@ class TestMapsOfATxid:
             for m in (n, big):
                 m._cache = {}            # a map that read nothing trusts nothing (the type check runs)
                 m.begin_commit(t, 1, epoch=1)
-            n.add(["c"], [t * 10])
+            n.apply(Combined(["c"], [t * 10], new_values=False))
             big.multi_combine(["x", "y", "z"], [t, t, t])
             try:
                 commit_maps([n, big], t)
@@ -928,8 +929,8 @@ class TestMapsOfATxid:
             for t in (1, 2):
                 for m in maps:
                     m.begin_commit(t, 1, epoch=1)
-                maps[0].add(["k"], [t])
-                maps[1].add(["x:~prior", "x:~applied"], [10 * t, 100 * t])
+                maps[0].apply(Combined(["k"], [t], new_values=False))
+                maps[1].apply(Combined(["x:~prior", "x:~applied"], [10 * t, 100 * t], new_values=False))
                 commit_maps(maps, t)
             for m in maps:
                 m.begin_commit(2, 2, epoch=1)    # a replay of txid 2: the values before it

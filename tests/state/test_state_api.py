@@ -10,13 +10,16 @@ import uuid
 
 import pytest
 
-from spouts import MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
+from spouts import MemorySpout, MemoryTransactionalSpout, OpaqueMemoryTransactionalSpout
+from state.keyvalue import open_key_value_state
 from state.map import reset_memory_maps
 from state.user_backing import register_map_backing, unregister_map_backing
 from transactional import (
+    BaseStatefulBolt,
     BaseTransactionalBolt,
     Committer,
     Fields,
+    TopologyBuilder,
     TopologyConfig,
     TransactionalTopologyBuilder,
     run_topology,
@@ -243,6 +246,44 @@ def test_a_registered_scheme_opens_every_map_over_the_users_backing(dictdb) -> N
     run_topology(t.build(), config(state="dictdb://here"))
     stored = TABLES[f"registered:{tid}:counts"]
     assert {k: v["curr"] for k, v in stored.items() if not k.startswith("~")} == expected_counts(d)
+
+
+class StatefulWordCount(BaseStatefulBolt):
+    """A core stateful bolt: a count per word in its ``KeyValueState``."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tuple):
+        self.counts.put(tuple["word"], self.counts.get(tuple["word"], 0) + 1)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("word", "count"))
+
+
+def test_a_registered_scheme_serves_key_value_state_and_a_core_stateful_bolt(dictdb) -> None:
+    kv = open_key_value_state("dictdb://here", "kv-doc:count:0")
+    kv.put("cat", 2)
+    kv.delete("dog")
+    kv.prepare_commit(1)
+    kv.commit(1)
+    again = open_key_value_state("dictdb://here", "kv-doc:count:0")
+    assert (again.get("cat"), again.get("dog"), again.committed_txid(), again.items()) == (2, None, 1, [("cat", 2)])
+
+    tid = f"kv-{uuid.uuid4().hex[:6]}"
+    words = ["a", "b", "a", "c", "a", "b"] * 4
+    b = TopologyBuilder(tid)
+    b.set_spout("words", MemorySpout(words, Fields("word"), name=tid, per_call=3), 2)
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("words", Fields("word"))
+    r = run_topology(b, config(state="dictdb://here", checkpoint_interval_ms=0, micro_batch_size=4))
+    assert r.key_value_state("count") == {"a": 12, "b": 8, "c": 4}
+    stored = {w: rec["v"] for t in (0, 1) for w, rec in TABLES[f"registered:{tid}:count:{t}"].items()
+              if not w.startswith("~")}
+    assert stored == {"a": 12, "b": 8, "c": 4}
 
 
 def test_an_unknown_scheme_names_the_known_ones(dictdb) -> None:

@@ -11,7 +11,8 @@ compiled into stages), ``interpreter`` (runs a plan's stages through an executor
 report through ``reports``), ``task`` (the one task runner, ``run_task``, and the one
 ``Router``; each kind's ``TaskKind``), ``routing`` (which task a tuple goes to), ``commit``
 (the one commit protocol, in txid order, with each kind's hooks), ``maps`` (the driver's
-maps, fenced; ``task_states`` on executors) and ``store`` (the coordinator's records). ``events`` holds
+maps, fenced), ``task_states`` (a task's one door to state, ``TaskStates``: on the driver
+and on executors) and ``store`` (the coordinator's records). ``events`` holds
 what the engine publishes (``Transition``); the driver takes the rest of what its caller
 wants of a run as a ``RunWatch`` (``transactional.ops.run`` adds the operator's tools):
 the engine imports nothing of ``transactional.ops``. ``drpc/`` is Distributed RPC on the batch machinery;

@@ -26,8 +26,7 @@ from state.map import (
 from transactional.config import TopologyConfig
 from transactional.engine.plan import ExecutionPlan, new_bolt
 from transactional.engine.task import TaskContext
-from transactional.engine.task_states import ExecutorStates
-from transactional.topology import Topology
+from transactional.engine.task_states import DriverTaskStates, ExecutorStates
 from transactional.tuples import TransactionAttempt
 
 log = logging.getLogger("trident")
@@ -126,25 +125,26 @@ class StateRegistry:
         commit_maps(list(self.maps.values()), txid)
         self.scope = None
 
-    def for_task(self, component: str, task: int) -> _DriverTask:
+    def for_task(self, component: str, task: int) -> DriverTaskStates:
         """Commit tasks on the driver share the registry's maps: they write when the whole
         commit phase succeeded (``commit``), not when a task ends, and a failed task leaves
         the abort to the engine."""
-        return _DriverTask(self)
+        return DriverTaskStates(component, task, epoch=self.epoch, maps=self)
 
     def declare(self, plan: ExecutionPlan, conf: dict[str, Any]) -> None:
         """Find the maps the committers open in ``prepare`` (run on the driver against a
         recording context) and record them, before the first commit: committer tasks on
-        executors open only declared maps (see ``transactional.engine.task_states.TaskStates``)."""
+        executors open only declared maps (see ``transactional.engine.task_states.ExecutorTaskStates``)."""
         topology = plan.topology
         for stage in plan.commit:
             c = topology.component(stage.component)
-            ctx = _DeclaringContext(topology, c)
+            asked = _Declared()
+            ctx = TaskContext(topology, c, 0, "commit", DriverTaskStates(c.id, 0, maps=asked))
             try:
                 new_bolt(stage, c).prepare(conf, ctx, _NoCollector(), TransactionAttempt(0, 0))
             except Exception as e:  # noqa: BLE001 - prepare may need more than a context here
                 log.debug("declaring the maps of %r: prepare raised %r", c.id, e)
-            for name, opaque in ctx.asked:
+            for name, opaque in asked.asked:
                 kind = map_kind(name, opaque, self.known, by=repr(c.id)).kind    # one name, one kind
                 if name not in self.known:
                     self.known[name] = kind
@@ -179,36 +179,14 @@ def _naming_map(name: str) -> Iterator[None]:
         raise
 
 
-class _DriverTask:
-    """One commit task's view of the driver's maps (see ``StateRegistry.for_task``)."""
+class _Declared:
+    """The maps a committer's ``prepare``, run on the driver, asks for (``declare``)."""
 
-    def __init__(self, registry: StateRegistry) -> None:
-        self.registry = registry
-
-    @property
-    def epoch(self) -> int | None:
-        """The driver's epoch (``TaskContext.epoch``)."""
-        return self.registry.epoch
-
-    def map_state(self, name: str, opaque: bool | str = False) -> MapState[Any]:
-        """The registry's map ``name``."""
-        return self.registry.map_state(name, opaque)
-
-    def finish(self) -> None:
-        """The task ended: its updates stay buffered until the commit phase ends."""
-
-    def abort(self) -> None:
-        """The task failed: the engine aborts the whole commit."""
-
-
-class _DeclaringContext(TaskContext):
-    """The context of a committer's ``prepare`` run on the driver to see which maps it opens."""
-
-    def __init__(self, topology: Topology, component: Any) -> None:
-        super().__init__(topology, component, 0, "commit")
+    def __init__(self) -> None:
         self.asked: list[tuple[str, bool | str]] = []
 
-    def map_state(self, name: str, opaque: bool | str = False, **ttl: Any) -> Any:
+    def map_state(self, name: str, opaque: bool | str = False) -> Any:
+        """Noted; no map is opened."""
         self.asked.append((name, opaque))
         return None
 

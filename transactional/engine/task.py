@@ -21,6 +21,7 @@ from transactional.columns import ColumnBatch, rows_of
 from transactional.engine.faults import task_fault
 from transactional.engine.routing import DIRECT, KEY_STRIDE, choose_tasks, direct, grouper, shuffle_start
 from transactional.engine.routing import stable_hash as stable_hash  # noqa: F401 - its old home, re-exported
+from transactional.engine.task_states import TaskStates, TaskStatesBase
 from transactional.engine.user_states import TaskUserStates
 from transactional.exceptions import (
     AggregateOverflowError,
@@ -372,14 +373,15 @@ class TaskContext(MetricsContext):
     ``register_counter/gauge/histogram/meter`` are the user's metrics (``transactional.metrics``)."""
 
     def __init__(self, topology: Topology, component: ComponentSpec, task: int, phase: str,
-                 states: Any = None) -> None:
+                 states: TaskStates | None = None) -> None:
         self.topology_id = topology.topology_id
         self.component_id = component.id
         self.task_index = task
         self.num_tasks = component.parallelism
         self.phase = phase
         self._topology = topology
-        self._states = states
+        #: the task's one door to state (a task with none: ``TaskStatesBase``, which refuses)
+        self._states: TaskStates = states if states is not None else TaskStatesBase(component.id, task)
 
     def component_tasks(self, component_id: str) -> int:
         return self._topology.component(component_id).parallelism
@@ -398,17 +400,11 @@ class TaskContext(MetricsContext):
         """The task's ``KeyValueState`` (stateful bolts of core topologies; the framework
         passes it to ``init_state``). ``owner``: the bolt instance that hears the
         checkpoint hooks (``pre_prepare``, ``pre_commit``, ``pre_rollback``)."""
-        if self._states is None or not hasattr(self._states, "key_value_state"):
-            msg = f"{self.component_id!r} has no KeyValueState: only stateful bolts of core topologies do"
-            raise RuntimeError(msg)
         return self._states.key_value_state(owner)
 
     def window_state(self) -> Any:
         """The task's windows, kept on the driver across micro-batches (windowed bolts of
         core topologies: ``transactional.engine.core.window_keeper``)."""
-        if self._states is None or not hasattr(self._states, "window_state"):
-            msg = f"{self.component_id!r} has no windows: only windowed bolts of core topologies do"
-            raise RuntimeError(msg)
         return self._states.window_state()
 
     def map_state(self, name: str, opaque: bool | str = False, *, ttl_secs: float | None = None,
@@ -416,35 +412,24 @@ class TaskContext(MetricsContext):
         """The map ``name`` of the topology (``opaque``: see ``state.map.map_class``).
         ``ttl_secs``: a key not written (``ttl_from="read"``: nor read) for that long,
         by the txids' recorded times, is gone (``state.map.ttl``; docs/operations.md)."""
-        if self._states is None:
-            msg = (
-                f"map_state({name!r}) is not available in {self.component_id!r}: "
-                "user state is reached from committers and bolts of the commit phase"
-            )
-            raise RuntimeError(msg)
         from state.map.ttl import Ttl, configure_ttl
 
         ttl = Ttl.of(ttl_secs, ttl_from, ttl_grace_secs)
         return configure_ttl(self._states.map_state(name, opaque), ttl)
 
     # -- states of the user's own systems (docs/states.md) -------------------------------
-    user_states: Any = None   # a TaskUserStates, set by run_task
-
     @property
     def epoch(self) -> int | None:
         """The driver's epoch: every new driver of the topology takes a higher one. A
         committer that writes to its own store fences its writes with it (refuse a write
         whose epoch is below the one stored)."""
-        return getattr(self._states, "epoch", None)
+        return self._states.epoch
 
     def state(self, factory: Any) -> Any:
         """The state ``factory`` makes for this task (Storm's ``StateFactory.make_state``),
         kept across batches; the framework calls its ``begin_commit(txid)`` now and its
         ``commit(txid)`` after ``finish_batch``, in txid order (``transactional.engine.user_states``)."""
-        if self.user_states is None:
-            msg = f"{self.component_id!r}: context.state() is only available while a task runs"
-            raise RuntimeError(msg)
-        return self.user_states.state(factory)
+        return self._states.user_state(factory)
 
 
 #: ``trident replay --trace``: called after each bolt task with ``(component, task, attempt,
@@ -491,7 +476,8 @@ class TaskKind:
 
 def run_task(kind: TaskKind, topology: Topology, component: ComponentSpec, bolt: Any, task: int,
              attempt: TransactionAttempt, payloads: Iterable[Any], conf: dict[str, Any], phase: str,
-             states: Any = None, only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
+             states: TaskStates | None = None,
+             only: Callable[[str], bool] | None = None) -> tuple[list[Record], int, int, Any]:
     """Run one task of a bolt (``bolt``: a fresh instance, as the plan's adapter made it)
     for one batch, the way topologies of ``kind`` run it: prepare with the kind's
     collector, feed it the input, finish_batch. Returns (records, tuples executed,
@@ -503,16 +489,17 @@ def run_task(kind: TaskKind, topology: Topology, component: ComponentSpec, bolt:
     """
     payloads = sorted(payloads, key=payload_order)
     task_fault(component.id, task, attempt.txid, attempt.attempt_id)
-    context = TaskContext(topology, component, task, phase, states)
+    door: TaskStates = states if states is not None else TaskStatesBase(component.id, task)
     if kind.user_states:
-        context.user_states = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
-                                             attempt, context.epoch, phase)
+        door.user = TaskUserStates(conf, topology.topology_id, component.id, task, component.parallelism,
+                                   attempt, door.epoch, phase)
+    context = TaskContext(topology, component, task, phase, door)
     collector = kind.collector(topology, component, task, attempt, conf, only)
     bolt.prepare(conf, context, collector, attempt)
     n = kind.feed(bolt, topology, component, payloads, conf)
     bolt.finish_batch()
-    if context.user_states is not None:
-        context.user_states.commit()      # the states it opened: commit(txid), in txid order
+    if door.user is not None:
+        door.user.commit()                # the states it opened: commit(txid), in txid order
     records = collector.records()
     if _TRACER is not None:
         _TRACER(component.id, task, attempt, payloads, records)

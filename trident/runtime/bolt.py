@@ -11,6 +11,7 @@ from transactional.tuples import Fields
 from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
 from trident.runtime.arrow import from_ipc
 from trident.runtime.interval_join import IntervalJoinProc
+from trident.runtime.map_updaters import aggregates
 from trident.runtime.op import Op
 from trident.runtime.persistence import PartitionPersistProc, PersistProc, QueryProc
 from trident.runtime.processors import (
@@ -55,7 +56,7 @@ PROCS: dict[str, type[Proc]] = {
     "each": EachProc, "filter": FilterProc, "map": MapProc, "flat_map": MapProc,
     "project": ProjectProc, "each_batch": BatchProc, "map_batches": BatchProc,
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
-    "persist": PersistProc, "partition_persist": PartitionPersistProc, "query": QueryProc,
+    "partition_persist": PartitionPersistProc, "query": QueryProc,
     "join": JoinProc, "window": WindowProc, "peek": FilterProc, "multi_reduce": MultiReduceProc,
     "ijoin": IntervalJoinProc,
 }
@@ -92,7 +93,7 @@ class TridentBolt(BaseBatchBolt):
         chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
         procs = [chain]
         for op in reversed(self.ops):
-            chain = PROCS[op.kind](op, chain)
+            chain = (PersistProc if aggregates(op) else PROCS[op.kind])(op, chain)
             procs.append(chain)
         for p in procs:               # the last first: each captures its successor's row()
             p.open(self)
@@ -172,7 +173,7 @@ class TridentBolt(BaseBatchBolt):
         """The names of the states this stage updates (``persistent_aggregate``,
         ``partition_persist``), shown on the status page."""
         return tuple(dict.fromkeys(state_name(op.state) for op in self.ops
-                                   if op.kind in ("persist", "partition_persist") and op.state is not None))
+                                   if op.kind == "partition_persist" and op.state is not None))
 
     @property
     def layout_info(self) -> dict[str, Any]:
@@ -208,8 +209,10 @@ def state_spec(op: Op) -> dict[str, Any]:
     """What the recorded layout keeps of a state an operation uses (``layout_info``)."""
     f = op.state
     kind = getattr(getattr(f, "state_type", None), "value", None) or f"user:{type(f).__name__}"
-    keys = [op.fields[i] for i in op.group_idx] if op.kind == "persist" else list(op.in_fields)
-    return {"kind": kind, "name": str(getattr(f, "name", type(f).__name__)), "keys": keys, "use": op.kind,
+    agg = aggregates(op)          # persistent_aggregate: recorded as "persist", as it always was
+    keys = [op.fields[i] for i in op.group_idx] if agg else list(op.in_fields)
+    return {"kind": kind, "name": str(getattr(f, "name", type(f).__name__)), "keys": keys,
+            "use": "persist" if agg else op.kind,
             "version": int(getattr(f, "version", 1) or 1), "migrate": getattr(f, "migrate", None) is not None}
 
 

@@ -44,10 +44,11 @@ class Op:
     emit_values: bool = True          # persist: its new values have a consumer
     columnar: bool = False            # its output is a record batch when its input is
     single: bool = False              # a global aggregation: one result per batch, from task 0
+    verb: str = ""                    # the call that made it, when not its kind (persistent_aggregate)
     spec: Any = None                  # multi_reduce: (per stream (group_idx, in_idx, in_fields), group fields)
 
 
-_VERB = {"persist": "persistent_aggregate", "query": "state_query", "partial": "aggregate", "final": "aggregate"}
+_VERB = {"query": "state_query", "partial": "aggregate", "final": "aggregate"}
 
 
 def _fn_name(fn: Any) -> str:
@@ -67,7 +68,7 @@ def _fn_name(fn: Any) -> str:
 def op_label(op: Op) -> str:
     """An operation as the user wrote it: ``each(Split)``, ``persistent_aggregate(word-counts)``,
     ``state_query(word-counts)``, ``project(word, count)`` (errors, metrics, the status page)."""
-    verb = _VERB.get(op.kind, op.kind)
+    verb = op.verb or _VERB.get(op.kind, op.kind)
     if op.state is not None:
         what = state_name(op.state)
     elif op.kind == "project":

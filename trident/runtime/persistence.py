@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
+from state.map.backing import Scanning
+from state.map.base import MapState
 from state.map.migrate import VALUE_FIELDS, MigratingBacking
 from transactional.engine.user_states import MIGRATIONS
-from trident.operation import ReducerAggregator, TridentTuple
+from trident.operation import TridentTuple
 from trident.runtime import Row
 from trident.runtime.arrow import SumOverflow, _concat, _keys_values, arrow_group_agg
+from trident.runtime.map_updaters import MapAggStateUpdater, MapReducerAggStateUpdater
 from trident.runtime.op import GLOBAL_KEY, key_of, op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect
 from trident.state import is_state_factory
@@ -20,10 +23,12 @@ if TYPE_CHECKING:
 
 
 class PersistProc(Proc):
-    """``persistent_aggregate``, in the commit phase: the combined partials (or, for a
-    reducer, the raw tuples) of each key folded into the map once per txid, through one
-    ``multi_get`` and one write. Emits ``(key fields..., new value)`` when its new values
-    stream has a consumer."""
+    """``persistent_aggregate`` (a ``partition_persist`` with a ``MapAggStateUpdater``), in
+    the commit phase: the combined partials (or, for a reducer, the raw tuples) of each key
+    gathered -- as Arrow columns when they come so -- and handed to the updater's ``write``,
+    which folds them into the map once per txid through the map's one door
+    (``MapState.apply``). Emits ``(key fields..., new value)`` when its new values stream
+    has a consumer."""
 
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
@@ -31,10 +36,16 @@ class PersistProc(Proc):
         assert op is not None
         self.map = _open_state(bolt, op)
         self.bolt_txid: int = bolt.attempt.txid
-        self.reducer = isinstance(op.fn, ReducerAggregator)
+        self.updater: MapAggStateUpdater = op.fn
+        self.agg = self.updater.agg
+        self.reducer = isinstance(self.updater, MapReducerAggStateUpdater)
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
         self.batches: list[Any] = []
+
+    def aggregator(self) -> Any:
+        """The user's aggregator the updater folds in."""
+        return self.agg
 
     def row(self, r: Row) -> None:
         op = self.op
@@ -46,10 +57,10 @@ class PersistProc(Proc):
             ng = len(op.group_idx)
             k = r[0] if ng == 1 else r[:-1] if ng else GLOBAL_KEY
             old = self.acc.get(k, _MISSING)
-            self.acc[k] = r[-1] if old is _MISSING else op.fn.combine(old, r[-1])
+            self.acc[k] = r[-1] if old is _MISSING else self.agg.combine(old, r[-1])
 
     def batch(self, b: Any) -> None:
-        if self.reducer or getattr(self.op.fn, "arrow_agg", None) is None:   # type: ignore[union-attr]
+        if self.reducer or getattr(self.agg, "arrow_agg", None) is None:
             super().batch(b)
         else:
             self.batches.append(b)
@@ -84,7 +95,7 @@ class PersistProc(Proc):
     def _fold(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
         """Combine ``values`` into the task's partials under ``keys``."""
         assert self.op is not None
-        acc, fn = self.acc, self.op.fn
+        acc, fn = self.acc, self.agg
         for k, v in zip(keys, values, strict=True):
             old = acc.get(k, _MISSING)
             acc[k] = v if old is _MISSING else fn.combine(old, v)
@@ -118,29 +129,14 @@ class PersistProc(Proc):
     def _write(self, keys: list[Any]) -> list[Any]:
         """Fold the task's values of ``keys`` into the map (one read, one write); the new
         values (none when nobody reads them and the map adds without a read)."""
-        op = self.op
-        assert op is not None
-        if self.reducer:
-            new: list[Any] = self.map.multi_update(keys, [_reduce_into(op.fn, self.acc[k]) for k in keys])
-            return new
-        return self._combine(keys, list(self.acc.values()))
+        return self._combine(keys, [self.acc[k] for k in keys])
 
     def _combine(self, keys: Any, values: Any) -> list[Any]:
-        """``values`` folded into ``keys`` of the map through its one columnar entry,
-        ``combine`` (Storm's MapCombinerAggStateUpdater): a sum for counts and sums, else the
-        aggregator's ``combine`` over the stored value (its ``zero`` for a new key)."""
+        """``values`` (each key's partial, or a reducer's tuples) folded into ``keys`` of
+        the map by the updater (Storm's ``MapCombinerAggStateUpdater``)."""
         op = self.op
         assert op is not None
-        fn = op.fn
-        combiner: Any
-        if getattr(fn, "arrow_agg", None) in ("count", "sum"):
-            combiner = "sum"
-        else:
-            zero = fn.zero
-
-            def combiner(old: Any, v: Any) -> Any:
-                return fn.combine(zero() if old is None else old, v)
-        new = self.map.combine(self.bolt_txid, keys, values, combiner, new_values=op.emit_values)
+        new = self.updater.write(self.map, self.bolt_txid, keys, values, op.emit_values)
         return [] if new is None else list(new)
 
     def _emit(self, keys: list[Any], new: list[Any]) -> None:
@@ -151,16 +147,6 @@ class PersistProc(Proc):
             ng = len(op.group_idx)
             for k, v in zip(keys, new, strict=True):
                 nxt.row((v,) if ng == 0 else (k, v) if ng == 1 else (*k, v))
-
-
-def _reduce_into(fn: Any, ts: list[TridentTuple]) -> Callable[[Any], Any]:
-    """The update of one key's stored value by reducer ``fn`` over the tuples ``ts``."""
-    def up(old: Any) -> Any:
-        v = fn.init() if old is None else old
-        for t in ts:
-            v = fn.reduce(v, t)
-        return v
-    return up
 
 
 class PartitionPersistProc(Proc):
@@ -217,7 +203,7 @@ def _open_state(bolt: TridentBolt, op: Any) -> Any:
 class _ReadView:
     """A query's view of a map: the values committed before this batch."""
 
-    def __init__(self, m: Any) -> None:
+    def __init__(self, m: MapState[Any]) -> None:
         self._m = m
 
     def multi_get(self, keys: Sequence[Any]) -> list[Any]:
@@ -229,20 +215,15 @@ class _ReadView:
 
     def items(self) -> list[tuple[Any, Any]]:
         """Every ``(key, value)`` committed before this batch (``TupleCollectionGet``): the
-        backing lists its keys (memory: its dict; Redis: SCAN); another backing cannot."""
-        from state.keys import decode_key, hashable_key
+        backing lists its keys (``Scanning``: memory, Redis); another backing cannot."""
         from transactional.exceptions import ConfigError
 
-        backing: Any = getattr(self._m, "backing", None)
-        if hasattr(backing, "scan"):
-            keys = list(backing.scan())
-        elif isinstance(getattr(backing, "data", None), dict):
-            keys = [hashable_key(decode_key(k)) for k in list(backing.data)
-                    if isinstance(k, str) and (not k.startswith("~") or k[1:2] in ("s", "b", "j"))]
-        else:
-            msg = (f"TupleCollectionGet lists every key of map {getattr(self._m, 'name', '?')!r}, but its backing "
-                   f"{type(backing).__name__} cannot list keys; keep that map in memory:// or redis://")
+        m = self._m
+        if not m.caps.scanning:
+            msg = (f"TupleCollectionGet lists every key of map {m.name!r}, but its backing "
+                   f"{type(m.backing).__name__} cannot list keys; keep that map in memory:// or redis://")
             raise ConfigError(msg)
+        keys = list(cast(Scanning, m.backing).scan())
         values = self.multi_get(keys)
         return [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
 

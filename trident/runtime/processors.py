@@ -61,11 +61,15 @@ class Proc:
         for r in rows_of(b):
             row(r)
 
+    def aggregator(self) -> Any:
+        """The user's aggregator of this operation (errors name it)."""
+        return None if self.op is None else self.op.fn
+
     def overflow(self, e: SumOverflow, field: str, what: str, holder: str = OVERFLOW_HOLDER,
                  fix: str = OVERFLOW_FIX) -> AggregateOverflowError:
         """The error for a sum of this operation that does not fit its type: names the
         aggregator, the field, the stage, the txid, the group, and the fix."""
-        agg = type(self.op.fn).__name__ if self.op is not None else "a sum"
+        agg = type(self.aggregator()).__name__ if self.op is not None else "a sum"
         group = f" for group {e.key!r}" if e.key != () else ""
         msg = (f"{agg}() of field {field!r} in stage {self.stage!r} (txid {self.txid}): {what}{group} is "
                f"{e.value}, beyond {e.type}, {holder}; the batch stops rather than commit a wrapped "

@@ -69,7 +69,7 @@ class WindowProc(Proc):
         self.map = bolt.context.map_state(self.spec.store.name, "transactional")
         want = self.spec.store.backend
         if want is not None:
-            kind = type(getattr(self.map, "backing", None)).__name__.lower()
+            kind = type(self.map.backing).__name__.lower()
             if want not in kind:
                 msg = (f"window stage {self.stage!r}: its store {self.spec.store.name!r} is a {want} windows store, "
                        f"but the topology's state is {kind or 'another backend'}; set TopologyConfig.state to a "

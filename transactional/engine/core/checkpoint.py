@@ -79,6 +79,7 @@ from state.map.ttl import Ttl
 from transactional.engine.faults import crash_point
 from transactional.engine.routing import stable_hash
 from transactional.engine.store import CoordinatorStore
+from transactional.engine.task_states import DriverTaskStates, ExecutorTaskStates
 from transactional.exceptions import ConfigError, StateLossError, TopologyFailedError
 from transactional.topology import Topology
 
@@ -108,8 +109,9 @@ def state_ttl(topology: Topology, component: str) -> Ttl | None:
 
 @dataclass
 class _Task:
-    """One commit-phase task's view: the task's state (opened when a stateful bolt asks
-    for it), and the bolt instance of its latest micro-batch (it hears the hooks)."""
+    """The key-value part of a commit-phase task's door on the driver
+    (``engine.task_states.KeyValueTask``): the task's state (opened when a stateful bolt
+    asks for it), and the bolt instance of its latest micro-batch (it hears the hooks)."""
 
     namespace: str
     opener: Callable[[str], KeyValueState]
@@ -311,7 +313,11 @@ class Checkpointer:
         raise StateLossError(msg)
 
     # -- the commit phase's view -----------------------------------------------------------
-    def for_task(self, component: str, task: int) -> _Task:
+    def for_task(self, component: str, task: int) -> DriverTaskStates:
+        """A commit-phase task's door to state on the driver: its ``KeyValueState``."""
+        return DriverTaskStates(component, task, key_value=self.key_value_task(component, task))
+
+    def key_value_task(self, component: str, task: int) -> _Task:
         """The state of a stateful task (opened on first use)."""
         t = self.tasks.get((component, task))
         if t is None:
@@ -428,7 +434,7 @@ class Checkpointer:
         """Every key and value of ``component``'s states as its tasks left them."""
         out: dict[Any, Any] = {}
         for t in range(self.topology.component(component).parallelism):
-            out.update(self.for_task(component, t).key_value_state().items())
+            out.update(self.key_value_task(component, t).key_value_state().items())
         return out
 
 
@@ -446,12 +452,15 @@ class ExecutorKeyValueStates:
     time_ms: int | None = None               # the checkpoint's time (states with a TTL)
     ttls: dict[str, Ttl | None] = field(default_factory=dict)
 
-    def for_task(self, component: str, task: int) -> _ExecutorTask:
-        return _ExecutorTask(self, f"{self.topology_id}:{component}:{task}", self.ttls.get(component))
+    def for_task(self, component: str, task: int) -> ExecutorTaskStates:
+        """A commit-phase task's door to state on an executor: its ``KeyValueState``."""
+        return ExecutorTaskStates(component, task, key_value=_ExecutorTask(
+            self, f"{self.topology_id}:{component}:{task}", self.ttls.get(component)))
 
 
 class _ExecutorTask:
-    """One commit-phase task on an executor: its state opened on first use; when the
+    """The key-value part of a commit-phase task's door on an executor
+    (``engine.task_states.KeyValueTask``): its state opened on first use; when the
     task ends well, ``pre_prepare`` and ``prepare_commit`` of the micro-batch's checkpoint.
     (``pre_commit`` and ``pre_rollback`` are not called here: the commit and a rollback
     happen on the driver, where the task's bolt instance is not.)"""

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
+from transactional.engine.task_states import DriverTaskStates
 from transactional.engine.window_core import Event, WindowMachine
 from transactional.exceptions import ConfigError, FailedException
 from transactional.ticks import is_tick
@@ -340,32 +341,12 @@ class CoreStates:
     def __init__(self, checkpointer: Any, windows: WindowKeeper) -> None:
         self.checkpointer, self.windows = checkpointer, windows
 
-    def for_task(self, component: str, task: int) -> _TaskView:
-        return _TaskView(self, component, task)
-
-
-class _TaskView:
-    def __init__(self, states: CoreStates, component: str, task: int) -> None:
-        self.states, self.component, self.task = states, component, task
-        cp = states.checkpointer
-        self.kv_task = cp.for_task(component, task) if cp is not None and component in cp.stateful else None
-
-    def key_value_state(self, owner: Any = None) -> Any:
-        if self.kv_task is None:
-            msg = f"{self.component!r} has no KeyValueState: only stateful bolts of core topologies do"
-            raise RuntimeError(msg)
-        return self.kv_task.key_value_state(owner)
-
-    def window_state(self) -> WindowTask:
-        return self.states.windows.task(self.component, self.task)
-
-    def finish(self) -> None:
-        if self.kv_task is not None:
-            self.kv_task.finish()
-
-    def abort(self) -> None:
-        if self.kv_task is not None:
-            self.kv_task.abort()
+    def for_task(self, component: str, task: int) -> DriverTaskStates:
+        """A commit-phase task's door to state on the driver: its windows, and its
+        ``KeyValueState`` when it is a stateful bolt."""
+        cp = self.checkpointer
+        kv = cp.key_value_task(component, task) if cp is not None and component in cp.stateful else None
+        return DriverTaskStates(component, task, key_value=kv, windows=self.windows)
 
 
 class Windowed:
