@@ -50,10 +50,24 @@ def _empty() -> dict[str, Any]:
             "fired": 0, "events": []}
 
 
-def watermark(maxima: dict[str, int], lag: int) -> int | None:
+#: ``TopologyConfig.conf`` key of hand-set watermarks (``trident.testing.TopologyTestDriver``):
+#: ``{"<txid>": ms}``, each the least watermark of every event-time stage from that txid on
+HAND_WATERMARKS = "trident.hand_watermarks"
+
+
+def hand_watermark(conf: dict[str, Any], txid: int) -> int | None:
+    """The hand-set watermark in force at ``txid`` (the greatest set at or before it), or
+    None; a function of the txid, so a replay sees the same."""
+    marks = conf.get(HAND_WATERMARKS) or {}
+    got = [int(ms) for t, ms in marks.items() if int(t) <= txid]
+    return max(got) if got else None
+
+
+def watermark(maxima: dict[str, int], lag: int, floor: int | None = None) -> int | None:
     """The least, over the partitions seen, of the greatest event time each sent, minus
-    ``lag``; None before any tuple."""
-    return min(maxima.values()) - lag if maxima else None
+    ``lag`` (at least ``floor``, a hand-set watermark); None before any tuple."""
+    wm = min(maxima.values()) - lag if maxima else None
+    return wm if floor is None or (wm is not None and wm >= floor) else floor
 
 
 class WindowProc(Proc):
@@ -81,7 +95,7 @@ class WindowProc(Proc):
         self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
         self.collector = _WindowCollect(self.nxt.row, len(op.out_fields) - len(self.spec.key_idx), op_label(op))
         self.late_out = None if self.spec.late_stream is None else f"late-{self.spec.late_stream}"
-        self.bolt = bolt
+        self.bolt, self.conf = bolt, bolt.conf
         self.rows_in: list[tuple[str, tuple[Any, ...]]] = []
 
     def row(self, r: tuple[Any, ...]) -> None:
@@ -96,7 +110,7 @@ class WindowProc(Proc):
         self.rec, self.now = rec, now
         late = 0
         maxima: dict[str, int] = rec["maxima"]
-        wm = watermark(maxima, spec.lag)             # as the batches before left it
+        wm = watermark(maxima, spec.lag, hand_watermark(self.conf, self.txid - 1))   # as the batches before left it
         for part, r in self.rows_in:
             if spec.timestamp_idx is not None:
                 ts = int(r[spec.timestamp_idx])
@@ -119,7 +133,8 @@ class WindowProc(Proc):
                         self.stage, self.txid, late,
                         "dropped" if spec.late_stream is None else f"sent to {spec.late_stream!r}", wm, rec["late"])
         if not cfg.count:
-            ref = watermark(maxima, spec.lag) if spec.timestamp_idx is not None else now
+            ref = watermark(maxima, spec.lag, hand_watermark(self.conf, self.txid)) \
+                if spec.timestamp_idx is not None else now
             if ref is not None:
                 (self._fire_sessions if spec.session else self._fire_time)(ref)
         rec["txid"], rec["now"] = self.txid, now
