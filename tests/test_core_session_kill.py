@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from state.keyvalue import open_key_value_state
+
 from test_core_servers import Driver, seeded_rng, sigkill_drivers
 
 pytestmark = pytest.mark.integration

@@ -289,7 +289,7 @@ class BaseWindowedBolt:
         run of tuples each less than ``gap`` after the one before, per value of
         ``key_field`` (None: of all the task's tuples); it fires when the watermark passes
         its last tuple plus ``gap``, and a late tuple that bridges two sessions merges them
-        (``transactional.engine.sessions``). ``window.get_key()`` is the key."""
+        (``transactional.engine.window_core``). ``window.get_key()`` is the key."""
         if not isinstance(gap, Duration) or gap.ms <= 0:
             msg = f"with_session_window takes a Duration gap > 0 ms (e.g. Duration(30, 'seconds')); got {gap!r}"
             raise TopologyError(msg)

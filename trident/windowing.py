@@ -23,42 +23,40 @@ minus ``lag`` (each batch is complete when it is committed, so a batch advances 
 ``RunResult``'s log) and dropped with a log line.
 
 The window configs are Storm's: ``TumblingCountWindow.of(n)``, ``SlidingCountWindow.of(n,
-s)``, ``TumblingDurationWindow.of(d)``, ``SlidingDurationWindow.of(d, s)``. The output of a
-window stage is what its aggregator emits for each window fired (``out_fields``).
+s)``, ``TumblingDurationWindow.of(d)``, ``SlidingDurationWindow.of(d, s)``, each a
+``WindowConfig`` -- the one core windowed bolts use (``transactional.windowing``), run by
+the one window core (``transactional.engine.window_core``). The output of a window stage is
+what its aggregator emits for each window fired (``out_fields``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transactional.exceptions import ConfigError
-from transactional.windowing import Count, Duration
+from transactional.windowing import Count, Duration, WindowConfig
 
 __all__ = ["WindowConfig", "TumblingCountWindow", "SlidingCountWindow", "TumblingDurationWindow",
            "SlidingDurationWindow", "WindowsStoreFactory", "InMemoryWindowsStoreFactory",
            "RedisWindowsStoreFactory", "Count", "Duration"]
 
 
-@dataclass(frozen=True)
-class WindowConfig:
-    """A Trident window: its length and sliding interval, both tuples (``count``) or both
-    milliseconds."""
-
-    length: int
-    sliding: int
-    count: bool
-
-    def check(self, what: str) -> None:
-        """``ConfigError`` naming the operation and the fix."""
-        unit = "tuples" if self.count else "ms"
-        if self.length < 1 or self.sliding < 1:
-            msg = f"{what}: window length and sliding interval must be >= 1 {unit}; got {self.length}, {self.sliding}"
-            raise ConfigError(msg)
-        if self.sliding > self.length:
-            msg = (f"{what}: sliding interval {self.sliding} {unit} is longer than the window {self.length} {unit}; "
-                   "tuples between windows would never be seen. Give a sliding interval <= the window length")
-            raise ConfigError(msg)
+def _check(config: WindowConfig, what: str) -> None:
+    """``ConfigError`` naming the operation and the fix for a window that cannot run."""
+    if not isinstance(config.length, type(config.sliding)):
+        msg = f"{what}: the window length and sliding interval are both tuples or both durations; got {config!r}"
+        raise ConfigError(msg)
+    count = isinstance(config.length, Count)
+    unit = "tuples" if count else "ms"
+    length, sliding = (x.value if isinstance(x, Count) else x.ms for x in (config.length, config.sliding))  # type: ignore[union-attr]
+    if length < 1 or sliding < 1:
+        msg = f"{what}: window length and sliding interval must be >= 1 {unit}; got {length}, {sliding}"
+        raise ConfigError(msg)
+    if sliding > length:
+        msg = (f"{what}: sliding interval {sliding} {unit} is longer than the window {length} {unit}; "
+               "tuples between windows would never be seen. Give a sliding interval <= the window length")
+        raise ConfigError(msg)
 
 
 def _ms(d: Any, what: str) -> int:
@@ -70,13 +68,20 @@ def _ms(d: Any, what: str) -> int:
     raise ConfigError(msg)
 
 
-def _n(c: Any, what: str) -> int:
+def _n(c: Any, what: str) -> Count:
     if isinstance(c, Count):
-        return c.value
-    if isinstance(c, int) and not isinstance(c, bool):
         return c
+    if isinstance(c, int) and not isinstance(c, bool):
+        if c < 1:
+            msg = f"{what}: window length and sliding interval must be >= 1 tuples; got {c}"
+            raise ConfigError(msg)
+        return Count(c)
     msg = f"{what} is a number of tuples; got {c!r}"
     raise ConfigError(msg)
+
+
+def _d(d: Any, what: str) -> Duration:
+    return Duration.of(_ms(d, what))
 
 
 class TumblingCountWindow:
@@ -86,7 +91,7 @@ class TumblingCountWindow:
     def of(n: int | Count) -> WindowConfig:
         """Windows of ``n`` tuples, each tuple in one."""
         k = _n(n, "TumblingCountWindow.of")
-        return WindowConfig(k, k, True)
+        return WindowConfig(k, k)
 
 
 class SlidingCountWindow:
@@ -95,7 +100,7 @@ class SlidingCountWindow:
     @staticmethod
     def of(n: int | Count, s: int | Count) -> WindowConfig:
         """The last ``n`` tuples, fired after every ``s``."""
-        return WindowConfig(_n(n, "SlidingCountWindow.of"), _n(s, "SlidingCountWindow.of"), True)
+        return WindowConfig(_n(n, "SlidingCountWindow.of"), _n(s, "SlidingCountWindow.of"))
 
 
 class TumblingDurationWindow:
@@ -104,8 +109,8 @@ class TumblingDurationWindow:
     @staticmethod
     def of(d: Duration | int) -> WindowConfig:
         """Windows of duration ``d`` (a ``Duration``, or milliseconds)."""
-        ms = _ms(d, "TumblingDurationWindow.of")
-        return WindowConfig(ms, ms, False)
+        ms = _d(d, "TumblingDurationWindow.of")
+        return WindowConfig(ms, ms)
 
 
 class SlidingDurationWindow:
@@ -114,7 +119,7 @@ class SlidingDurationWindow:
     @staticmethod
     def of(d: Duration | int, s: Duration | int) -> WindowConfig:
         """Windows of duration ``d``, one ending every ``s``."""
-        return WindowConfig(_ms(d, "SlidingDurationWindow.of"), _ms(s, "SlidingDurationWindow.of"), False)
+        return WindowConfig(_d(d, "SlidingDurationWindow.of"), _d(s, "SlidingDurationWindow.of"))
 
 
 @dataclass(frozen=True)
@@ -146,16 +151,30 @@ def RedisWindowsStoreFactory(name: str = "windows") -> WindowsStoreFactory:   # 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """What a window stage runs (``trident.runtime.window_proc.WindowProc``)."""
+    """What a window stage runs (``trident.runtime.window_proc.WindowProc``): the window
+    (``config``, with its time, lag and late stream), where it is kept, the aggregator, and
+    the positions of the timestamp and of a session's key fields in the stream."""
 
     config: WindowConfig
     store: WindowsStoreFactory
     aggregator: Any
     timestamp_idx: int | None = None
-    lag: int = 0
-    late_stream: str | None = None
-    session: bool = False             # a session window: ``config.length`` is the gap
     key_idx: tuple[int, ...] = ()     # a session per value of these fields (a grouped stream)
+
+    @property
+    def late_stream(self) -> str | None:
+        """The stream late tuples go to (``TridentTopology.late_stream``)."""
+        return self.config.late_stream
+
+    @property
+    def session(self) -> bool:
+        """A session window (``config.length`` is the gap)."""
+        return self.config.session
+
+    @property
+    def lag(self) -> int:
+        """The watermark's lag in ms."""
+        return 0 if self.config.lag is None else self.config.lag.ms
 
 
 def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, aggregator: Any,
@@ -165,10 +184,10 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
     naming ``what`` and the fix."""
     from trident.operation import Aggregator, CombinerAggregator, ReducerAggregator
 
-    if not isinstance(config, WindowConfig):
+    if not isinstance(config, WindowConfig) or config.length is None or config.sliding is None:
         msg = f"{what} takes a window config (e.g. TumblingCountWindow.of(100)); got {config!r}"
         raise ConfigError(msg)
-    config.check(what)
+    _check(config, what)
     if not isinstance(store, WindowsStoreFactory):
         msg = f"{what} takes a WindowsStoreFactory (e.g. WindowsStoreFactory('windows')); got {store!r}"
         raise ConfigError(msg)
@@ -195,14 +214,14 @@ def window_spec(fields: Any, config: WindowConfig, store: WindowsStoreFactory, a
                    f"{list(fields)}; fix the name or add the field first")
             raise ConfigError(msg)
         ts_idx = list(fields).index(timestamp_field)
-    return WindowSpec(config, store, aggregator, ts_idx, lag_ms, late_stream)
+    timed = replace(config, timestamp_field=timestamp_field, lag=None if lag is None else Duration.of(lag_ms),
+                    late_stream=late_stream)
+    return WindowSpec(timed, store, aggregator, ts_idx)
 
 
 def session_spec(fields: Any, gap: Any, store: WindowsStoreFactory, aggregator: Any, timestamp_field: Any,
                  lag: Any, late_stream: str | None, key_idx: tuple[int, ...], what: str) -> WindowSpec:
     """The checked ``WindowSpec`` of a session window (``Stream.session_window``)."""
-    from dataclasses import replace
-
     if timestamp_field is None:
         msg = f"{what}: a session window is over event time; give timestamp_field='<field with the time in ms>'"
         raise ConfigError(msg)
@@ -210,5 +229,7 @@ def session_spec(fields: Any, gap: Any, store: WindowsStoreFactory, aggregator: 
     if ms <= 0:
         msg = f"{what}: the gap must be > 0 ms; got {gap!r}"
         raise ConfigError(msg)
-    spec = window_spec(fields, WindowConfig(ms, ms, False), store, aggregator, timestamp_field, lag, what, late_stream)
-    return replace(spec, session=True, key_idx=key_idx)
+    gap_ms = Duration.of(ms)
+    spec = window_spec(fields, WindowConfig(gap_ms, gap_ms, session=True), store, aggregator, timestamp_field, lag,
+                       what, late_stream)
+    return replace(spec, key_idx=key_idx)

@@ -22,8 +22,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from transactional.engine.window_core import watermark
 from trident.runtime.processors import JoinProc, Proc
-from trident.runtime.window_proc import hand_watermark, watermark
+from trident.runtime.window_proc import hand_watermark
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt

@@ -1,18 +1,23 @@
-"""``WindowProc``: a Trident window stage in the commit phase (``trident.windowing``).
+"""``WindowProc``: a Trident window stage in the commit phase (``trident.windowing``), the
+Trident adapter of the window core (``transactional.engine.window_core``, which core
+windowed bolts use too: watermark, triggers, eviction, late tuples, sessions).
 
-Per txid ``t``, in order: read the task's window record as txid ``t-1`` left it
-(``multi_get_committed``), add ``t``'s rows in their fixed order (count triggers fire as
-they come), advance the watermark (event time: the least, over the upstream partitions --
-source, stream and task of each payload -- that sent tuples, of the greatest event time
-each sent, minus the lag) or take the txid's time (processing
-time: the driver's clock when ``t``'s first commit began, recorded with ``t``'s pending
-metadata and reused by every replay of ``t``: ``CoordinatorStore.commit_time``), fire the duration
-windows whose end it reached, then store the record once for ``t`` (``multi_update``: a
-transactional map skips a txid it already holds). Each fired window's tuples go through
-the aggregator; what it emits flows on.
+Per txid ``t``, in order: rebuild the task's window machine from its record as txid ``t-1``
+left it (``multi_get_committed``; the watermark in force is what the record's maxima give),
+add ``t``'s rows in their fixed order (count triggers fire as they come; a late row is
+counted, and sent on the late stream when there is one), then reach the reference time --
+event time: the least, over the upstream partitions (source, stream and task of each
+payload) that sent tuples, of the greatest event time each sent, minus the lag;
+processing time: the txid's time (the driver's clock when ``t``'s first commit began,
+recorded with ``t``'s pending metadata and reused by every replay of ``t``:
+``CoordinatorStore.commit_time``) -- which fires the duration windows and sessions whose
+end it reached, then store the record once for ``t`` (``multi_update``: a transactional
+map skips a txid it already holds), keeping only the events a later window can hold. Each
+fired window's tuples go through the aggregator; what it emits flows on.
 
 The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "maxima": {"<source>/<stream>/<task>":
-greatest ts}, "late", "fired", "events": [[seq, ts, [values...]], ...]}``.
+greatest ts}, "late", "fired", "events": [[seq, ts, [values...]], ...]}`` (a session's events
+also carry their key: ``[seq, ts, [values...], [key...]]``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.commit import TXID_TIME_MS
-from transactional.engine.sessions import is_late, split_sessions
+from transactional.engine.window_core import Event, WindowMachine
 from transactional.exceptions import ConfigError
 from transactional.windowing import WindowInfo
 from trident.operation import TridentTuple
@@ -63,15 +68,9 @@ def hand_watermark(conf: dict[str, Any], txid: int) -> int | None:
     return max(got) if got else None
 
 
-def watermark(maxima: dict[str, int], lag: int, floor: int | None = None) -> int | None:
-    """The least, over the partitions seen, of the greatest event time each sent, minus
-    ``lag`` (at least ``floor``, a hand-set watermark); None before any tuple."""
-    wm = min(maxima.values()) - lag if maxima else None
-    return wm if floor is None or (wm is not None and wm >= floor) else floor
-
-
 class WindowProc(Proc):
-    """The window of one task of a window stage (module docstring)."""
+    """The window of one task of a window stage (module docstring): the window core's
+    machine, rebuilt from the record and stored back each txid."""
 
     def open(self, bolt: TridentBolt) -> None:
         super().open(bolt)
@@ -102,98 +101,71 @@ class WindowProc(Proc):
         self.rows_in.append((self.bolt.partition, r))
 
     def finish(self) -> None:
-        cfg, spec = self.spec.config, self.spec
+        spec, now, in_idx = self.spec, self.txid_ms, self.op.in_idx      # type: ignore[union-attr]
         key = f"window:{self.task}"
-        rec = self.map.multi_get_committed([key])[0] or _empty()
-        rec = {**rec, "events": [list(e) for e in rec["events"]], "maxima": dict(rec["maxima"])}
-        now = self.txid_ms
-        self.rec, self.now = rec, now
-        late = 0
-        maxima: dict[str, int] = rec["maxima"]
-        wm = watermark(maxima, spec.lag, hand_watermark(self.conf, self.txid - 1))   # as the batches before left it
+        m = self._machine(self.map.multi_get_committed([key])[0] or _empty())
+        m.wm.value = m.wm.seen(hand_watermark(self.conf, self.txid - 1))
+        wm = m.wm.value                              # as the batches before left it (and a hand-set floor)
+        late, ts_idx, key_idx = m.late, spec.timestamp_idx, spec.key_idx if spec.config.session else None
         for part, r in self.rows_in:
-            if spec.timestamp_idx is not None:
-                ts = int(r[spec.timestamp_idx])
-                if is_late(ts, cfg.length, wm) if spec.session else (wm is not None and ts < wm):
-                    late += 1
-                    self._late(r)
-                    continue
-                if ts > maxima.get(part, ts - 1):
-                    maxima[part] = ts
-            else:
-                ts = now
-            rec["seq"] += 1
-            rec["events"].append([rec["seq"], ts, list(r[i] for i in self.op.in_idx),   # type: ignore[union-attr]
-                                  *([[r[i] for i in spec.key_idx]] if spec.session else [])])
-            if cfg.count:
-                self._count(ts)
-        if late:
-            rec["late"] += late
+            ts = now if ts_idx is None else int(r[ts_idx])
+            k = None if key_idx is None else tuple(r[i] for i in key_idx)
+            if m.add([r[i] for i in in_idx], ts, part, k) is None:
+                self._late(r)
+        if m.late > late:
             log.warning("window stage %r txid %d: %d late tuple(s) %s (below the watermark %s); %d so far",
-                        self.stage, self.txid, late,
-                        "dropped" if spec.late_stream is None else f"sent to {spec.late_stream!r}", wm, rec["late"])
-        if not cfg.count:
-            ref = watermark(maxima, spec.lag, hand_watermark(self.conf, self.txid)) \
-                if spec.timestamp_idx is not None else now
-            if ref is not None:
-                (self._fire_sessions if spec.session else self._fire_time)(ref)
-        rec["txid"], rec["now"] = self.txid, now
+                        self.stage, self.txid, m.late - late,
+                        "dropped" if spec.late_stream is None else f"sent to {spec.late_stream!r}", wm, m.late)
+        ref = m.wm.seen(hand_watermark(self.conf, self.txid)) if ts_idx is not None else now
+        if ref is not None:
+            m.reach(ref)
+        rec = self._record(m, now)
         self.map.multi_update([key], lambda _old: rec)
         super().finish()
+
+    def _machine(self, rec: dict[str, Any]) -> WindowMachine:
+        """The machine as the record left it; the watermark in force is what its maxima give."""
+        m = WindowMachine(self.spec.config, self)
+        m.next_seq, m.count_since, m.next_end = rec["seq"] + 1, rec["count_since"], rec["next_end"]
+        m.late, m.fired = rec["late"], rec["fired"]
+        m.wm.maxima = dict(rec["maxima"])
+        m.wm.value = m.wm.seen()
+        if self.spec.config.session:
+            m.events = [Event(e[0], e[1], e[2], tuple(e[3])) for e in rec["events"]]
+        else:
+            m.events = [Event(e[0], e[1], e[2]) for e in rec["events"]]
+        return m
+
+    def _record(self, m: WindowMachine, now: int) -> dict[str, Any]:
+        """The record of the machine (module docstring): only the events a later window can hold."""
+        events = m.retained()
+        if self.spec.config.session:
+            rows = [[e.seq, e.ts, e.item, list(e.key)] for e in events]
+        else:
+            rows = [[e.seq, e.ts, e.item] for e in events]
+        return {"txid": self.txid, "now": now, "seq": m.next_seq - 1, "count_since": m.count_since,
+                "next_end": m.next_end, "maxima": m.wm.maxima, "late": m.late, "fired": m.fired, "events": rows}
 
     def _late(self, r: tuple[Any, ...]) -> None:
         """A late tuple: on the late stream, when the window has one (else only counted)."""
         if self.late_out is not None:
             self.bolt.collector.emit((self.attempt, *r), self.late_out)
 
-    def _count(self, ts: int) -> None:
-        """One more tuple for a count trigger: as Storm's ``WindowManager``, every ``sliding``
-        tuples what is beyond the length leaves and the rest fires; only the last ``length -
-        sliding`` can be in a later window."""
-        cfg, rec = self.spec.config, self.rec
-        rec["count_since"] += 1
-        if rec["count_since"] >= cfg.sliding:
-            rec["count_since"] = 0
-            self._fire(rec["events"][-cfg.length:], None, ts)
-            keep = cfg.length - cfg.sliding
-            rec["events"] = rec["events"][-keep:] if keep else []
+    # -- the machine's hooks ---------------------------------------------------------------------
+    def held(self, e: Event) -> None:
+        """Nothing to do: the record is written once, at the end of the txid."""
 
-    def _fire_sessions(self, ref: int) -> None:
-        """Every session (``transactional.engine.sessions``; events ``[seq, ts, values,
-        key]``) whose end the watermark reached fires, emitted after its key's fields, and
-        leaves the record."""
-        rec, gone = self.rec, set[int]()
-        for s in split_sessions(rec["events"], lambda e: e[1], lambda e: tuple(e[3]), self.spec.config.length):
-            if s.end <= ref:
-                self._fire(s.members, s.start, s.end, s.key)
-                gone.update(e[0] for e in s.members)
-        if gone:
-            rec["events"] = [e for e in rec["events"] if e[0] not in gone]
+    def evicted(self, events: list[Event]) -> None:
+        """Nothing to do: left events are not written back."""
 
-    def _fire_time(self, ref: int) -> None:
-        cfg, rec = self.spec.config, self.rec
-        step = cfg.sliding
-        while rec["events"]:
-            first = (min(e[1] for e in rec["events"]) // step + 1) * step
-            if rec["next_end"] is None or rec["next_end"] < first:
-                rec["next_end"] = first
-            end = rec["next_end"]
-            if end > ref:
-                break
-            start = end - cfg.length
-            window = [e for e in rec["events"] if start <= e[1] < end]
-            if window:
-                self._fire(window, start, end)
-            rec["events"] = [e for e in rec["events"] if e[1] >= end + step - cfg.length]
-            rec["next_end"] = end + step
-
-    def _fire(self, window: list[list[Any]], start: int | None, end: int, key: Any = None) -> None:
-        """One window through the aggregator, which finds its bounds in ``collector.window``."""
-        self.rec["fired"] += 1
+    def fire(self, window: list[Event], start: int | None, end: int, key: Any) -> bool:
+        """One window through the aggregator, which finds its bounds in ``collector.window``
+        (a session's key fields are emitted first)."""
         c, agg, tt = self.collector, self.agg, self.tt
-        c.current = key if key is not None else ()          # a group's fields come first
+        c.current = key if key is not None else ()
         c.window = WindowInfo(start, end, None if not key else key[0] if len(key) == 1 else key)
         state = agg.init(self.attempt, c)
         for e in window:
-            agg.aggregate(state, tt(tuple(e[2])), c)
+            agg.aggregate(state, tt(tuple(e.item)), c)
         agg.complete(state, c)
+        return False

@@ -1,22 +1,24 @@
-"""The windows of core windowed bolts (``transactional.windowing``), kept on the driver.
+"""The windows of core windowed bolts (``transactional.windowing``), kept on the driver:
+the core's adapter of the window core (``transactional.engine.window_core``, which also
+serves Trident's windows: watermark, triggers, eviction, late tuples, sessions).
 
-A windowed bolt runs in the commit phase on the driver, one ``WindowTask`` per task
-living across micro-batches in the ``WindowKeeper``; each micro-batch the bolt's adapter
-(``Windowed``) adds the task's tuples to it and ends it:
+A windowed bolt runs in the commit phase on the driver, one ``WindowTask`` (a
+``WindowMachine`` and what core adds to it) per task living across micro-batches in the
+``WindowKeeper``; each micro-batch the bolt's adapter (``Windowed``) adds the task's tuples
+to it and ends it:
 
 * **Timestamps**: event time (the bolt's field or extractor), else the driver's clock
   in milliseconds when the micro-batch is committed.
-* **Triggers**: a ``Count(s)`` sliding interval fires after every ``s`` tuples (as they
-  are added); a ``Duration(i)`` one fires each window ``[end - length, end)`` whose end, a
-  multiple of ``i``, the reference time has reached: the watermark (event time) or the
-  driver's clock, at the end of the micro-batch. Empty windows do not fire.
+* **Triggers** (the window core's): count triggers fire as tuples are added; time and
+  session triggers at the end of the micro-batch, when the reference time (the watermark,
+  or the driver's clock) reached a window's end. Empty windows do not fire.
 * **Watermark**: at the end of a micro-batch (at most every ``with_watermark_interval``),
   the least over input partitions (source, stream, task) of the greatest timestamp seen,
-  minus the lag. A tuple whose timestamp is below the watermark when it arrives is late:
-  emitted on the late-tuple stream anchored to it, or logged; then acked.
-* **Eviction** after each fire: the tuples no later window can hold leave and are acked
-  (they are the next window's ``get_expired()``). ``FailedException`` from ``execute``
-  fails every tuple of the window instead, and they leave it (their spouts replay them).
+  minus the lag; it never goes back. A late tuple is emitted on the late-tuple stream
+  anchored to it, or logged; then acked.
+* **Eviction**: the tuples no later window can hold leave and are acked (they are the next
+  window's ``get_expired()``). ``FailedException`` from ``execute`` fails every tuple of the
+  window instead, and they leave it (their spouts replay them).
 * **Anchoring across micro-batches**: a tuple's key in the task's input is new each
   micro-batch (held tuples are numbered below zero), and at the end of each one the ids
   of the tuples anchored to a held tuple are folded into its message id, so that acking
@@ -34,11 +36,11 @@ living across micro-batches in the ``WindowKeeper``; each micro-batch the bolt's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
-from transactional.engine.sessions import is_late, split_sessions
+from transactional.engine.window_core import Event, WindowMachine
 from transactional.exceptions import ConfigError, FailedException
 from transactional.ticks import is_tick
 from transactional.topology import Topology
@@ -48,13 +50,6 @@ from transactional.windowing import WINDOWED_KINDS, Count, Duration, WindowConfi
 log = logging.getLogger("trident")
 
 META = "__window__"
-
-
-class _Event:
-    __slots__ = ("seq", "tuple", "ts", "chunk")
-
-    def __init__(self, seq: int, tuple: CoreTuple, ts: int, chunk: int) -> None:
-        self.seq, self.tuple, self.ts, self.chunk = seq, tuple, ts, chunk
 
 
 class Window:
@@ -89,35 +84,16 @@ class Window:
         return f"Window({len(self._all)} tuples, start={self._start}, end={self._end})"
 
 
-def _size(x: Count | Duration) -> int:
-    return x.value if isinstance(x, Count) else x.ms
-
-
 class WindowTask:
-    """One task's windows (module docstring). ``begin`` / ``add`` / ``end`` per micro-batch."""
+    """One task's windows: the window core's machine (``transactional.engine.window_core``)
+    over the task's tuples (module docstring). ``begin`` / ``add`` / ``end`` per micro-batch."""
 
     def __init__(self, topology: Topology, component: str, task: int, config: WindowConfig,
                  clock: Callable[[], float]) -> None:
         self.topology, self.component, self.task = topology, component, task
         self.config = config
         self.clock = clock
-        assert config.length is not None and config.sliding is not None
-        self.count_length = isinstance(config.length, Count)
-        self.length = _size(config.length)
-        self.count_trigger = isinstance(config.sliding, Count)
-        self.slide = _size(config.sliding)
-        self.lag = config.lag.ms if config.lag is not None else 0
-        self.events: list[_Event] = []
-        self.next_seq = 1
-        self.count_since = 0
-        self.next_end: int | None = None
-        self.watermark: int | None = None
-        self.watermark_at: float | None = None
-        self.maxts: dict[tuple[str, str, int], int] = {}
-        self.last_fired = 0                  # the highest seq in the last window fired
-        self.expired: list[CoreTuple] = []   # left since the last fire
-        self.fired = 0
-        self.late = 0
+        self.machine = WindowMachine(config, self)
         self.kv: Any = None
         self.loaded = False
         self.dirty_chunks: set[int] = set()
@@ -126,6 +102,16 @@ class WindowTask:
         self.now_ms = 0
         self.batch_chunk = 0
         self.final = False                   # this micro-batch ends the input: fire what is pending
+
+    @property
+    def events(self) -> list[Event]:
+        """The tuples held, in arrival order."""
+        return self.machine.events
+
+    @property
+    def fired(self) -> int:
+        """Windows fired so far."""
+        return self.machine.fired
 
     # -- a micro-batch -------------------------------------------------------------------------
     def begin(self, router: Any, bolt: Any, kv: Any = None) -> None:
@@ -136,9 +122,9 @@ class WindowTask:
         if self.config.persistent and not self.loaded:
             self.kv = kv
             self._load()
-        self.batch_chunk = self.next_seq
-        for i, e in enumerate(self.events):      # keys unique within this micro-batch's input
-            e.tuple.key = -1 - i
+        self.batch_chunk = self.machine.next_seq
+        for i, e in enumerate(self.machine.events):      # keys unique within this micro-batch's input
+            e.item.key = -1 - i
 
     def add(self, t: CoreTuple) -> None:
         """One input tuple: late, or into the window (a count trigger may fire)."""
@@ -148,27 +134,12 @@ class WindowTask:
         if cfg.event_time:
             ts = int(t[cfg.timestamp_field] if cfg.timestamp_field is not None
                      else cfg.timestamp_extractor(t))                 # type: ignore[misc]
-            if is_late(ts, self.length, self.watermark) if cfg.session else \
-                    (self.watermark is not None and ts < self.watermark):
-                self._late(t, ts)
-                return
-            k = (t.source_component, t.source_stream, t.source_task)
-            if ts > self.maxts.get(k, ts - 1):
-                self.maxts[k] = ts
         else:
             ts = self.now_ms
-        e = _Event(self.next_seq, t, ts, self.batch_chunk)
-        self.next_seq += 1
-        self.events.append(e)
-        if cfg.persistent:
-            self.dirty_chunks.add(e.chunk)
-            self.router.ack(t)                   # held by the checkpoint that stores it
-            t.message_id = None
-        if self.count_trigger:
-            self.count_since += 1
-            if self.count_since >= self.slide:
-                self.count_since = 0
-                self._fire_count(ts)
+        key = t[cfg.session_key] if cfg.session_key is not None else None
+        if self.machine.add(t, ts, (t.source_component, t.source_stream, t.source_task), key,
+                            self.batch_chunk) is None:
+            self._late(t, ts)
 
     def end(self, watermark: int | None = None) -> None:
         """End of the micro-batch: the watermark, the time triggers, ids folded, the
@@ -176,215 +147,130 @@ class WindowTask:
         driver's), used instead of the one the timestamps give when it is higher."""
         now_s = self.clock()
         self.now_ms = int(now_s * 1000)
-        cfg = self.config
+        cfg, m = self.config, self.machine
         if cfg.event_time:
-            self._advance_watermark(now_s, watermark)
-        if cfg.session:
-            if self.watermark is not None:
-                self._fire_sessions(self.watermark)
-        elif not self.count_trigger:
-            ref = self.watermark if cfg.event_time else self.now_ms
-            if ref is not None:
-                self._fire_time(ref)
-        if self.final and not cfg.persistent and self.events:
-            self._flush()
+            iv = cfg.watermark_interval
+            m.wm.advance(now_s, None if iv is None else iv.ms, watermark)
+        ref = m.wm.value if cfg.event_time else self.now_ms
+        if ref is not None:
+            m.reach(ref)
+        if self.final and not cfg.persistent:
+            m.flush()
         report = self.router.ids.report
-        for e in self.events:
-            m = e.tuple.message_id
-            if m:
-                e.tuple.message_id = report(e.tuple.key, m)
+        for e in m.events:
+            msg = e.item.message_id
+            if msg:
+                e.item.message_id = report(e.item.key, msg)
         if cfg.persistent:
             self._save()
 
-    def _advance_watermark(self, now_s: float, by_hand: int | None) -> None:
-        """The least greatest timestamp over the input partitions minus the lag (at most
-        every watermark interval), or ``by_hand`` when higher; it never goes back."""
-        wm = by_hand
-        iv = self.config.watermark_interval
-        if self.maxts and (iv is None or self.watermark_at is None or now_s - self.watermark_at >= iv.ms / 1000):
-            seen = min(self.maxts.values()) - self.lag
-            wm = seen if wm is None else max(wm, seen)
-            self.watermark_at = now_s
-        if wm is not None and (self.watermark is None or wm > self.watermark):
-            self.watermark = wm
-
     def due_ms(self) -> int | None:
         """When a processing-time window next fires (driver's clock, ms), if it holds tuples."""
-        if self.config.event_time or self.count_trigger or not self.events:
-            return None
-        if self.next_end is None:
-            return (min(e.ts for e in self.events) // self.slide + 1) * self.slide
-        return self.next_end
+        return self.machine.due_ms()
 
-    # -- firing and eviction ------------------------------------------------------------------
-    def _flush(self) -> None:
-        """The input ended (``WindowKeeper.final``): every window still pending fires, as
-        Flink's do at the end of a bounded input, and every tuple leaves (acked)."""
-        last = max(e.ts for e in self.events)
-        if self.config.session:
-            self._fire_sessions(last + self.length)
-        elif self.count_trigger:
-            if self.count_since:
-                self.count_since = 0
-                self._fire_count(last)
-        else:
-            step = self.slide
-            self._fire_time((last // step + 1) * step if self.count_length else last + self.length)
-        self._evict(list(self.events))
+    # -- the machine's hooks ---------------------------------------------------------------------
+    def held(self, e: Event) -> None:
+        """A persistent window's tuple is acked as it is held: the checkpoint that stores it
+        holds the ack."""
+        if self.config.persistent:
+            self.dirty_chunks.add(e.chunk)
+            self.router.ack(e.item)
+            e.item.message_id = None
 
-    def _fire_sessions(self, ref: int) -> None:
-        """Every session (``transactional.engine.sessions``) whose end the watermark
-        reached fires, its tuples in arrival order, and its tuples leave."""
-        field = self.config.session_key
-        key = (lambda e: e.tuple[field]) if field is not None else (lambda e: None)
-        for s in split_sessions(self.events, lambda e: e.ts, key, self.length):
-            if s.end <= ref:
-                self.expired = []                    # a session has no expired tuples
-                self._execute(s.members, s.start, s.end, s.key)
-                self._evict(s.members)
-        self.expired = []
-
-    def _fire_count(self, ref: int) -> None:
-        """A count trigger, as Storm's ``WindowManager.onTrigger``: first evict what the
-        window no longer holds (beyond the last ``length`` tuples, or older than ``ref -
-        length``), then the window is every tuple left."""
-        if self.count_length:
-            self._evict(self.events[:max(len(self.events) - self.length, 0)])
-            start = None
-        else:
-            start = ref - self.length + 1
-            self._evict([e for e in self.events if e.ts < start])
-        window = [e for e in self.events if e.ts <= ref] if start is not None else list(self.events)
-        if window:
-            self._execute(window, start, ref)
-
-    def _fire_time(self, ref: int) -> None:
-        step = self.slide
-        while self.events:
-            first = (min(e.ts for e in self.events) // step + 1) * step
-            if self.next_end is None or self.next_end < first:
-                if self.next_end is not None and self.next_end <= ref:
-                    self.expired = []                # an empty window fired: Storm drops its expired
-                self.next_end = first                # the windows before hold nothing
-            end = self.next_end
-            if end > ref:
-                break
-            if self.count_length:
-                before = [e for e in self.events if e.ts < end]
-                window, start = before[-self.length:], None
-                gone = before[:-self.length] if len(before) > self.length else []
-            else:
-                start = end - self.length
-                window = [e for e in self.events if start <= e.ts < end]
-                gone = [e for e in self.events if e.ts < end + step - self.length]
-            if window:
-                self._execute(window, start, end)
-            else:
-                self.expired = []                    # as Storm's onTrigger of an empty window
-            self._evict(gone)
-            self.next_end = end + step
-
-    def _execute(self, window: list[_Event], start: int | None, end: int, key: Any = None) -> None:
-        tuples = [e.tuple for e in window]
-        new = [e.tuple for e in window if e.seq > self.last_fired]
-        w = Window(tuples, new, self.expired, start, end, key)
+    def fire(self, window: list[Event], start: int | None, end: int, key: Any) -> bool:
+        """``execute`` the bolt on the window; ``FailedException`` fails its tuples."""
+        m = self.machine
+        tuples = [e.item for e in window]
+        new = [e.item for e in window if e.seq > m.last_fired]
         try:
-            self.bolt.execute(w)
-        except FailedException as e:
+            self.bolt.execute(Window(tuples, new, [e.item for e in m.expired], start, end, key))
+        except FailedException as ex:
             log.warning("windowed bolt %r task %d failed a window of %d tuple(s) (%s): they leave it and are "
-                        "replayed by their spouts", self.component, self.task, len(tuples), e)
+                        "replayed by their spouts", self.component, self.task, len(tuples), ex)
             for t in tuples:
                 self.router.fail(t)
-            ids = {id(x) for x in window}
             for x in window:
                 self.dirty_chunks.add(x.chunk)
-            self.events = [x for x in self.events if id(x) not in ids]
-        self.fired += 1
-        self.last_fired = max(self.last_fired, max(e.seq for e in window))
-        self.expired = []
+            return True
+        return False
 
-    def _evict(self, gone: Iterable[_Event]) -> None:
-        ids = {id(e) for e in gone}
-        if not ids:
-            return
-        keep = []
-        for e in self.events:
-            if id(e) in ids:
-                if not self.config.persistent:
-                    self.router.ack(e.tuple)
-                self.dirty_chunks.add(e.chunk)
-                self.expired.append(e.tuple)
-            else:
-                keep.append(e)
-        self.events = keep
+    def evicted(self, events: list[Event]) -> None:
+        """Tuples left the window: acked (a persistent window's were, when held)."""
+        for e in events:
+            if not self.config.persistent:
+                self.router.ack(e.item)
+            self.dirty_chunks.add(e.chunk)
 
     def _late(self, t: CoreTuple, ts: int) -> None:
-        self.late += 1
         stream = self.config.late_stream
         if stream is not None:
             self.router.emit((t.values,), anchors=t, stream=stream)
         else:
             log.warning("windowed bolt %r task %d: late tuple (timestamp %d below the watermark %s) dropped: %r; "
                         "set with_late_tuple_stream to receive late tuples", self.component, self.task, ts,
-                        self.watermark, t.values)
+                        self.machine.wm.value, t.values)
         self.router.ack(t)
 
     # -- rollback and persistence ---------------------------------------------------------------
     def snapshot(self) -> tuple[Any, ...]:
         """What ``restore`` needs to undo one micro-batch."""
-        return ([(e, e.tuple.message_id) for e in self.events], self.next_seq, self.count_since, self.next_end,
-                self.watermark, self.watermark_at, dict(self.maxts), self.last_fired, list(self.expired),
-                self.fired, self.late)
+        m = self.machine
+        return ([(e, e.item.message_id) for e in m.events], m.next_seq, m.count_since, m.next_end,
+                m.wm.value, m.wm.at, dict(m.wm.maxima), m.last_fired, list(m.expired), m.fired, m.late)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
-        events, self.next_seq, self.count_since, self.next_end, self.watermark, self.watermark_at, maxts, \
-            self.last_fired, self.expired, self.fired, self.late = snap
-        self.maxts = maxts
-        for e, m in events:
-            e.tuple.message_id = m
-        self.events = [e for e, _ in events]
+        m = self.machine
+        events, m.next_seq, m.count_since, m.next_end, m.wm.value, m.wm.at, m.wm.maxima, \
+            m.last_fired, m.expired, m.fired, m.late = snap
+        for e, msg in events:
+            e.item.message_id = msg
+        m.events = [e for e, _ in events]
         self.dirty_chunks = set()
 
     def reload(self) -> None:
         """The state was rolled back: load the window from it again on next use."""
         self.loaded = False
-        self.events, self.expired, self.dirty_chunks = [], [], set()
+        self.machine.events, self.machine.expired, self.dirty_chunks = [], [], set()
 
     def _load(self) -> None:
         self.loaded = True
+        m = self.machine
         meta = self.kv.get(META)
-        self.events = []
+        m.events = []
         if meta is None:
             return
-        self.next_seq, self.count_since, self.next_end = meta["seq"], meta["count_since"], meta["next_end"]
-        self.watermark, self.last_fired = meta["watermark"], meta["last_fired"]
-        self.maxts = {(s, st, t): v for s, st, t, v in meta["maxts"]}
+        m.next_seq, m.count_since, m.next_end = meta["seq"], meta["count_since"], meta["next_end"]
+        m.wm.value, m.last_fired = meta["watermark"], meta["last_fired"]
+        m.wm.maxima = {(s, st, t): v for s, st, t, v in meta["maxts"]}
+        field = self.config.session_key
         fields: dict[tuple[str, str], Fields] = {}
         for chunk in meta["chunks"]:
             for seq, values, ts, src, stream, task in self.kv.get(f"{META}:{chunk}", []):
                 f = fields.get((src, stream))
                 if f is None:
                     f = fields[(src, stream)] = self.topology.component(src).streams[stream].fields
-                self.events.append(_Event(seq, CoreTuple(tuple(values), f, src, stream, task, None, -1), ts, chunk))
-        self.events.sort(key=lambda e: e.seq)
+                t = CoreTuple(tuple(values), f, src, stream, task, None, -1)
+                m.events.append(Event(seq, ts, t, t[field] if field is not None else None, chunk))
+        m.events.sort(key=lambda e: e.seq)
         log.info("windowed bolt %r task %d resumed %d tuple(s) in its windows from its state", self.component,
-                 self.task, len(self.events))
+                 self.task, len(m.events))
 
     def _save(self) -> None:
-        by_chunk: dict[int, list[Any]] = {}
-        for e in self.events:
+        m = self.machine
+        by_chunk: dict[int, list[Event]] = {}
+        for e in m.events:
             by_chunk.setdefault(e.chunk, []).append(e)
         for c in self.dirty_chunks:
             rows = by_chunk.get(c)
             if rows:
-                self.kv.put(f"{META}:{c}", [[e.seq, list(e.tuple.values), e.ts, e.tuple.source_component,
-                                             e.tuple.source_stream, e.tuple.source_task] for e in rows])
+                self.kv.put(f"{META}:{c}", [[e.seq, list(e.item.values), e.ts, e.item.source_component,
+                                             e.item.source_stream, e.item.source_task] for e in rows])
             else:
                 self.kv.delete(f"{META}:{c}")
         self.dirty_chunks = set()
-        self.kv.put(META, {"seq": self.next_seq, "count_since": self.count_since, "next_end": self.next_end,
-                           "watermark": self.watermark, "last_fired": self.last_fired,
-                           "maxts": [[*k, v] for k, v in sorted(self.maxts.items())], "chunks": sorted(by_chunk)})
+        self.kv.put(META, {"seq": m.next_seq, "count_since": m.count_since, "next_end": m.next_end,
+                           "watermark": m.wm.value, "last_fired": m.last_fired,
+                           "maxts": [[*k, v] for k, v in sorted(m.wm.maxima.items())], "chunks": sorted(by_chunk)})
 
 
 class WindowKeeper:
