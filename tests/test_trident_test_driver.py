@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from transactional import ConfigError, FailedException, Fields
+from transactional import ConfigError, FailedException, Fields, TopologyConfig
 from trident import BaseAggregator, BaseFilter, Count, TridentTopology, state
 from trident.testing import TopologyTestDriver
 from trident.windowing import Duration, SlidingCountWindow, WindowsStoreFactory
@@ -190,3 +190,5 @@ def test_misuse_is_refused_naming_the_fix() -> None:
         d.map_state("m")
     with pytest.raises(ConfigError, match=r"runs a TridentTopology"):
         d.run(Any)                                                     # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"got executor='spark': leave it 'in-process'"):
+        d.run(t, TopologyConfig(executor="spark"))

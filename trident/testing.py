@@ -1,6 +1,6 @@
 """``TopologyTestDriver`` for Trident: run a ``TridentTopology`` in process with its input,
 its processing time and its event-time watermark in the test's hands (as Kafka Streams'
-``TopologyTestDriver`` and Flink's test harnesses; docs/testing.md). The core
+``TopologyTestDriver`` and Flink's test harnesses; docs/windows.md). The core
 topologies' driver is ``transactional.testing.TopologyTestDriver``.
 
     d = TopologyTestDriver("clicks")
@@ -226,6 +226,10 @@ class TopologyTestDriver:
                    "topologies: transactional.testing.TopologyTestDriver)")
             raise ConfigError(msg)
         marks = {str(k + 1): s.watermark for k, s in enumerate(self.script.steps) if s.watermark is not None}
+        if config is not None and config.executor != "in-process":
+            msg = (f"the test driver runs in process (its spouts read the script in this process); got "
+                   f"executor={config.executor!r}: leave it 'in-process'")
+            raise ConfigError(msg)
         cfg = config if config is not None else TopologyConfig(
             executor="in-process", progress=False, idle_timeout_secs=0, poll_interval_secs=0.001,
             retry_backoff_secs=0.0, max_spout_pending=1)
