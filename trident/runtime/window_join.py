@@ -175,6 +175,7 @@ def window_join_spec(a: Any, b: Any, config: Any, a_fields: Any, b_fields: Any, 
         msg = (f"{what}: a lag (>= 0) or a late_stream needs event time: give timestamp_fields=('a_ts', 'b_ts'); "
                f"got lag={lag!r}, late_stream={late_stream!r}")
         raise ConfigError(msg)
+    # the machine reads event time from ``config.event_time``; the positions are the spec's (``ts``)
     timed = replace(config, timestamp_field=None if ts is None else "ts", lag=None if lag is None else Duration.of(lag_ms),
                     late_stream=late_stream)
     return WindowJoinSpec(timed, store.name, (keys[0], keys[1]), (rest[0], rest[1]), ts,
