@@ -126,7 +126,8 @@ def main() -> None:
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--only", default="map,keyvalue")
     args = p.parse_args()
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    _tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path[:0] = [os.path.join(_tests, "transactional", "engine"), os.path.join(_tests, "support")]
     server = ManagedRedis(appendonly=False)
     server.start()
     try:

@@ -39,7 +39,7 @@ if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--servers" ]; then
 fi
 if [ "${1:-}" = "--test" ]; then
   command -v openssl >/dev/null || pkgs+=(openssl)
-  [ -x /usr/bin/chromium ] || pkgs+=(chromium)   # tests/test_status_page.py: the status page in a real headless browser
+  [ -x /usr/bin/chromium ] || pkgs+=(chromium)   # tests/transactional/ops/test_status_page.py: the status page in a real headless browser
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${pkgs[*]}" >&2

@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+# tests/support holds the fixtures, child programs and crash plans; the repository root goes
+# first so that tests/state, tests/trident, ... (no __init__.py) never shadow the packages.
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(_TESTS), os.path.join(_TESTS, "support")]
 pytest_plugins = ["fixtures_servers", "fixtures_redis", "fixtures_zookeeper", "fixtures_kafka",
                   "fixtures_postgres", "fixtures_cluster"]
 

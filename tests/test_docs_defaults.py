@@ -10,7 +10,7 @@ from typing import Any
 
 from transactional.config import TopologyConfig
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
 
 
 def render(value: Any) -> str:

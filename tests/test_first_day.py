@@ -2,7 +2,7 @@
 extra in one line, permanent errors stopped at once and outages retried without a traceback.
 
 Real servers throughout: dev-servers starts ZooKeeper and Redis processes and the test
-talks to them; the PostgreSQL cases use the session's server (tests/fixtures_postgres.py).
+talks to them; the PostgreSQL cases use the session's server (tests/support/fixtures_postgres.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from trident import TridentTopology
 from trident.operation import BaseFunction
 from trident.postgres import PostgresStateFactory, PostgresUpdater
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
 
 
 def trident(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

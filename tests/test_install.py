@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
 
 TOPOLOGY = textwrap.dedent("""
     from transactional import Fields, TopologyConfig

@@ -17,7 +17,7 @@ attempt's metadata durably, then run its processing job), ``Record`` (write an o
 batch's adjusted metadata), ``Cancel`` (a job in flight), ``Commit`` (run the commit
 phase), ``Stop`` (the run ends: reason, or an error).
 
-Rules (each checked by tests/test_coordinator.py, a hypothesis state machine):
+Rules (each checked by tests/transactional/engine/test_coordinator.py, a hypothesis state machine):
 
 1. At most ``max_spout_pending`` txids are in flight (launched and not committed).
 2. Commits are strictly in txid order, one at a time; each txid commits once.

@@ -16,7 +16,7 @@ completing within the message timeout, gets it ``fail(msg_id)``.
 live in three typed arrays (ack val, spout task, deadline: 20 bytes a root, as Storm's
 "about 20 bytes") indexed through a dict from the root id to its slot; with the dict the
 cost is measured at about 100 bytes a pending root in CPython
-(``tests/test_acker.py::test_memory_per_pending_root_is_fixed_whatever_the_tree_size``).
+(``tests/transactional/engine/test_acker.py::test_memory_per_pending_root_is_fixed_whatever_the_tree_size``).
 ``acker_for`` picks a root's acker task by mod hashing, as Storm does.
 ``TupleIds`` is the bolt side: the ids a task's emitted tuples carry and the XOR it
 owes each root when it acks an input.
