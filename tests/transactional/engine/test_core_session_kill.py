@@ -79,9 +79,9 @@ def test_persistent_sessions_killed_at_every_checkpoint_step_and_at_random_fire_
                    crash_at=f"{point}:txid={2 * i + 2}")
         assert d.wait() == -signal.SIGKILL, (point, d.tail())
         assert f"crash point {point}" in d.tail()
-    # ... then at a random moment, once some sessions fired
+    # ... then at a random moment, once some more sessions fired
     sigkill_drivers(tmp_path, r, redis_url, stream, "sessions", coordination, "skill", f"{stream}:sessions",
-                    [rng.randint(2, 12)])
+                    [r.scard(f"{stream}:sessions") + rng.randint(2, 12)])
     d = Driver(tmp_path, "last", redis_url, stream, "sessions", coordination=coordination)
     assert d.wait() == 0, d.tail()
     state = open_key_value_state(redis_url, f"core-sessions-{stream}:sessions:0")
