@@ -2,9 +2,9 @@
 ``BaseStatefulWindowedBolt`` with ``with_session_window`` and ``with_persistence`` reads
 clicks from a Redis Stream, and records every session it fires in its own
 ``KeyValueState`` (checkpointed with the open sessions). Drivers are killed at every step
-of the checkpoint protocol and at a random moment, then one runs to the end: every
-session is recorded exactly once, with exactly its clicks -- those a fault-free run
-gives -- and every message was acked."""
+of the checkpoint protocol (each after 40 more clicks) and at a random moment, then one
+runs to the end: every session is recorded exactly once, with exactly its clicks -- those
+a fault-free run gives -- and every message was acked."""
 
 from __future__ import annotations
 
@@ -71,17 +71,19 @@ def test_persistent_sessions_killed_at_every_checkpoint_step_and_at_random_fire_
     r = redis.Redis.from_url(redis_url)
     stream = f"s-{uuid.uuid4().hex[:8]}"
     rows = clicks(240, seed=rng.randrange(1 << 20))
-    fill(r, stream, rows)
+    chunks = [rows[i * 40:(i + 1) * 40] for i in range(6)] + [rows[240:]]   # the last: the closing click
     coordination = zk_url + "?session_timeout=1"
-    # every checkpoint step once (checkpoint ids go on across restarts: 2, 4, 6, 8) ...
+    # each driver gets 40 more clicks and dies at its first checkpoint's step, in turn ...
     for i, point in enumerate(POINTS):
-        d = Driver(tmp_path, f"crash{i}", redis_url, stream, "sessions", coordination=coordination,
-                   crash_at=f"{point}:txid={2 * i + 2}")
+        fill(r, stream, chunks[i])
+        d = Driver(tmp_path, f"crash{i}", redis_url, stream, "sessions", coordination=coordination, crash_at=point)
         assert d.wait() == -signal.SIGKILL, (point, d.tail())
         assert f"crash point {point}" in d.tail()
-    # ... then at a random moment, once some more sessions fired
+    # ... then one at a random moment, once some more sessions fired
+    fill(r, stream, chunks[4])
     sigkill_drivers(tmp_path, r, redis_url, stream, "sessions", coordination, "skill", f"{stream}:sessions",
-                    [r.scard(f"{stream}:sessions") + rng.randint(2, 12)])
+                    [r.scard(f"{stream}:sessions") + rng.randint(1, 6)])
+    fill(r, stream, chunks[5] + chunks[6])
     d = Driver(tmp_path, "last", redis_url, stream, "sessions", coordination=coordination)
     assert d.wait() == 0, d.tail()
     state = open_key_value_state(redis_url, f"core-sessions-{stream}:sessions:0")
