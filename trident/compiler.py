@@ -144,17 +144,17 @@ class _Compiler:
             seg = self._new([_Input(ps, "local", stream=n.extra)], ps.committer)
         elif k == "query":
             seg = self._open(n.parents[0], committer=True)
-        elif k in ("ijoin", "merge", "join"):
+        elif k in ("ijoin", "wjoin", "merge", "join"):
             seg = self._joined(n)
         else:   # pragma: no cover - every kind is above
             raise AssertionError(k)
         return seg
 
     def _joined(self, n: Node) -> _Segment:
-        """The new segment of a node of several parents: an interval join (both sides to one
-        task, in the commit phase), a merge (shuffled) or a join (by its fields)."""
+        """The new segment of a node of several parents: an interval or window join (both
+        sides to one task, in the commit phase), a merge (shuffled) or a join (by its fields)."""
         segs = [self.seg_of[id(p)] for p in n.parents]
-        if n.kind == "ijoin":
+        if n.kind in ("ijoin", "wjoin"):
             return self._new([_Input(s, "global", side=i) for i, s in enumerate(segs)], True)
         if n.kind == "merge":
             return self._new([_Input(s, "shuffle") for s in segs], any(s.committer for s in segs))

@@ -32,6 +32,9 @@ from trident.runtime.op import Op
 from trident.state import MapStateFactory, TridentState
 from trident.stream import Node, Stream, _fields
 
+#: the nodes that may have a late stream: windows, interval joins, window joins
+JOINS_IN_TIME = ("window", "ijoin", "wjoin")
+
 
 class TridentTopology:
     """Storm's ``TridentTopology``: ``new_stream(txid_name, spout)`` starts a stream;
@@ -58,11 +61,11 @@ class TridentTopology:
         """The late tuples of the window that set ``late_stream=name``: each whole tuple of
         the window's input stream (its fields), in the txid it arrived in."""
         for n in self.nodes:
-            if n.kind in ("window", "ijoin") and n.op is not None and n.op.fn.late_stream == name:
+            if n.kind in JOINS_IN_TIME and n.op is not None and n.op.fn.late_stream == name:
                 fields = n.op.fields if n.kind == "window" else Fields("side", "values")
                 return self._add(Node("late", [n], fields, extra=f"late-{name}"))
         named = sorted(n.op.fn.late_stream for n in self.nodes
-                       if n.kind in ("window", "ijoin") and n.op is not None and n.op.fn.late_stream)
+                       if n.kind in JOINS_IN_TIME and n.op is not None and n.op.fn.late_stream)
         msg = f"no window has late_stream={name!r} (those that have: {named}); pass late_stream={name!r} to it"
         raise ConfigError(msg)
 
@@ -98,6 +101,26 @@ class TridentTopology:
         spec = IntervalJoinSpec((keys[0], keys[1]), (ts[0], ts[1]), lo, hi, lag_ms, store.name, late_stream)
         op = Op("ijoin", out, out, fn=spec)
         return self._add(Node("ijoin", [a.node, b.node], out, op=op, grouping="global"))
+
+    def window_join(self, a: Stream, b: Stream, window_config: Any, a_fields: Any, b_fields: Any, out_fields: Any,
+                    store: Any, *, join_type: str = "inner", timestamp_fields: Any = None, lag: Any = None,
+                    late_stream: str | None = None) -> Stream:
+        """Join ``a`` and ``b`` where the keys (``a_fields``, ``b_fields``) are equal and both
+        tuples are in the same window of ``window_config`` (tumbling or sliding, count or
+        ``Duration``), exactly once (``trident.runtime.window_join``). ``join_type``:
+        ``"inner"`` or ``"left"`` (an ``a`` tuple without a match in its window, with None
+        for ``b``'s fields). Output: the key, then ``a``'s other fields, then ``b``'s, named
+        ``out_fields`` (two more names: each window's start and end). Event time with
+        ``timestamp_fields`` (one name, or ``(a's, b's)``) and ``lag``; else the txid's
+        time. ``store``: a ``WindowsStoreFactory``; late rows of either side on
+        ``late_stream(name)`` as ``("a" or "b", values)``."""
+        from trident.runtime.window_join import window_join_spec
+
+        out = _fields(out_fields, "window_join: output fields")
+        spec = window_join_spec(a, b, window_config, a_fields, b_fields, out, store, join_type, timestamp_fields,
+                                lag, late_stream)
+        op = Op("wjoin", out, out, fn=spec)
+        return self._add(Node("wjoin", [a.node, b.node], out, op=op, grouping="global"))
 
     def _state(self, factory: Any, node: Node | None) -> TridentState:
         if not isinstance(factory, MapStateFactory):      # a State API factory: its own state

@@ -13,7 +13,12 @@ this file in a child process).
   time to live of that many seconds (grace 0);
 * ``windowed``: RedisStreamSpout -> SplitSentence -> Windowed (a persistent
   ``BaseStatefulWindowedBolt``, tumbling windows of 300 ms, its window in the same Redis),
-  which adds the entry id of every tuple of each window it fires to ``<stream>:windowed``.
+  which adds the entry id of every tuple of each window it fires to ``<stream>:windowed``;
+* ``sessions``: RedisStreamSpout (entries ``{"user": ..., "ts": ...}``) -> Sessions (a
+  persistent ``BaseStatefulWindowedBolt``, session windows per user, gap 3 s, lag 2 s, its
+  sessions in the same Redis), which records each session it fires in its own state
+  (``"<user>/<start>"`` -> ``{"ts": [...], "fired": n}``, checkpointed with the sessions)
+  and adds the key to ``<stream>:sessions`` (the test's progress mark).
 """
 
 import os
@@ -87,10 +92,42 @@ class Windowed(BaseStatefulWindowedBolt):
         self.r.close()
 
 
+class Sessions(BaseStatefulWindowedBolt):
+    """Each fired session into its state, once: ``"<user>/<start>"`` -> its times, fired count."""
+
+    def prepare(self, conf, context, collector):
+        import redis
+
+        self.r = redis.Redis.from_url(URL)
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, window):
+        key = f"{window.get_key()}/{window.get_start_timestamp()}"
+        old = self.state.get(key) or {"fired": 0}
+        self.state.put(key, {"ts": [int(t["ts"]) for t in window.get()], "fired": old["fired"] + 1})
+        self.r.sadd(f"{STREAM}:sessions", key)
+
+    def cleanup(self):
+        self.r.close()
+
+
+def event_time(t):
+    """A session tuple's time (ms): its entry's ``ts`` field."""
+    return int(t["ts"])
+
+
 def build_topology():
     b = TopologyBuilder(f"core-{KIND}-{STREAM}")
-    b.set_spout("sentences", RedisStreamSpout(URL, STREAM, "wc", fields=Fields("id", "sentence"), count=20,
-                                              block_ms=20, claim_idle_secs=1.0), 1)
+    fields = Fields("id", "user", "ts") if KIND == "sessions" else Fields("id", "sentence")
+    b.set_spout("sentences", RedisStreamSpout(URL, STREAM, "wc", fields=fields, count=20, block_ms=20,
+                                              claim_idle_secs=1.0), 1)
+    if KIND == "sessions":
+        b.set_bolt("sessions", Sessions().with_session_window(Duration(3, "s"), key_field="user")
+                   .with_timestamp_extractor(event_time).with_lag(Duration(2, "s")).with_persistence(), 1) \
+            .fields_grouping("sentences", Fields("user"))
+        return b
     b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
     if KIND == "windowed":
         b.set_bolt("window", Windowed().with_tumbling_window(Duration(300)).with_persistence(), 1) \

@@ -1,13 +1,14 @@
 """A Trident windowed count for the driver-SIGKILL test (``trident run`` loads it in a child):
 tumbling windows of 5 tuples, sliding event-time windows over two partitions, and session
 windows per user (a word's index mod 3), each window's result summed into a persistent map
-under the window's id -- a window fired twice into the state would double its sum; and an
-interval join of the users' words within 300 ms, counted per word."""
+under the window's id -- a window fired twice into the state would double its sum; an
+interval join of the users' words within 300 ms, and a join of the users' words in sliding
+windows of 1 s every 500 ms, each counted per word."""
 
 from spouts import MemoryTransactionalSpout
 from transactional import Fields
 from trident import BaseAggregator, BaseFunction, Count, Sum, TridentTopology, state
-from trident.windowing import Duration, WindowsStoreFactory
+from trident.windowing import Duration, SlidingDurationWindow, WindowsStoreFactory
 
 DATA = {p: [(f"w{p}-{i}", p * 100 + i * 250) for i in range(40)] for p in range(2)}
 TAKE = 3
@@ -54,4 +55,8 @@ def build_topology():
                      WindowsStoreFactory("joins"), Fields("word", "ts", "user", "user_b", "ts_b", "word_b"),
                      lag=Duration(300))
      .group_by(Fields("word")).persistent_aggregate(state.transactional("fired_join"), Count(), Fields("n")))
+    (t.window_join(a, b, SlidingDurationWindow.of(Duration(1, "s"), Duration(500)), Fields("user"), Fields("user"),
+                   Fields("user", "word", "ts", "ts_b", "word_b"), WindowsStoreFactory("wjoins"),
+                   timestamp_fields="ts", lag=Duration(300))
+     .group_by(Fields("word")).persistent_aggregate(state.transactional("fired_wjoin"), Count(), Fields("n")))
     return t.build()

@@ -214,14 +214,14 @@ def _run_child(tmp_path: Path, zk_url: str, redis_url: str, crash_at: str | None
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
 
 
-def _expected() -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
+def _expected() -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int], dict[str, int]]:
     """The windows a fault-free run fires (computed from the spout's batches directly)."""
     import trident_window_kill_topology as k
 
     r = run_topology(k.build_topology(), config("in-process"))
     rows = [w for p in k.DATA.values() for w, _ in p]
     return (windows_of(r, "fired", rows), windows_of(r, "fired_time", rows), windows_of(r, "fired_session", rows),
-            windows_of(r, "fired_join", rows))
+            windows_of(r, "fired_join", rows), windows_of(r, "fired_wjoin", rows))
 
 
 def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_path: Path, zk_url: str,
@@ -235,10 +235,10 @@ def test_a_driver_killed_mid_window_on_redis_resumes_with_the_same_windows(tmp_p
         assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
     p = _run_child(tmp_path, zk_url, redis_url, None)
     assert p.returncode == 0, p.stderr[-3000:]
-    want_count, want_time, want_session, want_join = _expected()
+    want_count, want_time, want_session, want_join, want_wjoin = _expected()
     rows = [w for part in k.DATA.values() for w, _ in part]
     for name, want in (("fired", want_count), ("fired_time", want_time), ("fired_session", want_session),
-                       ("fired_join", want_join)):
+                       ("fired_join", want_join), ("fired_wjoin", want_wjoin)):
         m = TransactionalMap(open_map_backing(redis_url, f"trident-window-kill:{name}"), name)
         got = {w: v for w, v in zip(rows, m.multi_get(rows), strict=True) if v is not None}
         assert got == want and sum(want.values()) > 0

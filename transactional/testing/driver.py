@@ -197,7 +197,7 @@ class TopologyTestDriver:
                 builder.set_bolt(f"{TAP}{c.id}:{stream}".replace(":", "_"), _Tap(self.name)).shuffle_grouping(
                     c.id, stream)
         cfg = config if config is not None else TopologyConfig(
-            executor="in-process", progress=False, idle_timeout_secs=0.2, poll_interval_secs=0.001,
+            executor="in-process", progress=False, idle_timeout_secs=0, poll_interval_secs=0.001,
             retry_backoff_secs=0.0, message_timeout_secs=600, micro_batches_in_flight=1)
         return run_topology(builder.build(), cfg, clock=self.script.time)
 

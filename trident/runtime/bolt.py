@@ -26,6 +26,7 @@ from trident.runtime.processors import (
     Proc,
     ProjectProc,
 )
+from trident.runtime.window_join import WindowJoinProc
 from trident.runtime.window_proc import WindowProc
 from trident.state import state_name
 
@@ -58,7 +59,7 @@ PROCS: dict[str, type[Proc]] = {
     "aggregate": AggregateProc, "partial": PartialProc, "final": FinalProc,
     "partition_persist": PartitionPersistProc, "query": QueryProc,
     "join": JoinProc, "window": WindowProc, "peek": FilterProc, "multi_reduce": MultiReduceProc,
-    "ijoin": IntervalJoinProc,
+    "ijoin": IntervalJoinProc, "wjoin": WindowJoinProc,
 }
 
 

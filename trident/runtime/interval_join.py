@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from transactional.engine.window_core import watermark
 from trident.runtime.processors import JoinProc, Proc
+from trident.runtime.window_proc import hand_watermark
 
 if TYPE_CHECKING:
     from trident.runtime.bolt import TridentBolt
@@ -65,7 +66,7 @@ class IntervalJoinProc(JoinProc):
         rec = self.map.multi_get_committed([key])[0] or {"txid": 0, "maxima": {}, "late": 0, "rows": []}
         rows: list[list[Any]] = [list(x) for x in rec["rows"]]
         maxima: dict[str, int] = dict(rec["maxima"])
-        wm = watermark(maxima, spec.lag)
+        wm = watermark(maxima, spec.lag, hand_watermark(self.bolt.conf, self.txid - 1))
         late = 0
         index: dict[tuple[int, str], list[list[Any]]] = {}      # (side, key) -> its stored rows
         for x in rows:
@@ -83,7 +84,7 @@ class IntervalJoinProc(JoinProc):
             row = [side, ts, k, list(r)]
             rows.append(row)
             index.setdefault((side, repr(k)), []).append(row)
-        wm = watermark(maxima, spec.lag)
+        wm = watermark(maxima, spec.lag, hand_watermark(self.bolt.conf, self.txid))
         if wm is not None:
             rows = [x for x in rows if x[1] + (spec.lower if x[0] == 0 else spec.upper) >= wm]
         if late:

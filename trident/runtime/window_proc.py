@@ -55,6 +55,19 @@ def _empty() -> dict[str, Any]:
             "fired": 0, "events": []}
 
 
+#: ``TopologyConfig.conf`` key of hand-set watermarks (``trident.testing.TopologyTestDriver``):
+#: ``{"<txid>": ms}``, each the least watermark of every event-time stage from that txid on
+HAND_WATERMARKS = "trident.hand_watermarks"
+
+
+def hand_watermark(conf: dict[str, Any], txid: int) -> int | None:
+    """The hand-set watermark in force at ``txid`` (the greatest set at or before it), or
+    None; a function of the txid, so a replay sees the same."""
+    marks = conf.get(HAND_WATERMARKS) or {}
+    got = [int(ms) for t, ms in marks.items() if int(t) <= txid]
+    return max(got) if got else None
+
+
 class WindowProc(Proc):
     """The window of one task of a window stage (module docstring): the window core's
     machine, rebuilt from the record and stored back each txid."""
@@ -81,7 +94,7 @@ class WindowProc(Proc):
         self.txid_ms = int(bolt.conf[TXID_TIME_MS])     # the txid's time, the same on every replay
         self.collector = _WindowCollect(self.nxt.row, len(op.out_fields) - len(self.spec.key_idx), op_label(op))
         self.late_out = None if self.spec.late_stream is None else f"late-{self.spec.late_stream}"
-        self.bolt = bolt
+        self.bolt, self.conf = bolt, bolt.conf
         self.rows_in: list[tuple[str, tuple[Any, ...]]] = []
 
     def row(self, r: tuple[Any, ...]) -> None:
@@ -91,7 +104,8 @@ class WindowProc(Proc):
         spec, now, in_idx = self.spec, self.txid_ms, self.op.in_idx      # type: ignore[union-attr]
         key = f"window:{self.task}"
         m = self._machine(self.map.multi_get_committed([key])[0] or _empty())
-        wm = m.wm.value                              # as the batches before left it
+        m.wm.value = m.wm.seen(hand_watermark(self.conf, self.txid - 1))
+        wm = m.wm.value                              # as the batches before left it (and a hand-set floor)
         late, ts_idx, key_idx = m.late, spec.timestamp_idx, spec.key_idx if spec.config.session else None
         for part, r in self.rows_in:
             ts = now if ts_idx is None else int(r[ts_idx])
@@ -102,7 +116,7 @@ class WindowProc(Proc):
             log.warning("window stage %r txid %d: %d late tuple(s) %s (below the watermark %s); %d so far",
                         self.stage, self.txid, m.late - late,
                         "dropped" if spec.late_stream is None else f"sent to {spec.late_stream!r}", wm, m.late)
-        ref = m.wm.seen() if ts_idx is not None else now
+        ref = m.wm.seen(hand_watermark(self.conf, self.txid)) if ts_idx is not None else now
         if ref is not None:
             m.reach(ref)
         rec = self._record(m, now)
