@@ -106,6 +106,13 @@ def _state_changes(sid: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
     elif nv < ov:
         out.append(Change(UNSAFE, where, f"value version {ov} -> {nv}: the stored values are newer",
                           f"declare version={ov} (or higher)"))
+    out += _task_changes(where, old, new)
+    return out
+
+
+def _task_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """A changed task count of the component writing a state."""
+    out: list[Change] = []
     if old["tasks"] != new["tasks"] and new["windows"] and new.get("windows_global"):
         out.append(Change(SAFE, where, f"tasks {old['tasks']} -> {new['tasks']} of a window stage: its tuples all "
                           "reach task 0 (a global grouping), where its open windows stay"))

@@ -229,14 +229,13 @@ def _cannot_move(c: dict[str, Any], n: Any) -> str:
     """Why component ``c`` cannot run with ``n`` tasks (empty: it can)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         return "a task count is an int >= 1"
+    groupings = {i[2] for i in c.get("routing") or c.get("inputs") or []}
     if (c.get("layout") or {}).get("windows") and n != int(c["tasks"]) and not windows_stay(c):
-        groupings = sorted({i[2] for i in c.get("routing") or c.get("inputs") or []})
-        return (f"it keeps windows per task and its inputs are {' and '.join(groupings) or 'no'} groupings "
+        return (f"it keeps windows per task and its inputs are {' and '.join(sorted(groupings)) or 'no'} groupings "
                 "(a window's tuples would be split between tasks)")
     if c.get("core") == "swindowed" and n != int(c["tasks"]):
-        return ("it is a persistent windowed bolt: each task keeps its open windows as one record, which the "
-                "key move cannot split between tasks")
-    groupings = {i[2] for i in c.get("routing") or c.get("inputs") or []}
+        return ("it is a stateful windowed bolt: each task keeps its open windows (a persistent window as one "
+                "record of its state, which the key move cannot split between tasks)")
     if c.get("core") in ("stateful", "swindowed") and not (groupings <= {"fields"} or groupings == {"global"}):
         return (f"it is a stateful bolt whose inputs are {' and '.join(sorted(groupings))} groupings, which do not "
                 "say which task a key belongs to")

@@ -125,9 +125,9 @@ def test_a_rebalance_a_grouping_or_a_state_cannot_follow_is_refused_naming_compo
                  "routing": [["words", "default", "fields", ["word"]]]}
     with pytest.raises(RebalanceRefusedError) as e:
         check_rebalance({"components": {"win": swindowed}}, {"win": 1}, tid)
-    assert str(e.value) == (f"rebalance of 'win' in topology {tid!r} from 2 to 1 task(s) refused: it is a persistent "
-                            "windowed bolt: each task keeps its open windows as one record, which the key move "
-                            "cannot split between tasks; nothing was changed")
+    assert str(e.value) == (f"rebalance of 'win' in topology {tid!r} from 2 to 1 task(s) refused: it is a stateful "
+                            "windowed bolt: each task keeps its open windows (a persistent window as one record of "
+                            "its state, which the key move cannot split between tasks); nothing was changed")
     with pytest.raises(RebalanceRefusedError, match="has no component 'nope'; its components are "):
         request("memory://", tid, "rebalance", tasks={"nope": 3})
     assert MemoryTransactionalState(tid).get("control") is None
