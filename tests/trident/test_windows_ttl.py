@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from spouts import MemoryTransactionalSpout
-from transactional import Fields, TopologyConfig, run_topology
+from transactional import FailedException, Fields, TopologyConfig, run_topology
 from transactional.exceptions import ConfigError
 from transactional.windowing import Duration
-from trident import TridentTopology
+from trident import BaseFilter, TridentTopology
 from trident.operation import BaseAggregator
 from trident.windowing import WindowsStoreFactory
 
@@ -32,14 +32,34 @@ class Ts(BaseAggregator):
         collector.emit((" ".join(map(str, acc)),))
 
 
-def sessions(ttl: float | None) -> dict[str, Any]:
-    """One click a txid, the driver's clock at 0, 10, 20, 40, 50 s; a lag no session's end
-    reaches, so only the TTL takes sessions away. The store's record after the run."""
+class FailOnce(BaseFilter):
+    """FailedException the first time it sees ``ts`` (its txid is replayed)."""
+
+    def __init__(self, key: str, ts: int) -> None:
+        self.key, self.ts = key, ts
+
+    def is_keep(self, tuple: Any) -> bool:
+        if tuple[0] == self.ts and self.key not in FAILED_ONCE:
+            FAILED_ONCE.add(self.key)
+            raise FailedException("once")
+        return True
+
+
+FAILED_ONCE: set[str] = set()
+
+
+def sessions(ttl: float | None, fail_at: int | None = None) -> dict[str, Any]:
+    """One click a txid, the driver's clock at 0, 10, 20, 40, 50 s (asked once per txid: a
+    replay reuses its txid's recorded time); a lag no session's end reaches, so only the
+    TTL takes sessions away. ``fail_at``: the txid of that click fails once and is
+    replayed. The store's record after the run."""
     clicks = [("ann", 1000), ("bob", 2000), ("ann", 3000), ("bob", 4000), ("cid", 5000)]
     times = iter([0, 10, 20, 40, 50])
     t = TridentTopology(f"wttl-{uuid.uuid4().hex[:8]}")
-    (t.new_stream("clicks", MemoryTransactionalSpout(clicks, Fields("user", "ts"), 1))
-     .group_by(Fields("user"))
+    s = t.new_stream("clicks", MemoryTransactionalSpout(clicks, Fields("user", "ts"), 1))
+    if fail_at is not None:
+        s = s.each(Fields("ts"), FailOnce(uuid.uuid4().hex, fail_at))
+    (s.group_by(Fields("user"))
      .session_window(Duration(5, "s"), WindowsStoreFactory("sessions", ttl_secs=ttl), Fields("ts"), Ts(),
                      Fields("clicks"), timestamp_field="ts", lag=Duration(1000, "s")))
     r = run_topology(t.build(), TopologyConfig(executor="in-process", progress=False, max_spout_pending=1),
@@ -56,6 +76,9 @@ def test_an_idle_keys_open_sessions_expire_by_the_txids_recorded_times() -> None
     assert [(e[3], e[1]) for e in rec["events"]] == [(["bob"], 4000), (["cid"], 5000)]
     assert rec["seen"] == {'["bob"]': 40 * S, '["cid"]': 50 * S}
     assert rec["fired"] == 0
+    replayed = sessions(15, fail_at=4000)           # txid 4 (at 40 s) fails once: its replay decides the same
+    assert len(FAILED_ONCE) == 1
+    assert (replayed["events"], replayed["seen"]) == (rec["events"], rec["seen"])
     plain = sessions(None)
     assert [e[1] for e in plain["events"]] == [1000, 2000, 3000, 4000, 5000] and "seen" not in plain
 
