@@ -127,15 +127,24 @@ class WindowsStoreFactory:
     """Where a window stage keeps its open windows: the transactional map ``name`` of the
     topology's user state (``TopologyConfig.state``: memory:// or redis://). Storm's
     ``WindowsStoreFactory``; ``backend`` ("memory", "redis" or None for either) is checked
-    against the state's URL when the stage opens it."""
+    against the state's URL when the stage opens it. ``ttl_secs``: a key (a session's key;
+    a window stage without sessions: the whole window) that no tuple reached for that long,
+    by the txids' recorded times, loses its open sessions or windows unfired, as a map
+    key's value expires (``state.map.ttl``; docs/windows.md, "Windows that expire")."""
 
     name: str
     backend: str | None = None
+    ttl_secs: float | None = None
 
     def __post_init__(self) -> None:
         from state.keys import check_state_name
 
         check_state_name(self.name)
+        t = self.ttl_secs
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
+            msg = (f"windows store {self.name!r}: ttl_secs={t!r}; give a number of seconds > 0, or None for "
+                   "windows that never expire")
+            raise ConfigError(msg)
 
 
 def InMemoryWindowsStoreFactory(name: str = "windows") -> WindowsStoreFactory:   # noqa: N802 - Storm's name

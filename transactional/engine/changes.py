@@ -14,8 +14,8 @@ topology").
 * **unsafe** -- refused, before anything is written, one line per change naming the
   component and the fix: a removed or renamed state (without ``allow_dropped_state``),
   a changed kind, key fields or grouping of a stateful stream, a higher version with no
-  ``migrate``, a lower version, a changed task count of a window stage (windows are kept
-  per task), a changed or removed spout with stored offsets, a transactional map fed by
+  ``migrate``, a lower version, a changed task count of a window stage whose tuples are not
+  all sent to task 0 by a global grouping (windows are kept per task), a changed or removed spout with stored offsets, a transactional map fed by
   an opaque spout, and any change of states while a txid's commit is under way.
 
 States are known by their stable id (``uid=``, else their name); components by their id.
@@ -66,7 +66,8 @@ def states_of(layout: dict[str, Any]) -> dict[str, dict[str, Any]]:
             specs[f"bolt:{cid}"] = {"kind": f"keyvalue ({c['core']})", "keys": None, "use": "persist", "version": 1}
         for sid, spec in specs.items():
             entry = {**spec, "component": cid, "inputs": _groupings(c.get("routing") or c.get("inputs") or []),
-                     "tasks": int(c.get("tasks", 1)), "windows": bool((c.get("layout") or {}).get("windows"))}
+                     "tasks": int(c.get("tasks", 1)), "windows": bool((c.get("layout") or {}).get("windows")),
+                     "windows_global": all(i[2] == "global" for i in c.get("routing") or c.get("inputs") or [])}
             if sid not in out or out[sid].get("use") == "query":
                 out[sid] = entry
     return out
@@ -105,7 +106,17 @@ def _state_changes(sid: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
     elif nv < ov:
         out.append(Change(UNSAFE, where, f"value version {ov} -> {nv}: the stored values are newer",
                           f"declare version={ov} (or higher)"))
-    if old["tasks"] != new["tasks"] and new["windows"]:
+    out += _task_changes(where, old, new)
+    return out
+
+
+def _task_changes(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """A changed task count of the component writing a state."""
+    out: list[Change] = []
+    if old["tasks"] != new["tasks"] and new["windows"] and new.get("windows_global"):
+        out.append(Change(SAFE, where, f"tasks {old['tasks']} -> {new['tasks']} of a window stage: its tuples all "
+                          "reach task 0 (a global grouping), where its open windows stay"))
+    elif old["tasks"] != new["tasks"] and new["windows"]:
         out.append(Change(UNSAFE, where, f"tasks {old['tasks']} -> {new['tasks']} of a window stage: windows "
                           "are kept per task", f"keep parallelism_hint({old['tasks']})"))
     elif old["tasks"] != new["tasks"]:

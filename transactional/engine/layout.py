@@ -229,13 +229,26 @@ def _cannot_move(c: dict[str, Any], n: Any) -> str:
     """Why component ``c`` cannot run with ``n`` tasks (empty: it can)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         return "a task count is an int >= 1"
-    if (c.get("layout") or {}).get("windows") and n != int(c["tasks"]):
-        return "it keeps windows per task (a window's tuples would be split between tasks)"
     groupings = {i[2] for i in c.get("routing") or c.get("inputs") or []}
+    if (c.get("layout") or {}).get("windows") and n != int(c["tasks"]) and not windows_stay(c):
+        return (f"it keeps windows per task and its inputs are {' and '.join(sorted(groupings)) or 'no'} groupings "
+                "(a window's tuples would be split between tasks)")
+    if c.get("core") == "swindowed" and n != int(c["tasks"]):
+        return ("it is a stateful windowed bolt: each task keeps its open windows (a persistent window as one "
+                "record of its state, which the key move cannot split between tasks)")
     if c.get("core") in ("stateful", "swindowed") and not (groupings <= {"fields"} or groupings == {"global"}):
         return (f"it is a stateful bolt whose inputs are {' and '.join(sorted(groupings))} groupings, which do not "
                 "say which task a key belongs to")
     return ""
+
+
+def windows_stay(c: dict[str, Any]) -> bool:
+    """Whether the open windows of window stage ``c`` (a layout record's component) stay
+    where they are under any task count: every tuple reaches it by a global grouping, so the
+    routing that places its tuples places every window's key on task 0, with any number of
+    tasks; its tasks 1.. never held a tuple (docs/windows.md, "Rebalancing")."""
+    routing = c.get("routing") or c.get("inputs") or []
+    return bool(routing) and all(i[2] == "global" for i in routing)
 
 
 #: the record of the operator's requests (``transactional.ops.control`` writes it)

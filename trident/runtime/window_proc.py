@@ -17,11 +17,15 @@ fired window's tuples go through the aggregator; what it emits flows on.
 
 The record (JSON): ``{"txid", "now", "seq", "count_since", "next_end", "maxima": {"<source>/<stream>/<task>":
 greatest ts}, "late", "fired", "events": [[seq, ts, [values...]], ...]}`` (a session's events
-also carry their key: ``[seq, ts, [values...], [key...]]``).
+also carry their key: ``[seq, ts, [values...], [key...]]``); with a store TTL, ``"seen"``:
+each key holding events -> the recorded time of the last txid that added one of its tuples
+(``WindowsStoreFactory.ttl_secs``: at a txid at or after that time plus the TTL, the key's
+events are dropped unfired before the txid's rows are added).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +72,12 @@ def hand_watermark(conf: dict[str, Any], txid: int) -> int | None:
     return max(got) if got else None
 
 
+def _ttl_key(key: Any) -> str:
+    """A session key (a window stage without sessions: None, the whole window) as the
+    record's ``seen`` keeps it."""
+    return "*" if key is None else json.dumps(list(key), sort_keys=True, default=str)
+
+
 class WindowProc(Proc):
     """The window of one task of a window stage (module docstring): the window core's
     machine, rebuilt from the record and stored back each txid."""
@@ -103,8 +113,10 @@ class WindowProc(Proc):
     def finish(self) -> None:
         spec, now, in_idx = self.spec, self.txid_ms, self.op.in_idx      # type: ignore[union-attr]
         key = f"window:{self.task}"
-        m = self._machine(self.map.multi_get_committed([key])[0] or _empty())
+        old = self.map.multi_get_committed([key])[0] or _empty()
+        m = self._machine(old)
         m.wm.value = m.wm.seen(hand_watermark(self.conf, self.txid - 1))
+        seen = self._expire(m, old, now)
         wm = m.wm.value                              # as the batches before left it (and a hand-set floor)
         late, ts_idx, key_idx = m.late, spec.timestamp_idx, spec.key_idx if spec.config.session else None
         for part, r in self.rows_in:
@@ -112,6 +124,8 @@ class WindowProc(Proc):
             k = None if key_idx is None else tuple(r[i] for i in key_idx)
             if m.add([r[i] for i in in_idx], ts, part, k) is None:
                 self._late(r)
+            elif seen is not None:
+                seen[_ttl_key(k)] = now
         if m.late > late:
             log.warning("window stage %r txid %d: %d late tuple(s) %s (below the watermark %s); %d so far",
                         self.stage, self.txid, m.late - late,
@@ -120,6 +134,9 @@ class WindowProc(Proc):
         if ref is not None:
             m.reach(ref)
         rec = self._record(m, now)
+        if seen is not None:      # only the keys still holding events
+            held = {_ttl_key(e.key) for e in m.retained()}
+            rec["seen"] = {k: v for k, v in sorted(seen.items()) if k in held}
         self.map.multi_update([key], lambda _old: rec)
         super().finish()
 
@@ -135,6 +152,24 @@ class WindowProc(Proc):
         else:
             m.events = [Event(e[0], e[1], e[2]) for e in rec["events"]]
         return m
+
+    def _expire(self, m: WindowMachine, rec: dict[str, Any], now: int) -> dict[str, int] | None:
+        """With a store TTL: drop, unfired, the events of each key no tuple reached for
+        ``ttl_secs`` by the txids' recorded times (``now``: this txid's); the keys' last
+        times, for this txid to update. None without a TTL."""
+        ttl = self.spec.store.ttl_secs
+        if ttl is None:
+            return None
+        seen: dict[str, int] = dict(rec.get("seen") or {})
+        gone = {k for k, at in seen.items() if at + int(ttl * 1000) <= now}
+        if gone:
+            before = len(m.events)
+            m.events = [e for e in m.events if _ttl_key(e.key) not in gone]
+            if not self.spec.config.session:
+                m.count_since = 0
+            log.info("window stage %r txid %d: %d idle key(s) expired, %d tuple(s) dropped unfired", self.stage,
+                     self.txid, len(gone), before - len(m.events))
+        return {k: at for k, at in seen.items() if k not in gone}
 
     def _record(self, m: WindowMachine, now: int) -> dict[str, Any]:
         """The record of the machine (module docstring): only the events a later window can hold."""

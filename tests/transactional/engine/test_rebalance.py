@@ -14,7 +14,7 @@ import pytest
 from spouts import MemoryTransactionalSpout
 from state.base import MemoryTransactionalState
 from transactional import Fields, TopologyConfig, run_topology
-from transactional.engine.layout import RebalanceRefusedError
+from transactional.engine.layout import RebalanceRefusedError, check_rebalance
 from transactional.engine.routing import stable_hash
 from transactional.ops.control import request
 from trident import Count, TridentTopology, state
@@ -114,10 +114,20 @@ def test_a_rebalance_a_grouping_or_a_state_cannot_follow_is_refused_naming_compo
     tid = f"rb-{uuid.uuid4().hex[:8]}"
     run_topology(word_count(tid, window=True), TopologyConfig(executor="in-process", progress=False), max_batches=1)
     comp = "window(WindowSpec)"
+    rec = MemoryTransactionalState(tid).get("layout")
+    shuffled = {**rec["components"][comp], "routing": [["b-0", "default", "shuffle", []]]}
     with pytest.raises(RebalanceRefusedError) as e:
-        request("memory://", tid, "rebalance", tasks={comp: 3})
+        check_rebalance({"components": {comp: shuffled}}, {comp: 3}, tid)
     assert str(e.value) == (f"rebalance of {comp!r} in topology {tid!r} from 2 to 3 task(s) refused: it keeps "
-                            "windows per task (a window's tuples would be split between tasks); nothing was changed")
+                            "windows per task and its inputs are shuffle groupings (a window's tuples would be "
+                            "split between tasks); nothing was changed")
+    swindowed = {"kind": "bolt", "tasks": 2, "core": "swindowed", "layout": {},
+                 "routing": [["words", "default", "fields", ["word"]]]}
+    with pytest.raises(RebalanceRefusedError) as e:
+        check_rebalance({"components": {"win": swindowed}}, {"win": 1}, tid)
+    assert str(e.value) == (f"rebalance of 'win' in topology {tid!r} from 2 to 1 task(s) refused: it is a stateful "
+                            "windowed bolt: each task keeps its open windows (a persistent window as one record of "
+                            "its state, which the key move cannot split between tasks); nothing was changed")
     with pytest.raises(RebalanceRefusedError, match="has no component 'nope'; its components are "):
         request("memory://", tid, "rebalance", tasks={"nope": 3})
     assert MemoryTransactionalState(tid).get("control") is None

@@ -88,6 +88,7 @@ ACCEPTED = {
     "map state's task count": {"tasks": 3},
     "state renamed, uid kept": {"factory": state.transactional("word-counts", uid="counts")},
     "state dropped, allowed": {"drop": True, "allow_dropped_state": True},
+    "task count of a stage with windows (global grouping)": {"window_tasks": 2},
     "value version with migrate": {"factory": state.transactional("counts", version=2, migrate=lambda v, _f: v)},
 }
 REFUSED = {
@@ -98,7 +99,6 @@ REFUSED = {
     "value version without migrate": ({"factory": state.transactional("counts", version=2)}, "state 'counts'",
                                       "declare migrate="),
     "grouping of a stateful stream": ({"regroup": True}, "state 'Sink'", "grouping shuffle -> fields['word']"),
-    "task count of a stage with windows": ({"window_tasks": 2}, "state 'win'", "windows are kept per task"),
     "spout with stored offsets": ({"spout": FixedBatchSpout(Fields("sentence"), 4, ("a b",))}, "spout 'sentences'",
                                   "stored offsets belong to the old source"),
 }
