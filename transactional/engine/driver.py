@@ -40,6 +40,8 @@ from transactional.engine.coordinator import (
     Stop,
 )
 from transactional.engine.core.runner import CoreRunner
+from transactional.engine.drpc import drpc_spouts
+from transactional.engine.drpc.remote import drpc_token
 from transactional.engine.events import Tally, Transition
 from transactional.engine.faults import crash_point
 from transactional.engine.maps import StateRegistry
@@ -51,7 +53,6 @@ from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
 from transactional.exceptions import ConfigError, LockHeldError
-from transactional.redaction import remember
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder, as_topology
 
@@ -111,12 +112,12 @@ class Engine:
         #: the runner of the topology's kind (the one place the driver asks what kind it runs)
         self.runner_class = RUNNERS[topology.kind]
         self.conf = {"topology.id": topology.topology_id, **config.conf, **self.runner_class.run_conf(topology)}
-        if config.drpc_servers or any(c.class_name.endswith("DRPCSpout") for c in topology.spouts):
+        if config.drpc_servers or drpc_spouts(topology):
             # Distributed RPC (transactional.engine.drpc): the spout's and the return bolt's settings
             self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
                               "topology.max.attempts": config.max_attempts,
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
-                              "drpc.token": _drpc_token(config)})
+                              "drpc.token": drpc_token(config.drpc_token)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
@@ -459,11 +460,3 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
                 log.warning("a listener of the run (%r) failed on a %r transition: %s", listener, t.kind, what)
     return hear
 
-
-def _drpc_token(config: TopologyConfig) -> str | None:
-    """The DRPC token of a run (``drpc_token``, else ``TRIDENT_DRPC_TOKEN``), remembered as a
-    secret: one taken from the environment is masked in logs as one set in the config is."""
-    token = config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
-    if token:
-        remember([token])
-    return token

@@ -81,9 +81,10 @@ def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
         return sink
 
 
-def drpc_spouts(topology: Any) -> list[Any]:
-    """The DRPC spouts of ``topology`` (instances), for ``LocalCluster``'s set-up."""
-    return [c.new_instance() for c in topology.spouts if c.class_name.endswith(DRPCSpout.__name__)]
+def drpc_spouts(topology: Any) -> list[DRPCSpout]:
+    """The DRPC spouts of ``topology`` (instances, recognised by type: ``DRPCSpout`` and
+    its subclasses), for the run's settings and ``LocalCluster``'s set-up."""
+    return [s for s in (c.new_instance() for c in topology.spouts) if isinstance(s, DRPCSpout)]
 
 
 # -- the spout --------------------------------------------------------------------------------------

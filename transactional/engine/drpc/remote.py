@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import threading
 import urllib.error
 import urllib.parse
@@ -21,9 +22,23 @@ import urllib.request
 import uuid
 
 from transactional.engine.drpc.sink import Entry, Sink
+from transactional.redaction import remember
 
 log = logging.getLogger("trident")
 POLL_SECS = 1.0        # a long poll's wait at a server
+#: the environment variable that gives the DRPC token where none is given
+TOKEN_ENV = "TRIDENT_DRPC_TOKEN"
+
+
+def drpc_token(given: str | None) -> str | None:
+    """The DRPC token, read in this one place for the server (``--token``), its callers
+    (``DRPCClient(token=...)``) and the topologies (``TopologyConfig.drpc_token``): ``given``
+    when not None, else ``TRIDENT_DRPC_TOKEN``; None when that is unset or empty. It is
+    remembered as a secret: masked in every log line of this process, wherever it appears."""
+    token = (given if given is not None else os.environ.get(TOKEN_ENV)) or None
+    if token:
+        remember([token])
+    return token
 
 
 class RemoteSink(Sink):
@@ -152,4 +167,4 @@ class RemoteSink(Sink):
         return True
 
 
-__all__ = ["RemoteSink"]
+__all__ = ["RemoteSink", "TOKEN_ENV", "drpc_token"]
