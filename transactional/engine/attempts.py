@@ -19,6 +19,7 @@ from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_p
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
+from transactional.engine.wakeup import WakesDriver, Wakeup
 from transactional.metrics import fold_committed
 from transactional.tuples import TransactionAttempt
 
@@ -78,8 +79,15 @@ class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
+    def __init__(self, engine: Engine, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner,
+                 wakeup: Wakeup | None = None) -> None:
         self.engine = engine
+        #: what ``wait`` sleeps on: set when a job ends (and by whoever else wakes the driver)
+        self.wakeup = wakeup if wakeup is not None else Wakeup()
+        # spouts whose input arrives as events (DRPC requests) wake the driver: no idle polling for them
+        self.woken_by = [c for c in runner.spout_coordinators().values() if isinstance(c, WakesDriver)]
+        for c in self.woken_by:
+            c.wake_on_input(self.wakeup.input)
         self.jobs = jobs
         self.store = store
         self.runner = runner
@@ -107,6 +115,7 @@ class Attempts:
                                    coord.last_committed, group, self.runner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             self.group_of[fut] = group
+            fut.add_done_callback(self._ended)
             return []
         if isinstance(a, Record):
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -145,13 +154,19 @@ class Attempts:
                 "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
                 type(e).__name__, "cancelled" if cancelled else fatal or spark_error(e), "")])
 
+    def _ended(self, fut: cf.Future[Any]) -> None:
+        """A job's future is done (on the job's thread): wake the driver."""
+        self.wakeup.set()
+
     def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
-        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
-        if not self.running:
-            time.sleep(timeout)
-            return []
-        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        """Wait up to ``timeout`` for the wakeup (a processing job ended, input arrived, the
+        operator asked); report the ended jobs."""
+        if not any(f.done() for f in self.running):
+            self.wakeup.wait(timeout)
+        done = [f for f in self.running if f.done()]
         actions: list[Action] = []
+        if self.wakeup.take_input():
+            actions += coord.ready(time.monotonic())      # a spout has input: plan now, not at the next poll
         for fut in sorted(done, key=lambda f: self.running[f]):
             txid, attempt = self.running.pop(fut)
             self.group_of.pop(fut, None)
@@ -172,6 +187,8 @@ class Attempts:
         """The run stops: cancel every processing job in flight, those of attempts cancelled
         before, and wait at most ``wait_secs`` for them (a job's cancel is asked again while
         it runs). The job threads are daemons: what still runs then does not hold the process."""
+        for c in self.woken_by:
+            c.wake_on_input(None)
         self.groups.clear()
         self.pool.shutdown()                      # attempts not started yet never start
         running = {f: g for f, g in self.group_of.items() if not f.done()}

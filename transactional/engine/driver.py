@@ -52,6 +52,7 @@ from transactional.engine.plan import (
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
+from transactional.engine.wakeup import Wakeup
 from transactional.exceptions import ConfigError, LockHeldError
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder, as_topology
@@ -124,6 +125,9 @@ class Engine:
         self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
+        #: what the idle driver sleeps on (``transactional.engine.wakeup``): a job's end, a
+        #: spout's input, the operator's request (``RunWatch`` may set it) wake it
+        self.wakeup = Wakeup()
         #: what the caller adds to the run (``transactional.ops.run``: the operator's tools)
         self.watch = watch if watch is not None else RunWatch()
         #: who hears the coordinator's transitions: the result, the log, on_commit, then the watch's
@@ -332,7 +336,7 @@ class Engine:
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
                      rec.last_committed, len(rec.pending), "replay" if runner.policy.replays else "plan again")
-        attempts = Attempts(self, jobs, store, runner)
+        attempts = Attempts(self, jobs, store, runner, self.wakeup)
         clock = time.monotonic
         # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
         pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))

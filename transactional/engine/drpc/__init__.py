@@ -34,6 +34,7 @@ from typing import Any
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
 from transactional.engine.drpc.queue import _LOCAL, DEFAULT_TIMEOUT_SECS, RequestQueue, _LocalSink, local_queues
 from transactional.engine.drpc.sink import Entry, Sink
+from transactional.engine.wakeup import WakesDriver
 from transactional.exceptions import ConfigError, InvalidTupleError
 from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
@@ -110,11 +111,20 @@ class DRPCSpout(TransactionalSpout):
         declarer.declare(Fields(ATTEMPT, "id", "args", "attempts", "origin"), IDS_STREAM)
 
 
-class _DRPCCoordinator(Coordinator):
+class _DRPCCoordinator(Coordinator, WakesDriver):
     def __init__(self, sink: Sink, batch_size: int) -> None:
         self.sink = sink
         self.batch_size = batch_size
         self._closed = False
+        self._wake: Callable[[], None] | None = None
+
+    def wake_on_input(self, wake: Callable[[], None] | None) -> None:
+        """A request arriving at the sink wakes the driver (``transactional.engine.wakeup``)."""
+        if self._wake is not None:
+            self.sink.on_input(self._wake, listen=False)
+        self._wake = wake
+        if wake is not None:
+            self.sink.on_input(wake)
 
     def is_ready(self) -> bool:
         return self.sink.has_requests()
@@ -127,6 +137,7 @@ class _DRPCCoordinator(Coordinator):
         function (their callers get 503 rather than wait for the timeout)."""
         if not self._closed:
             self._closed = True
+            self.wake_on_input(None)
             self.sink.close()
 
 
@@ -260,11 +271,14 @@ class ReturnResults(BaseBatchBolt, Committer):
     error of a request that failed ``max_attempts`` times (or broke the tuple contract), or
     queues a failed request again."""
 
-    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None) -> None:
+    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None,
+                 per_request: bool = False) -> None:
         self.function = function
         self.source = source
         self.last = last
         self.render = render
+        #: a Trident stream (``render``) whose rows carry their request id (many requests a batch)
+        self.per_request = per_request
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.sink = sink_for(self.source, self.function, conf)
@@ -279,7 +293,7 @@ class ReturnResults(BaseBatchBolt, Committer):
             self.entries[v[1]] = [v[1], v[2], v[3], v[4]]
         elif tuple.source_stream == FAILED_STREAM:
             self.errors.setdefault(v[1], (v[2], v[3]))
-        elif self.render is not None:        # a Trident stream: one request per batch, rows without its id
+        elif self.render is not None and not self.per_request:   # one request per batch, rows without its id
             self.results.setdefault("", []).append(v[1:])
         else:
             self.results.setdefault(v[1], []).append(v[2:])
@@ -299,7 +313,7 @@ class ReturnResults(BaseBatchBolt, Committer):
                              self.function, rid, attempts, self.max_attempts, message.splitlines()[0])
                     self.sink.retry(entry, attempts)
                 continue
-            rows = self.results.get("" if self.render is not None else rid)
+            rows = self.results.get("" if self.render is not None and not self.per_request else rid)
             if self.render is not None:
                 self.sink.answer(rid, self.render(rows or []), origin)
             elif rows:

@@ -218,6 +218,9 @@ class _LocalSink(Sink):
     def retry(self, entry: Entry, attempts: int) -> bool:
         return self.queue.retry(entry[0], attempts)
 
+    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
+        self.queue.on_input(callback, listen)
+
 
 #: the queues of this process's LocalDRPCs: source key ("local:<id>") -> function -> queue
 _LOCAL: dict[str, dict[str, RequestQueue]] = {}

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Callable
 
 from transactional.engine.drpc.sink import Entry, Sink
 from transactional.redaction import remember
@@ -59,6 +60,7 @@ class RemoteSink(Sink):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.driver = ""
+        self._listeners: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"RemoteSink({self.servers}, {self.function!r})"
@@ -129,6 +131,9 @@ class RemoteSink(Sink):
                 if got and not stop.is_set():
                     with self._lock:
                         self._ready.extend([rid, args, 0, server] for rid, args in got)
+                        listeners = list(self._listeners)
+                    for wake in listeners:
+                        wake()
 
     # -- the sink --------------------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -165,6 +170,13 @@ class RemoteSink(Sink):
         with self._lock:
             self._ready.appendleft([entry[0], entry[1], attempts, entry[3]])
         return True
+
+    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
+        with self._lock:
+            if listen:
+                self._listeners.append(callback)
+            elif callback in self._listeners:
+                self._listeners.remove(callback)
 
 
 __all__ = ["RemoteSink", "TOKEN_ENV", "drpc_token"]
