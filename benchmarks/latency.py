@@ -11,7 +11,9 @@ least 2 per client). One JSON line per (kind, executor, clients): the client-sid
 (ms) and, from the run's ``RunResult`` (the coordinator's transitions), the p50 of the
 committed batches' processing job, commit phase and launch -> committed time; ``wait_ms`` is
 the client p50 less that launch -> committed p50: time a request spends queued, waiting
-for the driver's next poll or for a batch ahead of it.
+for the driver to wake and plan (or, before the wakeup, for its next poll) or for a batch
+ahead of it. ``calls_per_batch``: the calls the DRPC spout took per batch that had any
+(mean and most), counted at the function's queue.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from examples import reach, trident_drpc_word_count
 from transactional import LocalCluster, TopologyConfig
 from transactional.drpc import LocalDRPC
+from transactional.engine.drpc import local_queues
 from transactional.result import percentile
 
 from drpc import concurrent_calls
@@ -52,11 +55,14 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict
     topology, function, args, ok = _topology(kind, drpc)
     config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False)
     per_client = max(2, calls // clients)
+    taken = _count_takes(drpc, function)
     cluster = LocalCluster()
     cluster.submit_topology("latency-bench", config, topology)
     drpc.execute(function, args[0])           # warm: the run is up (and Spark's workers)
+    taken.clear()
     latencies, wrong, secs = concurrent_calls(lambda arg: drpc.execute(function, arg), args, ok, clients,
                                               per_client)
+    sizes = [n for n in taken if n > 0]
     result = cluster.kill_topology("latency-bench")
     p50 = _ms(latencies)
     launch_to_commit = _ms(result.commit_latencies) if result is not None else None
@@ -68,7 +74,22 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict
             "commit_ms": _ms(result.commit_phase_secs) if result is not None else None,
             "launch_to_commit_ms": launch_to_commit,
             "wait_ms": round(p50 - launch_to_commit, 1) if p50 is not None and launch_to_commit else None,
-            "wrong_answers": len(wrong)}
+            "calls_per_batch": round(sum(sizes) / len(sizes), 1) if sizes else None,
+            "most_calls_per_batch": max(sizes, default=None), "wrong_answers": len(wrong)}
+
+
+def _count_takes(drpc: LocalDRPC, function: str) -> list[int]:
+    """How many calls each batch of ``function`` took from ``drpc``'s queue (appended to the list returned)."""
+    q = local_queues(drpc.source)[function]
+    sizes: list[int] = []
+    take = q.take
+
+    def counted(n: int, wait_secs: float = 0.0, *more: Any) -> Any:
+        got = take(n, wait_secs, *more)
+        sizes.append(len(got))
+        return got
+    q.take = counted  # type: ignore[method-assign]
+    return sizes
 
 
 def main() -> None:
