@@ -2,7 +2,7 @@
 (docs/performance.md, "Latency").
 
     python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
-                                 [--executor in-process,spark] [--master local[2]]
+                                 [--executor in-process,spark] [--master local[2]] [--on-driver N]
 
 ``linear`` is storm-starter's ReachTopology (examples/reach.py) on Linear DRPC; ``trident``
 is Storm's TridentWordCount query stream (examples/trident_drpc_word_count.py). Each client
@@ -49,11 +49,12 @@ def _ms(h: Any, q: float = 50) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
-def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict[str, Any]:
+def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driver: int = 0) -> dict[str, Any]:
     """One case: ``clients`` threads making ``calls`` calls in all; the figures as a dict."""
     drpc = LocalDRPC()
     topology, function, args, ok = _topology(kind, drpc)
-    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False)
+    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False,
+                            **({"drpc_on_driver_max_calls": on_driver} if on_driver else {}))
     per_client = max(2, calls // clients)
     taken = _count_takes(drpc, function)
     cluster = LocalCluster()
@@ -67,7 +68,7 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict
     p50 = _ms(latencies)
     launch_to_commit = _ms(result.commit_latencies) if result is not None else None
     return {"benchmark": "latency-drpc", "kind": kind, "executor": executor,
-            "master": master if executor == "spark" else None, "clients": clients,
+            "master": master if executor == "spark" else None, "on_driver": on_driver, "clients": clients,
             "calls": len(latencies), "seconds": round(secs, 3), "p50_ms": p50, "p99_ms": _ms(latencies, 99),
             "batches": result.batches_committed if result is not None else None,
             "processing_ms": _ms(result.processing_secs) if result is not None else None,
@@ -100,11 +101,13 @@ def main() -> None:
     p.add_argument("--kind", default="linear,trident", help="comma-separated: linear, trident")
     p.add_argument("--executor", default="in-process,spark", help="comma-separated: in-process, spark")
     p.add_argument("--master", default="local[2]", help="Spark master for --executor spark")
+    p.add_argument("--on-driver", type=int, default=0,
+                   help="drpc_on_driver_max_calls: batches of at most N calls run in the driver's process (0: none)")
     a = p.parse_args()
     for kind in a.kind.split(","):
         for executor in a.executor.split(","):
             for clients in (int(c) for c in a.clients.split(",")):
-                print(json.dumps(run(kind, executor, a.master, clients, a.calls)), flush=True)
+                print(json.dumps(run(kind, executor, a.master, clients, a.calls, a.on_driver)), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
+from transactional.engine.drpc import on_driver
 from transactional.engine.faults import crash_point
 from transactional.engine.plan import InProcessExecutor, ProcessingResult, run_processing
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
@@ -54,17 +55,26 @@ class Jobs:
                 ship(engine.sc, engine.config)      # py_files / archives of this run
             self.executor = SparkExecutor(engine.sc)
         self.shared = self.executor.shared(engine.topology)
+        # small DRPC batches in this process, not as a Spark job (``drpc_on_driver_max_calls``)
+        small = on_driver(engine.topology, engine.conf) if isinstance(self.executor, SparkExecutor) \
+            and not engine.plan.commits_on_executors else None
+        self.small = small
+        self.local = InProcessExecutor()
+        self.local_shared = self.local.shared(engine.topology) if small is not None else self.shared
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         e = self.engine
-        return run_processing(e.plan, self.executor, self.shared, self.run_id, e.conf, attempt, meta,
-                              cleanup_before, group, fed)
+        here = self.small is not None and fed is None and self.small(meta)
+        return run_processing(e.plan, self.local if here else self.executor, self.local_shared if here else self.shared,
+                              self.run_id, e.conf, attempt, meta, cleanup_before, group, fed)
 
     def cancel(self, group: str) -> None:
         self.executor.cancel(group)
+        if self.small is not None:
+            self.local.cancel(group)
 
     def close(self) -> None:
         unpersist = getattr(self.shared, "unpersist", None)

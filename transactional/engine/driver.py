@@ -118,6 +118,7 @@ class Engine:
             self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
                               "topology.max.attempts": config.max_attempts,
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
+                              "drpc.on.driver.max.calls": config.drpc_on_driver_max_calls,
                               "drpc.token": drpc_token(config.drpc_token)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement)

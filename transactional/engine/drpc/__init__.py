@@ -40,7 +40,7 @@ from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
 __all__ = ["ATTEMPT", "DEFAULT_TIMEOUT_SECS", "DRPCSpout", "FAILED_STREAM", "IDS_STREAM", "RETURN_ID", "SPOUT_ID",
-           "RequestBolt", "RequestQueue", "ReturnResults", "drpc_spouts", "local_queues", "sink_for"]
+           "RequestBolt", "RequestQueue", "ReturnResults", "drpc_spouts", "local_queues", "on_driver", "sink_for"]
 log = logging.getLogger("trident")
 
 ATTEMPT = "__attempt"          # the hidden first field of every DRPC tuple in the engine
@@ -86,6 +86,28 @@ def drpc_spouts(topology: Any) -> list[DRPCSpout]:
     """The DRPC spouts of ``topology`` (instances, recognised by type: ``DRPCSpout`` and
     its subclasses), for the run's settings and ``LocalCluster``'s set-up."""
     return [s for s in (c.new_instance() for c in topology.spouts) if isinstance(s, DRPCSpout)]
+
+
+def on_driver(topology: Any, conf: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """Which batches of ``topology`` run their processing in the driver's process rather
+    than as a Spark job (``TopologyConfig.drpc_on_driver_max_calls``): a test of a batch's
+    metadata (``{spout_id: meta}``), true when it carries only DRPC calls, at most that
+    many; None when no batch does."""
+    most = int(conf.get("drpc.on.driver.max.calls") or 0)
+    ids = {c.id for c in topology.spouts if isinstance(c.new_instance(), DRPCSpout)} if most > 0 else set()
+    if not ids:
+        return None
+
+    def small(meta: Any) -> bool:
+        calls = 0
+        for sid, m in (meta or {}).items():
+            if m is None:
+                continue
+            if sid not in ids:
+                return False
+            calls += len(m.get("requests", ()))
+        return calls <= most
+    return small
 
 
 # -- the spout --------------------------------------------------------------------------------------
