@@ -3,7 +3,7 @@
 committed in Redis (``latency_kafka.py``, "Latency: Kafka to Redis").
 
     python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
-                                 [--executor in-process,spark] [--master local[2]]
+                                 [--executor in-process,spark] [--master local[2]] [--on-driver N]
     python benchmarks/latency.py --bench kafka [--systems trident,bytewax,sss,sss-realtime]
                                  [--rates 1000,10000,100000] [--seconds 10] [--warmup 3]
     python benchmarks/latency.py --bench window [--rates 1000] [--seconds 10] [--window-ms 1000]
@@ -15,7 +15,9 @@ least 2 per client). One JSON line per (kind, executor, clients): the client-sid
 (ms) and, from the run's ``RunResult`` (the coordinator's transitions), the p50 of the
 committed batches' processing job, commit phase and launch -> committed time; ``wait_ms`` is
 the client p50 less that launch -> committed p50: time a request spends queued, waiting
-for the driver's next poll or for a batch ahead of it.
+for the driver to wake and plan (or, before the wakeup, for its next poll) or for a batch
+ahead of it. ``calls_per_batch``: the calls the DRPC spout took per batch that had any
+(mean and most), counted at the function's queue.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from examples import reach, trident_drpc_word_count
 from transactional import LocalCluster, TopologyConfig
 from transactional.drpc import LocalDRPC
+from transactional.engine.drpc import local_queues
 from transactional.result import percentile
 
 from drpc import concurrent_calls
@@ -50,29 +53,48 @@ def _ms(h: Any, q: float = 50) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
-def run(kind: str, executor: str, master: str, clients: int, calls: int) -> dict[str, Any]:
+def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driver: int = 0) -> dict[str, Any]:
     """One case: ``clients`` threads making ``calls`` calls in all; the figures as a dict."""
     drpc = LocalDRPC()
     topology, function, args, ok = _topology(kind, drpc)
-    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False)
+    config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False,
+                            **({"drpc_on_driver_max_calls": on_driver} if on_driver else {}))
     per_client = max(2, calls // clients)
+    taken = _count_takes(drpc, function)
     cluster = LocalCluster()
     cluster.submit_topology("latency-bench", config, topology)
     drpc.execute(function, args[0])           # warm: the run is up (and Spark's workers)
+    taken.clear()
     latencies, wrong, secs = concurrent_calls(lambda arg: drpc.execute(function, arg), args, ok, clients,
                                               per_client)
+    sizes = [n for n in taken if n > 0]
     result = cluster.kill_topology("latency-bench")
     p50 = _ms(latencies)
     launch_to_commit = _ms(result.commit_latencies) if result is not None else None
     return {"benchmark": "latency-drpc", "kind": kind, "executor": executor,
-            "master": master if executor == "spark" else None, "clients": clients,
+            "master": master if executor == "spark" else None, "on_driver": on_driver, "clients": clients,
             "calls": len(latencies), "seconds": round(secs, 3), "p50_ms": p50, "p99_ms": _ms(latencies, 99),
             "batches": result.batches_committed if result is not None else None,
             "processing_ms": _ms(result.processing_secs) if result is not None else None,
             "commit_ms": _ms(result.commit_phase_secs) if result is not None else None,
             "launch_to_commit_ms": launch_to_commit,
             "wait_ms": round(p50 - launch_to_commit, 1) if p50 is not None and launch_to_commit else None,
-            "wrong_answers": len(wrong)}
+            "calls_per_batch": round(sum(sizes) / len(sizes), 1) if sizes else None,
+            "most_calls_per_batch": max(sizes, default=None), "wrong_answers": len(wrong)}
+
+
+def _count_takes(drpc: LocalDRPC, function: str) -> list[int]:
+    """How many calls each batch of ``function`` took from ``drpc``'s queue (appended to the list returned)."""
+    q = local_queues(drpc.source)[function]
+    sizes: list[int] = []
+    take = q.take
+
+    def counted(n: int, wait_secs: float = 0.0, *more: Any) -> Any:
+        got = take(n, wait_secs, *more)
+        sizes.append(len(got))
+        return got
+    q.take = counted  # type: ignore[method-assign]
+    return sizes
 
 
 def main() -> None:
@@ -90,6 +112,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="--bench kafka: measured seconds a case")
     p.add_argument("--warmup", type=float, default=3.0, help="--bench kafka: seconds produced before measuring")
     p.add_argument("--trident-args", default="", help="--bench kafka: extra arguments of the trident system")
+    p.add_argument("--on-driver", type=int, default=0,
+                   help="drpc_on_driver_max_calls: batches of at most N calls run in the driver's process (0: none)")
     a = p.parse_args()
     if a.bench == "window":
         import latency_window
@@ -106,7 +130,7 @@ def main() -> None:
     for kind in a.kind.split(","):
         for executor in a.executor.split(","):
             for clients in (int(c) for c in a.clients.split(",")):
-                print(json.dumps(run(kind, executor, a.master, clients, a.calls)), flush=True)
+                print(json.dumps(run(kind, executor, a.master, clients, a.calls, a.on_driver)), flush=True)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ class TopologyConfig(BaseModel):
     drpc_servers: list[str] = Field(default_factory=list, description="Distributed RPC: the `trident drpc` servers ('host:port') a topology made with create_remote_topology() or new_drpc_stream(drpc=None) fetches requests from and answers (Storm's drpc.servers)")
     drpc_request_timeout_secs: float = Field(600.0, description="Distributed RPC: a request not answered in this time gets DRPCExecutionException('timed out') (Storm's drpc.request.timeout.secs)")
     drpc_batch_size: int = Field(256, description="Distributed RPC: the most requests one batch (txid) carries")
+    drpc_on_driver_max_calls: int = Field(0, ge=0, description="Distributed RPC on Spark: a batch that carries only DRPC calls, at most this many, runs its processing in the driver's process instead of as a Spark job (no job to schedule: milliseconds, not a job's floor); 0: every batch is a Spark job")
     drpc_token: str | None = Field(None, description="Distributed RPC: the shared token the `trident drpc` servers check (their --token / TRIDENT_DRPC_TOKEN); None: TRIDENT_DRPC_TOKEN from the environment, if set")
 
     def __init__(self, **data: Any) -> None:

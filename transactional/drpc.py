@@ -50,6 +50,7 @@ from transactional.engine.drpc import (
     ReturnResults,
     local_queues,
 )
+from transactional.engine.drpc.remote import drpc_token
 from transactional.exceptions import DRPCExecutionException, TopologyError
 from transactional.topology import Topology, TransactionalTopologyBuilder
 from transactional.tuples import Fields
@@ -226,14 +227,12 @@ class DRPCClient:
 
     def __init__(self, host: str, port: int, timeout: float | None = None, token: str | None = None, *,
                  retries: int = 0, retry_backoff_secs: float = 0.5) -> None:
-        import os
-
         if not isinstance(retries, int) or retries < 0:
             msg = f"retries must be an int >= 0; got {retries!r}"
             raise ValueError(msg)
         self.host, self.port, self.timeout = host, port, timeout
         self.retries, self.retry_backoff_secs = retries, retry_backoff_secs
-        self._token = token if token is not None else os.environ.get("TRIDENT_DRPC_TOKEN")
+        self._token = drpc_token(token)
 
     def __repr__(self) -> str:
         return f"DRPCClient({self.host!r}, {self.port}, timeout={self.timeout})"

@@ -40,13 +40,9 @@ class _Running:
 
 def _background(config: TopologyConfig, topology: Any) -> TopologyConfig:
     """``config`` for a background run (see ``LocalCluster``)."""
-    from transactional.engine.drpc import drpc_spouts
-
     updates: dict[str, Any] = {}
     if "idle_timeout_secs" not in config.model_fields_set:
         updates["idle_timeout_secs"] = None
-    if drpc_spouts(topology) and "poll_interval_secs" not in config.model_fields_set:
-        updates["poll_interval_secs"] = 0.01
     return config.model_copy(update=updates)
 
 
@@ -75,8 +71,9 @@ class LocalCluster:
     """Runs topologies on background threads of this process until they are killed.
 
     Settings a background run needs differently from ``run_topology`` are taken unless the
-    config sets them: ``idle_timeout_secs=None`` (a topology runs until killed) and, for
-    DRPC topologies, ``poll_interval_secs=0.01`` (how soon a request starts a batch)."""
+    config sets them: ``idle_timeout_secs=None`` (a topology runs until killed). A DRPC
+    request wakes the driver at once (``transactional.engine.wakeup``): no faster polling
+    is needed for DRPC topologies."""
 
     def __init__(self) -> None:
         self._running: dict[str, _Running] = {}

@@ -85,6 +85,7 @@ class _Compiler:
                 self.consumers[id(p)] = self.consumers.get(id(p), 0) + 1
         self.seg_of: dict[int, _Segment] = {}
         self.segments: list[_Segment] = []
+        self._drpc: list[Any] = []          # trident.drpc.plan_returns: the DRPC streams' returns
 
     def _new(self, inputs: list[_Input], committer: bool = False) -> _Segment:
         s = _Segment(inputs=inputs, committer=committer)
@@ -197,7 +198,7 @@ class _Compiler:
         # a DRPC stream's last stages feed its return bolt (trident.drpc)
         from trident.drpc import add_returns, plan_returns
 
-        drpc_returns = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
+        drpc_returns = self._drpc = plan_returns(segs, lambda t: t.consumers.append((_Segment(), _Input(t, "global"))))
         # persist ops emit their new values only when something reads them
         for s in segs:
             if s.ops and aggregates(s.ops[-1]):
@@ -305,8 +306,14 @@ class _Compiler:
                         {(c, st): side for c, st, _, _, side, _ in inputs},
                         {(c, st) for c, st, _, _, _, arrow in inputs if arrow}, desc,
                         named=any(n.name for n in s.nodes), side_outs=side_outs)
+        from transactional.engine.drpc import IDS_STREAM
+        from trident.drpc import per_request  # a batched DRPC stream's stage: once per request
+
+        bolt, drpc_spout = per_request(self._drpc, s, bolt)
         d = (b.set_committer_bolt if s.committer else b.set_bolt)(s.cid, bolt, s.parallelism)
         _subscribe(d, inputs)
+        if drpc_spout is not None:
+            d.all_grouping(drpc_spout, IDS_STREAM)
 
 
 def _subscribe(d: Any, inputs: list[tuple[str, str, str, Fields, int, bool]]) -> None:

@@ -41,3 +41,29 @@ def test_a_drpc_stream_returns_its_tuples_as_a_json_list_of_lists() -> None:
         cluster.submit_topology("rows", TopologyConfig(executor="in-process", progress=False), t)
         assert drpc.execute("split", "a bb ccc") == '[["a", 1], ["bb", 2], ["ccc", 3]]'
         assert drpc.execute("split", "") == "[]"
+
+
+def test_concurrent_calls_share_a_batch_and_each_gets_its_own_answer() -> None:
+    from trident import Count
+
+    drpc = LocalDRPC()
+    t = TridentTopology("drpc-batched")
+    (t.new_drpc_stream("count", drpc)
+     .flat_map(lambda tup: [(w,) for w in tup["args"].split()], Fields("word"))
+     .aggregate(Count(), Fields("n")))
+    calls = [" ".join(["w"] * (i % 7)) for i in range(40)]          # 0..6 words each
+    got: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, drpc.execute("count", calls[i])))
+               for i in range(len(calls))]
+    for th in threads:
+        th.start()
+    q = local_queues(drpc.source)["count"]
+    with q._lock:
+        assert q._lock.wait_for(lambda: q.waiting() == len(calls), 10)   # all queued before the topology starts
+    with LocalCluster() as cluster:
+        cluster.submit_topology("batched", TopologyConfig(executor="in-process", progress=False), t)
+        for th in threads:
+            th.join(60)
+        result = cluster.kill_topology("batched")
+    assert got == {i: f"[[{i % 7}]]" for i in range(len(calls))}         # a call with no word: its own zero
+    assert result is not None and result.batches_committed == 1         # the 40 calls in one batch

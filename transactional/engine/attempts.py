@@ -14,6 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
+from transactional.engine.drpc import on_driver
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.interpreter import run_processing
@@ -21,6 +22,7 @@ from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TaskFailure
+from transactional.engine.wakeup import WakesDriver, Wakeup
 from transactional.metrics import fold_committed
 from transactional.tuples import TransactionAttempt
 
@@ -57,17 +59,27 @@ class Jobs:
                 ship(self.sc, ctx.config)      # py_files / archives of this run
             self.executor = SparkExecutor(self.sc)
         self.shared = self.executor.shared(ctx.topology)
+        # small DRPC batches in this process, not as a Spark job (``drpc_on_driver_max_calls``)
+        small = on_driver(ctx.topology, ctx.conf) if isinstance(self.executor, SparkExecutor) \
+            and not ctx.plan.commits_on_executors else None
+        self.small = small
+        self.local = InProcessExecutor()
+        self.local_shared = self.local.shared(ctx.topology) if small is not None else self.shared
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         ctx = self.ctx
-        return run_processing(ctx.plan, self.executor, self.shared, self.run_id, ctx.conf, attempt, meta,
+        here = self.small is not None and fed is None and self.small(meta)
+        return run_processing(ctx.plan, self.local if here else self.executor,
+                              self.local_shared if here else self.shared, self.run_id, ctx.conf, attempt, meta,
                               cleanup_before, group, fed)
 
     def cancel(self, group: str) -> None:
         self.executor.cancel(group)
+        if self.small is not None:
+            self.local.cancel(group)
 
     def close(self) -> None:
         unpersist = getattr(self.shared, "unpersist", None)
@@ -82,8 +94,15 @@ class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
 
-    def __init__(self, ctx: RunContext, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner) -> None:
+    def __init__(self, ctx: RunContext, jobs: Jobs, store: CoordinatorStore, runner: TopologyRunner,
+                 wakeup: Wakeup | None = None) -> None:
         self.ctx = ctx
+        #: what ``wait`` sleeps on: set when a job ends (and by whoever else wakes the driver)
+        self.wakeup = wakeup if wakeup is not None else Wakeup()
+        # spouts whose input arrives as events (DRPC requests) wake the driver: no idle polling for them
+        self.woken_by = [c for c in runner.spout_coordinators().values() if isinstance(c, WakesDriver)]
+        for c in self.woken_by:
+            c.wake_on_input(self.wakeup.input)
         self.jobs = jobs
         self.store = store
         self.runner = runner
@@ -111,6 +130,7 @@ class Attempts:
                                    coord.last_committed, group, self.runner.planner.fed(a.txid))
             self.running[fut] = (a.txid, a.attempt)
             self.group_of[fut] = group
+            fut.add_done_callback(self._ended)
             return []
         if isinstance(a, Record):
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))
@@ -149,13 +169,19 @@ class Attempts:
                 "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
                 type(e).__name__, "cancelled" if cancelled else fatal or spark_error(e), "")])
 
+    def _ended(self, fut: cf.Future[Any]) -> None:
+        """A job's future is done (on the job's thread): wake the driver."""
+        self.wakeup.set()
+
     def wait(self, coord: Coordinator, timeout: float) -> list[Action]:
-        """Wait up to ``timeout`` for a processing job to end; report the ended ones."""
-        if not self.running:
-            time.sleep(timeout)
-            return []
-        done, _ = cf.wait(list(self.running), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        """Wait up to ``timeout`` for the wakeup (a processing job ended, input arrived, the
+        operator asked); report the ended jobs."""
+        if not any(f.done() for f in self.running):
+            self.wakeup.wait(timeout)
+        done = [f for f in self.running if f.done()]
         actions: list[Action] = []
+        if self.wakeup.take_input():
+            actions += coord.ready(time.monotonic())      # a spout has input: plan now, not at the next poll
         for fut in sorted(done, key=lambda f: self.running[f]):
             txid, attempt = self.running.pop(fut)
             self.group_of.pop(fut, None)
@@ -176,6 +202,8 @@ class Attempts:
         """The run stops: cancel every processing job in flight, those of attempts cancelled
         before, and wait at most ``wait_secs`` for them (a job's cancel is asked again while
         it runs). The job threads are daemons: what still runs then does not hold the process."""
+        for c in self.woken_by:
+            c.wake_on_input(None)
         self.groups.clear()
         self.pool.shutdown()                      # attempts not started yet never start
         running = {f: g for f, g in self.group_of.items() if not f.done()}

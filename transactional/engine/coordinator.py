@@ -317,6 +317,14 @@ class Coordinator:
         self._publish("committed", txid, b.attempt, now, launched_at=b.launched_at, **info)
         return self._maybe_commit(now) + self._fill(now) + self._stop_if_done(now)
 
+    def ready(self, now: float) -> list[Action]:
+        """A spout said it has input now (``transactional.engine.wakeup.WakesDriver``): ask
+        the spouts at once rather than after the poll interval."""
+        if self.stopped is not None:
+            return []
+        self.next_poll = min(self.next_poll, now)
+        return self._fill(now)
+
     def tick(self, now: float) -> list[Action]:
         """Time passed: fail timed-out attempts, emit what backoff or polling held back,
         end an idle run."""

@@ -42,6 +42,8 @@ from transactional.engine.coordinator import (
     Stop,
 )
 from transactional.engine.core.runner import CoreRunner
+from transactional.engine.drpc import drpc_spouts
+from transactional.engine.drpc.remote import drpc_token
 from transactional.engine.events import Tally, Transition
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
@@ -50,8 +52,8 @@ from transactional.engine.plan import compile_plan
 from transactional.engine.runner import TopologyRunner, TransactionalRunner
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.user_states import MIGRATIONS, check_factories, forget_states
+from transactional.engine.wakeup import Wakeup
 from transactional.exceptions import ConfigError, LockHeldError
-from transactional.redaction import remember
 from transactional.result import RunResult
 from transactional.topology import Topology, TransactionalTopologyBuilder, as_topology
 
@@ -111,18 +113,22 @@ class Engine:
         #: the runner of the topology's kind (the one place the driver asks what kind it runs)
         self.runner_class = RUNNERS[topology.kind]
         self.conf = {"topology.id": topology.topology_id, **config.conf, **self.runner_class.run_conf(topology)}
-        if config.drpc_servers or any(c.class_name.endswith("DRPCSpout") for c in topology.spouts):
+        if config.drpc_servers or drpc_spouts(topology):
             # Distributed RPC (transactional.engine.drpc): the spout's and the return bolt's settings
             self.conf.update({"drpc.servers": list(config.drpc_servers), "drpc.batch.size": config.drpc_batch_size,
                               "topology.max.attempts": config.max_attempts,
                               "drpc.request.timeout.secs": config.drpc_request_timeout_secs,
-                              "drpc.token": _drpc_token(config)})
+                              "drpc.on.driver.max.calls": config.drpc_on_driver_max_calls,
+                              "drpc.token": drpc_token(config.drpc_token)})
         self.result = RunResult(topology.topology_id, _spout_ids=tuple(c.id for c in topology.spouts))
         self.plan = compile_plan(topology, config.commit_placement, self.runner_class.task_kind)
         self.driver_executor = InProcessExecutor()         # commit stages run in this process
         self.driver_shared = self.driver_executor.shared(topology)
         self.states = StateRegistry(config, topology.topology_id)
         self.result._states = self.states
+        #: what the idle driver sleeps on (``transactional.engine.wakeup``): a job's end, a
+        #: spout's input, the operator's request (``RunWatch`` may set it) wake it
+        self.wakeup = Wakeup()
         #: what the caller adds to the run (``transactional.ops.run``: the operator's tools)
         self.watch = watch if watch is not None else RunWatch()
         #: who hears the coordinator's transitions: the result, the log, on_commit, then the watch's
@@ -338,7 +344,7 @@ class Engine:
         if rec.pending:
             log.info("%s: resuming after txid %d; %d uncommitted txid(s) to %s", self.topology.topology_id,
                      rec.last_committed, len(rec.pending), "replay" if runner.planner.policy.replays else "plan again")
-        attempts = Attempts(ctx, jobs, store, runner)
+        attempts = Attempts(ctx, jobs, store, runner, self.wakeup)
         clock = time.monotonic
         # `watch`: what an operator asks (`trident deactivate|activate|kill|rebalance`)
         pending: deque[Action] = deque(watch.requests(coord, clock()) + coord.start(clock()))
@@ -466,11 +472,3 @@ def _heard_safely(listener: Callable[[Transition], None]) -> Callable[[Transitio
                 log.warning("a listener of the run (%r) failed on a %r transition: %s", listener, t.kind, what)
     return hear
 
-
-def _drpc_token(config: TopologyConfig) -> str | None:
-    """The DRPC token of a run (``drpc_token``, else ``TRIDENT_DRPC_TOKEN``), remembered as a
-    secret: one taken from the environment is masked in logs as one set in the config is."""
-    token = config.drpc_token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
-    if token:
-        remember([token])
-    return token

@@ -35,6 +35,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from state.base import TransactionalState, open_transactional_state
@@ -136,10 +137,12 @@ class RunControl:
     commit stops the run right after that commit, not one or more commits later."""
 
     def __init__(self, state: TransactionalState, owner: str, poll_secs: float = 1.0,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, wake: Callable[[], None] | None = None) -> None:
         self.state, self.owner, self.poll_secs, self.clock = state, owner, poll_secs, clock
         self._stale = threading.Event()          # set from the backend's thread: read the record again
         self._stale.set()
+        #: called when the watch says the record changed: wakes the idle driver (``Engine.wakeup``)
+        self._wake = wake
         self._value: Any = None
         self._next_poll = 0.0
         self.watching = state.watch(CONTROL, self._changed)
@@ -151,6 +154,8 @@ class RunControl:
     def _changed(self, value: Any) -> None:
         """The watch's callback (the backend's thread): the record changed; ``value`` reads it."""
         self._stale.set()
+        if self._wake is not None:
+            self._wake()
 
     def value(self, fresh: bool = False) -> dict[str, Any]:
         """The ``control`` record: read now when ``fresh``, when the watch said it changed,

@@ -43,7 +43,6 @@ import io
 import json
 import logging
 import math
-import os
 import re
 import socket
 import sys
@@ -51,11 +50,11 @@ import threading
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from transactional.redaction import remember
+from transactional.engine.drpc.queue import RequestQueue
+from transactional.engine.drpc.remote import drpc_token
 
 __all__ = ["DRPCServer", "main", "DEFAULT_MAX_BODY_BYTES"]
 log = logging.getLogger("trident.drpc")
@@ -63,20 +62,6 @@ DEFAULT_PORT = 3774       # Storm's drpc.port is 3772, drpc.invocations.port 377
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 MAX_POLL_WAIT_SECS = 30.0
 _TICK = 0.25              # how often a waiting call checks that its function is still served
-
-
-@dataclass
-class _Call:
-    id: str
-    function: str
-    args: str
-    deadline: float
-    handed: float | None = None          # when a topology took it last
-    driver: str | None = None            # the driver that took it last
-    done: threading.Event = field(default_factory=threading.Event)
-    result: str | None = None
-    error: str | None = None
-    status: int = 200
 
 
 class Refused(Exception):
@@ -90,7 +75,9 @@ class Refused(Exception):
 
 
 class DRPCServer:
-    """The server's state and its HTTP front (``serve_forever`` in ``main``)."""
+    """The server's state and its HTTP front (``serve_forever`` in ``main``): one engine
+    ``RequestQueue`` per function (``transactional.engine.drpc.queue``, the queue a
+    ``LocalDRPC`` holds), and which drivers serve each function."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, token: str | None = None,
                  timeout_secs: float = 600.0, lease_secs: float = 60.0, serve_lease_secs: float = 15.0,
@@ -101,14 +88,12 @@ class DRPCServer:
         self.serve_lease_secs = serve_lease_secs
         self.max_body_bytes = max_body_bytes
         self.read_timeout_secs = read_timeout_secs
-        self._lock = threading.Condition()
-        self._calls: dict[str, _Call] = {}
-        self._waiting: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
+        self._lock = threading.Lock()         # the queues and the drivers' leases
+        self._queues: dict[str, RequestQueue] = {}
+        self._by_prefix: dict[str, RequestQueue] = {}   # a call id's prefix -> its queue
         self._seen: dict[str, dict[str, float]] = collections.defaultdict(dict)    # function -> driver -> last poll
         self._polling: collections.Counter[tuple[str, str]] = collections.Counter()  # polls under way
         self._gone: dict[str, set[str]] = collections.defaultdict(set)  # drivers that unregistered
-        self._prefix = uuid.uuid4().hex[:12]  # ids stay unique across restarts
-        self._n = 0
         handler = type("Handler", (_Handler,), {"drpc": self})
         self.http = _HTTPServer((host, port), handler)
 
@@ -116,6 +101,15 @@ class DRPCServer:
     def port(self) -> int:
         """The port it listens on."""
         return int(self.http.server_address[1])
+
+    def _queue(self, function: str) -> RequestQueue:
+        """The queue of ``function`` (made on first use; call holding ``_lock``). Its ids
+        start with a prefix of its own, unique across restarts."""
+        q = self._queues.get(function)
+        if q is None:
+            q = self._queues[function] = RequestQueue(function, self.timeout_secs, uuid.uuid4().hex[:12])
+            self._by_prefix[q.prefix] = q
+        return q
 
     # -- who serves what ------------------------------------------------------------------------
     def _live(self, function: str, driver: str, now: float) -> bool:
@@ -153,36 +147,25 @@ class DRPCServer:
             why = self._unserved(function, time.monotonic())
             if why is not None:
                 return 503, _error(why)
-            self._n += 1
-            wait = self.timeout_secs if timeout is None else min(timeout, self.timeout_secs)
-            c = _Call(f"{self._prefix}-{self._n}", function, args, time.monotonic() + wait)
-            self._calls[c.id] = c
-            self._waiting[function].append(c.id)
-            self._lock.notify_all()
-        while not c.done.wait(max(0.0, min(_TICK, c.deadline - time.monotonic()))):
-            if time.monotonic() >= c.deadline:
-                self._end(c.id, None, "timed out", 504)
-            else:
-                self._check(c)
+            q = self._queue(function)
+        c = q.submit(args, self.timeout_secs if timeout is None else min(timeout, self.timeout_secs))
+        q.settle(c, _TICK, lambda c: self._check(q, c))
         if c.error is not None:
             return c.status, _error(c.error)
         return 200, c.result or ""
 
-    def _check(self, c: _Call) -> None:
+    def _check(self, q: RequestQueue, c: Any) -> None:
         """A waiting call whose driver's lease ended goes to another driver, or gets 503."""
         with self._lock:
             now = time.monotonic()
-            if c.done.is_set():
-                return
-            if c.handed is not None and c.driver is not None and not self._live(c.function, c.driver, now):
-                log.info("request %s of %s: driver %s stopped serving it; handed out again", c.id, c.function,
-                         c.driver)
-                c.handed, c.driver = None, None
-                self._waiting[c.function].appendleft(c.id)
-                self._lock.notify_all()
-            why = self._unserved(c.function, now) if c.handed is None else None
+            driver = c.driver
+            if c.handed is not None and driver is not None and not self._live(q.function, driver, now):
+                if q.hand_back(lambda x: x is c and x.driver == driver):
+                    log.info("request %s of %s: driver %s stopped serving it; handed out again", c.id, q.function,
+                             driver)
+            why = self._unserved(q.function, now) if c.handed is None else None
         if why is not None:
-            self._end(c.id, None, why, 503)
+            q.fail(c.id, why, 503)
 
     # -- topologies -----------------------------------------------------------------------------
     def invocations(self, function: str, most: int, wait: float, driver: str = "") -> list[list[str]]:
@@ -193,29 +176,36 @@ class DRPCServer:
             if driver in self._gone.get(function, ()):
                 return []                # a late poll of a driver that unregistered
             self._polling[(function, driver)] += 1
-            try:
-                return self._take(function, most, deadline, driver)
-            finally:
+            q = self._queue(function)
+        try:
+            return self._take(q, most, deadline, driver)
+        finally:
+            with self._lock:
                 self._polling[(function, driver)] -= 1
                 if driver not in self._gone.get(function, ()):
                     self._seen[function][driver] = time.monotonic()
 
-    def _take(self, function: str, most: int, deadline: float, driver: str) -> list[list[str]]:
+    def _take(self, q: RequestQueue, most: int, deadline: float, driver: str) -> list[list[str]]:
         while True:
-            self._lease_expired(function)
-            q = self._waiting[function]
-            if driver in self._gone.get(function, ()):
-                return []                # it unregistered during this poll
-            if (q and most > 0) or time.monotonic() >= deadline:
+            self._lease_expired(q)
+            with self._lock:
+                if driver in self._gone.get(q.function, ()):
+                    return []            # it unregistered during this poll
+            left = deadline - time.monotonic()
+            if most <= 0:                # a poll for none (the driver's queue is full): only its lease
+                if left <= 0:
+                    return []
+                q.pause(min(0.5, left))
+                continue
+            got = q.take(most, min(0.5, max(0.0, left)), driver)
+            if got or left <= 0:
                 break
-            self._lock.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-        out: list[list[str]] = []
-        while q and len(out) < most:
-            c = self._calls.get(q.popleft())
-            if c is not None:
-                c.handed, c.driver = time.monotonic(), driver
-                out.append([c.id, c.args])
-        return out
+        with self._lock:
+            if driver in self._gone.get(q.function, ()):     # it unregistered while taking: hand them on
+                ids = {e[0] for e in got}
+                q.hand_back(lambda c: c.id in ids)
+                return []
+        return [[e[0], e[1]] for e in got]
 
     def unregister(self, function: str, driver: str = "") -> None:
         """``driver`` no longer serves ``function``: its open calls go to another driver,
@@ -223,49 +213,32 @@ class DRPCServer:
         with self._lock:
             self._seen[function].pop(driver, None)
             self._gone[function].add(driver)
-            calls = [c for c in self._calls.values() if c.function == function]
-            for c in calls:
-                if c.driver == driver:
-                    c.handed, c.driver = None, None
-                    self._waiting[function].appendleft(c.id)
+            q = self._queue(function)
+            q.hand_back(lambda c: c.driver == driver)
             why = self._unserved(function, time.monotonic())
-            self._lock.notify_all()
+        q.wake()
         if why is not None:
-            for c in calls:
-                if c.handed is None:
-                    self._end(c.id, None, why, 503)
+            q.fail_all(why, 503, waiting_only=True)
 
-    def _lease_expired(self, function: str) -> None:
+    def _lease_expired(self, q: RequestQueue) -> None:
         now = time.monotonic()
-        waiting = set(self._waiting[function])
-        for c in self._calls.values():
-            if c.function == function and c.handed is not None and now - c.handed > self.lease_secs \
-                    and c.id not in waiting:
-                c.handed, c.driver = None, None
-                self._waiting[function].appendleft(c.id)
-                log.info("request %s of %s handed out %.0f s ago and not answered: handed out again",
-                         c.id, function, self.lease_secs)
+        for rid in q.hand_back(lambda c: c.handed is not None and now - c.handed > self.lease_secs):
+            log.info("request %s of %s handed out %.0f s ago and not answered: handed out again", rid, q.function,
+                     self.lease_secs)
 
-    def _end(self, request_id: str, result: str | None, error: str | None, status: int = 200) -> bool:
+    def _owner(self, request_id: str) -> RequestQueue | None:
         with self._lock:
-            c = self._calls.pop(request_id, None)
-            if c is None:
-                return False
-            try:
-                self._waiting[c.function].remove(request_id)
-            except ValueError:
-                pass
-            c.result, c.error, c.status = result, error, status
-            c.done.set()
-            return True
+            return self._by_prefix.get(request_id.rpartition("-")[0])
 
     def result(self, request_id: str, result: str) -> bool:
         """Answer a call; False when it is over already."""
-        return self._end(request_id, result, None)
+        q = self._owner(request_id)
+        return q is not None and q.answer(request_id, result)
 
     def failure(self, request_id: str, error: str) -> bool:
         """Fail a call with ``error`` (500 to its caller)."""
-        return self._end(request_id, None, error, 500)
+        q = self._owner(request_id)
+        return q is not None and q.fail(request_id, error, 500)
 
     def authorized(self, header: str | None) -> bool:
         """True without a token, or when ``header`` is ``Bearer <token>``."""
@@ -492,9 +465,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Serve until killed; prints ``listening on http://HOST:PORT`` once it accepts calls."""
-    token = args.token or os.environ.get("TRIDENT_DRPC_TOKEN") or None
-    if token:
-        remember([token])     # masked in every log line of this process, wherever it appears
+    token = drpc_token(args.token)        # masked in every log line of this process, wherever it appears
     server = DRPCServer(args.host, args.port, token=token, timeout_secs=args.timeout, lease_secs=args.lease_secs,
                         serve_lease_secs=args.serve_lease_secs, max_body_bytes=args.max_body_bytes,
                         read_timeout_secs=args.read_timeout)

@@ -71,7 +71,8 @@ class OperatorWatch(driver.RunWatch):
                                        spark_ui=spark_ui_url if config.executor == "spark" else None)
         engine.listeners.append(self.recorder)       # the record `trident status` shows
         self.listeners = engine.listeners
-        self.control = RunControl(state, owner)      # `trident deactivate|activate|kill|rebalance`
+        # `trident deactivate|activate|kill|rebalance`; a change of the record wakes the idle driver
+        self.control = RunControl(state, owner, wake=engine.wakeup.set)
         self.control.applied = engine.applied_rebalance   # the last rebalance applied: not asked again
 
     def requests(self, coord: Coordinator, now: float, fresh: bool = False) -> list[Action]:

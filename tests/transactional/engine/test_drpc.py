@@ -318,3 +318,25 @@ def test_a_failed_batch_re_runs_its_requests_and_answers_each_once(tmp_path: Pat
     assert threads_got == {"slow": "slow!", "other": "other!"}
     assert result is not None and result.batches_committed == 1 and result.attempts == len(result.failures) + 1
     assert result.failures[0].startswith("txid 1 (attempt 1)") and "message_timeout_secs" in result.failures[0]
+
+
+def test_only_small_batches_of_drpc_calls_run_on_the_driver() -> None:
+    from examples import trident_drpc_word_count as wc
+    from transactional.engine.drpc import on_driver
+
+    topology = reach.construct().create_local_topology(LocalDRPC())
+    assert on_driver(topology, {}) is None                                  # 0 (the default): never
+    small = on_driver(topology, {"drpc.on.driver.max.calls": 2})
+    assert small is not None
+    calls = [["id-1", "a", 0, ""], ["id-2", "b", 0, ""], ["id-3", "c", 0, ""]]
+    assert [small({"prepare-request": {"requests": calls[:n]}}) for n in (1, 2, 3)] == [True, True, False]
+    trident = on_driver(wc.build_topology(LocalDRPC(), topology_id="on-driver-wc").build(),
+                        {"drpc.on.driver.max.calls": 8})                        # the word count's own spout too
+    assert trident is not None
+    assert trident({"spout1": None, "drpc-words": {"requests": calls}}) is True
+    assert trident({"spout1": {"0": [0, 3]}, "drpc-words": {"requests": calls}}) is False
+    from trident import FixedBatchSpout, TridentTopology
+
+    plain = TridentTopology("no-drpc")
+    plain.new_stream("s", FixedBatchSpout(Fields("w"), 2, ("a",))).each(Fields("w"), wc.FilterNull())
+    assert on_driver(plain.build(), {"drpc.on.driver.max.calls": 8}) is None   # no DRPC spout: none

@@ -191,9 +191,9 @@ def test_sigkill_of_the_driver_mid_flight_then_restart(tmp_path: Path, server: S
 
 
 def test_a_token_from_the_environment_is_masked_in_logs_as_one_from_the_config(monkeypatch) -> None:
-    from transactional.engine.driver import _drpc_token
+    from transactional.engine.drpc.remote import drpc_token
     from transactional.redaction import redact_text
 
     monkeypatch.setenv("TRIDENT_DRPC_TOKEN", "env-token-9731")
-    assert _drpc_token(TopologyConfig(executor="in-process")) == "env-token-9731"
+    assert drpc_token(TopologyConfig(executor="in-process").drpc_token) == "env-token-9731"
     assert "env-token-9731" not in redact_text("conf {'drpc.token': 'env-token-9731'} and env-token-9731")

@@ -1,6 +1,6 @@
-"""Distributed RPC on the batch machinery (docs/drpc.md): the request queues of
-``LocalDRPC`` (``RequestQueue``, ``local_queues``) and the sink a spout takes its requests
-from (``sink_for``: those queues, or the DRPC servers through
+"""Distributed RPC on the batch machinery (docs/drpc.md): the sink a spout takes its
+requests from (``sink_for``: the request queues of ``LocalDRPC``,
+``transactional.engine.drpc.queue``, or the DRPC servers through
 ``transactional.engine.drpc.remote``), the spout that carries requests in batches,
 CoordinatedBolt's per-request bookkeeping, and the bolt that returns results.
 
@@ -25,23 +25,22 @@ failed request back in its queue until it failed ``max_attempts`` times.
 
 from __future__ import annotations
 
-import collections
 import copy
-import itertools
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from transactional.bolt import BaseBasicBolt, BaseBatchBolt, BasicBoltAdapter, Committer
+from transactional.engine.drpc.queue import _LOCAL, DEFAULT_TIMEOUT_SECS, RequestQueue, _LocalSink, local_queues
 from transactional.engine.drpc.sink import Entry, Sink
-from transactional.exceptions import ConfigError, DRPCExecutionException, InvalidTupleError
+from transactional.engine.wakeup import WakesDriver
+from transactional.exceptions import ConfigError, InvalidTupleError
 from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
+__all__ = ["ATTEMPT", "DEFAULT_TIMEOUT_SECS", "DRPCSpout", "FAILED_STREAM", "IDS_STREAM", "RETURN_ID", "SPOUT_ID",
+           "RequestBolt", "RequestQueue", "ReturnResults", "drpc_spouts", "local_queues", "on_driver", "sink_for"]
 log = logging.getLogger("trident")
 
 ATTEMPT = "__attempt"          # the hidden first field of every DRPC tuple in the engine
@@ -49,164 +48,9 @@ IDS_STREAM = "__drpc_ids"      # spout -> every task: the requests of the batch
 FAILED_STREAM = "__drpc_failed"  # every bolt -> return-results: a request failed in a task
 SPOUT_ID = "prepare-request"
 RETURN_ID = "return-results"
-#: Storm's default ``drpc.request.timeout.secs``
-DEFAULT_TIMEOUT_SECS = 600.0
-
-
-# -- requests and the callers waiting for them ---------------------------------------------------
-
-@dataclass
-class _Call:
-    """One request and its caller."""
-
-    id: str
-    args: str
-    deadline: float
-    attempts: int = 0
-    done: threading.Event = field(default_factory=threading.Event)
-    result: str | None = None
-    error: str | None = None
-
-
-class RequestQueue:
-    """The requests of one function waiting for its topology, and their callers (thread
-    safe; lives in the process that serves the calls: a ``LocalDRPC``'s, or the ``trident
-    drpc`` server's). ``take`` hands requests to a batch; ``answer``/``fail`` end a call
-    once (a second answer, or one for a call that timed out, is dropped); ``retry`` puts a
-    failed request back at the front."""
-
-    def __init__(self, function: str, timeout_secs: float | None = None) -> None:
-        self.function = function
-        self.timeout_secs = timeout_secs
-        self.max_attempts = 5
-        self._lock = threading.Condition()
-        self._waiting: collections.deque[str] = collections.deque()
-        self._calls: dict[str, _Call] = {}
-        self._ids = itertools.count(1)
-        self._prefix = uuid.uuid4().hex[:8]
-
-    # the caller's side
-    def submit(self, args: str, timeout_secs: float | None = None) -> _Call:
-        """Queue a request; returns its call (``wait`` for the answer)."""
-        timeout = timeout_secs if timeout_secs is not None else (
-            self.timeout_secs if self.timeout_secs is not None else DEFAULT_TIMEOUT_SECS)
-        call = _Call(f"{self._prefix}-{next(self._ids)}", args, time.monotonic() + timeout)
-        with self._lock:
-            self._calls[call.id] = call
-            self._waiting.append(call.id)
-            self._lock.notify_all()
-        return call
-
-    def wait(self, call: _Call) -> str:
-        """The call's result; ``DRPCExecutionException`` with the error, or "timed out"."""
-        if not call.done.wait(max(0.0, call.deadline - time.monotonic())):
-            with self._lock:
-                if not call.done.is_set():          # nobody answered it: it is over for everyone
-                    self._calls.pop(call.id, None)
-                    try:
-                        self._waiting.remove(call.id)
-                    except ValueError:
-                        pass
-                    call.error = "timed out"
-                    call.done.set()
-        if call.error is not None:
-            raise DRPCExecutionException(call.error)
-        assert call.result is not None
-        return call.result
-
-    # the topology's side
-    def has_requests(self) -> bool:
-        """True when a request waits for a batch."""
-        return bool(self._waiting)
-
-    def waiting(self) -> int:
-        """How many requests wait for a batch."""
-        return len(self._waiting)
-
-    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
-        """Up to ``n`` waiting requests as batch entries, waiting up to ``wait_secs`` for one."""
-        with self._lock:
-            if not self._waiting and wait_secs > 0:
-                self._lock.wait_for(lambda: bool(self._waiting), wait_secs)
-            out: list[Entry] = []
-            while self._waiting and len(out) < n:
-                call = self._calls.get(self._waiting.popleft())
-                if call is not None:
-                    out.append([call.id, call.args, call.attempts, ""])
-            return out
-
-    def answer(self, request_id: str, result: str) -> bool:
-        """Answer the call ``request_id`` with ``result``; False when it was answered, failed
-        or timed out already (the answer is dropped: never twice, never to another)."""
-        return self._end(request_id, result, None)
-
-    def fail(self, request_id: str, error: str) -> bool:
-        """End the call ``request_id`` with ``DRPCExecutionException(error)``."""
-        return self._end(request_id, None, error)
-
-    def retry(self, request_id: str, attempts: int) -> bool:
-        """Queue the request again (first in line) after its ``attempts``-th failure."""
-        with self._lock:
-            call = self._calls.get(request_id)
-            if call is None or call.done.is_set():
-                return False
-            call.attempts = attempts
-            self._waiting.appendleft(request_id)
-            self._lock.notify_all()
-            return True
-
-    def fail_all(self, error: str) -> int:
-        """End every call still open with ``error`` (the topology serving them stopped)."""
-        with self._lock:
-            ids = list(self._calls)
-        return sum(self.fail(i, error) for i in ids)
-
-    def _end(self, request_id: str, result: str | None, error: str | None) -> bool:
-        with self._lock:
-            call = self._calls.pop(request_id, None)
-            if call is None or call.done.is_set():
-                return False
-            try:
-                self._waiting.remove(request_id)
-            except ValueError:
-                pass
-            call.result, call.error = result, error
-            call.done.set()
-            return True
-
-
-class _LocalSink(Sink):
-    """A ``RequestQueue`` as a topology's sink."""
-
-    def __init__(self, queue: RequestQueue) -> None:
-        self.queue = queue
-
-    def has_requests(self) -> bool:
-        return self.queue.has_requests()
-
-    def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
-        return self.queue.take(n, wait_secs)
-
-    def answer(self, request_id: str, result: str, origin: str = "") -> bool:
-        return self.queue.answer(request_id, result)
-
-    def fail(self, request_id: str, error: str, origin: str = "") -> bool:
-        return self.queue.fail(request_id, error)
-
-    def retry(self, entry: Entry, attempts: int) -> bool:
-        return self.queue.retry(entry[0], attempts)
-
-
-#: the queues of this process's LocalDRPCs: source key ("local:<id>") -> function -> queue
-_LOCAL: dict[str, dict[str, RequestQueue]] = {}
 #: the remote sinks of this process: (servers, function) -> sink
 _REMOTE: dict[tuple[Any, ...], Sink] = {}
 _REMOTE_LOCK = threading.Lock()
-
-
-def local_queues(key: str) -> dict[str, RequestQueue]:
-    """The queues of the ``LocalDRPC`` with source key ``key`` (made on first use)."""
-    return _LOCAL.setdefault(key, {})
 
 
 def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
@@ -238,9 +82,32 @@ def sink_for(source: str, function: str, conf: dict[str, Any]) -> Sink:
         return sink
 
 
-def drpc_spouts(topology: Any) -> list[Any]:
-    """The DRPC spouts of ``topology`` (instances), for ``LocalCluster``'s set-up."""
-    return [c.new_instance() for c in topology.spouts if c.class_name.endswith(DRPCSpout.__name__)]
+def drpc_spouts(topology: Any) -> list[DRPCSpout]:
+    """The DRPC spouts of ``topology`` (instances, recognised by type: ``DRPCSpout`` and
+    its subclasses), for the run's settings and ``LocalCluster``'s set-up."""
+    return [s for s in (c.new_instance() for c in topology.spouts) if isinstance(s, DRPCSpout)]
+
+
+def on_driver(topology: Any, conf: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """Which batches of ``topology`` run their processing in the driver's process rather
+    than as a Spark job (``TopologyConfig.drpc_on_driver_max_calls``): a test of a batch's
+    metadata (``{spout_id: meta}``), true when it carries only DRPC calls, at most that
+    many; None when no batch does."""
+    most = int(conf.get("drpc.on.driver.max.calls") or 0)
+    ids = {c.id for c in topology.spouts if isinstance(c.new_instance(), DRPCSpout)} if most > 0 else set()
+    if not ids:
+        return None
+
+    def small(meta: Any) -> bool:
+        calls = 0
+        for sid, m in (meta or {}).items():
+            if m is None:
+                continue
+            if sid not in ids:
+                return False
+            calls += len(m.get("requests", ()))
+        return calls <= most
+    return small
 
 
 # -- the spout --------------------------------------------------------------------------------------
@@ -266,11 +133,20 @@ class DRPCSpout(TransactionalSpout):
         declarer.declare(Fields(ATTEMPT, "id", "args", "attempts", "origin"), IDS_STREAM)
 
 
-class _DRPCCoordinator(Coordinator):
+class _DRPCCoordinator(Coordinator, WakesDriver):
     def __init__(self, sink: Sink, batch_size: int) -> None:
         self.sink = sink
         self.batch_size = batch_size
         self._closed = False
+        self._wake: Callable[[], None] | None = None
+
+    def wake_on_input(self, wake: Callable[[], None] | None) -> None:
+        """A request arriving at the sink wakes the driver (``transactional.engine.wakeup``)."""
+        if self._wake is not None:
+            self.sink.on_input(self._wake, listen=False)
+        self._wake = wake
+        if wake is not None:
+            self.sink.on_input(wake)
 
     def is_ready(self) -> bool:
         return self.sink.has_requests()
@@ -283,6 +159,7 @@ class _DRPCCoordinator(Coordinator):
         function (their callers get 503 rather than wait for the timeout)."""
         if not self._closed:
             self._closed = True
+            self.wake_on_input(None)
             self.sink.close()
 
 
@@ -416,11 +293,14 @@ class ReturnResults(BaseBatchBolt, Committer):
     error of a request that failed ``max_attempts`` times (or broke the tuple contract), or
     queues a failed request again."""
 
-    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None) -> None:
+    def __init__(self, function: str, source: str, last: str, render: Callable[[list[Any]], str] | None = None,
+                 per_request: bool = False) -> None:
         self.function = function
         self.source = source
         self.last = last
         self.render = render
+        #: a Trident stream (``render``) whose rows carry their request id (many requests a batch)
+        self.per_request = per_request
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any, id: Any) -> None:
         self.sink = sink_for(self.source, self.function, conf)
@@ -435,7 +315,7 @@ class ReturnResults(BaseBatchBolt, Committer):
             self.entries[v[1]] = [v[1], v[2], v[3], v[4]]
         elif tuple.source_stream == FAILED_STREAM:
             self.errors.setdefault(v[1], (v[2], v[3]))
-        elif self.render is not None:        # a Trident stream: one request per batch, rows without its id
+        elif self.render is not None and not self.per_request:   # one request per batch, rows without its id
             self.results.setdefault("", []).append(v[1:])
         else:
             self.results.setdefault(v[1], []).append(v[2:])
@@ -455,7 +335,7 @@ class ReturnResults(BaseBatchBolt, Committer):
                              self.function, rid, attempts, self.max_attempts, message.splitlines()[0])
                     self.sink.retry(entry, attempts)
                 continue
-            rows = self.results.get("" if self.render is not None else rid)
+            rows = self.results.get("" if self.render is not None and not self.per_request else rid)
             if self.render is not None:
                 self.sink.answer(rid, self.render(rows or []), origin)
             elif rows:

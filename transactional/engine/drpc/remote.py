@@ -14,16 +14,32 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Callable
 
 from transactional.engine.drpc.sink import Entry, Sink
+from transactional.redaction import remember
 
 log = logging.getLogger("trident")
 POLL_SECS = 1.0        # a long poll's wait at a server
+#: the environment variable that gives the DRPC token where none is given
+TOKEN_ENV = "TRIDENT_DRPC_TOKEN"
+
+
+def drpc_token(given: str | None) -> str | None:
+    """The DRPC token, read in this one place for the server (``--token``), its callers
+    (``DRPCClient(token=...)``) and the topologies (``TopologyConfig.drpc_token``): ``given``
+    when not None, else ``TRIDENT_DRPC_TOKEN``; None when that is unset or empty. It is
+    remembered as a secret: masked in every log line of this process, wherever it appears."""
+    token = (given if given is not None else os.environ.get(TOKEN_ENV)) or None
+    if token:
+        remember([token])
+    return token
 
 
 class RemoteSink(Sink):
@@ -44,6 +60,7 @@ class RemoteSink(Sink):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.driver = ""
+        self._listeners: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"RemoteSink({self.servers}, {self.function!r})"
@@ -114,6 +131,9 @@ class RemoteSink(Sink):
                 if got and not stop.is_set():
                     with self._lock:
                         self._ready.extend([rid, args, 0, server] for rid, args in got)
+                        listeners = list(self._listeners)
+                    for wake in listeners:
+                        wake()
 
     # -- the sink --------------------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -151,5 +171,12 @@ class RemoteSink(Sink):
             self._ready.appendleft([entry[0], entry[1], attempts, entry[3]])
         return True
 
+    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
+        with self._lock:
+            if listen:
+                self._listeners.append(callback)
+            elif callback in self._listeners:
+                self._listeners.remove(callback)
 
-__all__ = ["RemoteSink"]
+
+__all__ = ["RemoteSink", "TOKEN_ENV", "drpc_token"]

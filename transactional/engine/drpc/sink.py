@@ -5,6 +5,7 @@ queues (``transactional.engine.drpc``) and the remote servers
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Entry", "Sink"]
@@ -44,3 +45,7 @@ class Sink(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - an optional hook
         """That run ended: it takes no more requests (once per ``open``)."""
+
+    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:  # noqa: B027 - optional
+        """Call ``callback()`` whenever a request arrives (``listen`` False: no more); a sink
+        that cannot tell is polled (``has_requests``)."""
