@@ -44,6 +44,7 @@ class Op:
     emit_values: bool = True          # persist: its new values have a consumer
     columnar: bool = False            # its output is a record batch when its input is
     single: bool = False              # a global aggregation: one result per batch, from task 0
+    stages_to: str | None = None      # partial: the counter map its counts may be staged for (staged_counters)
     spec: Any = None                  # multi_reduce: (per stream (group_idx, in_idx, in_fields), group fields)
 
 
