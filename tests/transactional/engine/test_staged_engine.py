@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import redis
 from crash_plans import run_topology_file
-from trident_kill_topology import expected
 
 from state.committed import CommittedReader
 from transactional.config import TopologyConfig
+
+from trident_kill_topology import expected
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +84,22 @@ def test_staged_counters_are_refused_where_they_cannot_apply() -> None:
                                          r"both reach them: state must be redis:// or redis\+cluster://, not "
                                          r"memory://"):
         TopologyConfig(staged_counters=True)
+
+
+def test_staged_counters_without_a_counter_map_are_refused_naming_the_topology(zk_url: str, redis_url: str) -> None:
+    from spouts import MemoryTransactionalSpout
+    from state.errors import ConfigError
+    from transactional import Fields, run_topology
+    from trident import Count, TridentTopology, state
+
+    from trident_kill_topology import DATA, Split
+
+    t = TridentTopology("staged-none")
+    (t.new_stream("sentences", MemoryTransactionalSpout(DATA, Fields("sentence"), 4))
+     .each(Fields("sentence"), Split(), Fields("word")).group_by(Fields("word"))
+     .persistent_aggregate(state.transactional("counts"), Count(), Fields("count")))
+    cfg = TopologyConfig(executor="in-process", coordination=zk_url, state=redis_url, staged_counters=True)
+    with pytest.raises(ConfigError, match=r"topology 'staged-none': staged_counters=True, but no stage of it adds "
+                                          r"to a counter map"):
+        run_topology(t.build(), cfg, max_batches=1)
+    assert redis.Redis.from_url(redis_url).keys("staged-none:counts:*") == []
