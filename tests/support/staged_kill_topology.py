@@ -5,10 +5,10 @@
 import os
 
 from spouts import MemoryTransactionalSpout
-from trident_kill_topology import DATA, TAKE, Split
-
 from transactional import Fields
 from trident import Count, TridentTopology, state
+
+from trident_kill_topology import DATA, TAKE, Split
 
 
 def build_topology():
