@@ -3,7 +3,10 @@ redis-server and on a Redis Cluster of 3 masters with a replica each (``redis+cl
 every count checked.
 
     flock /tmp/heavy.lock python benchmarks/sharded_wordcount.py [--sentences 100000] [--batch 20000]
-        [--flavours transactional,counters] [--wait-replicas 1]
+        [--flavours transactional,counters] [--wait-replicas 1] [--staged off,on]
+
+``--staged on`` runs the counters flavour with ``TopologyConfig(staged_counters=True)``
+(docs/redis.md, "Staged commits"; other flavours are skipped for it).
 
 Starts its own redis-server and ``ManagedRedisCluster``; ``local[2]``. Prints one JSON line
 per (state, flavour): words/s, the commit phase's p50/p99, keys per batch, exactness.
@@ -35,6 +38,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=20_000)
     ap.add_argument("--flavours", default="transactional,counters")
     ap.add_argument("--wait-replicas", type=int, default=1)
+    ap.add_argument("--staged", default="off", help="off, on, or off,on (counters only)")
     args = ap.parse_args()
     cluster, single = ManagedRedisCluster(masters=3, replicas=1), ManagedRedis(appendonly=False)
     cluster.start()
@@ -44,15 +48,17 @@ def main() -> None:
         truth = Counter(w for s in corpus for w in s.split())
         for shards, url, opts in ((1, single.url, {}), (3, cluster.url, {"wait_replicas": args.wait_replicas})):
             for flavour in args.flavours.split(","):
-                run(args, corpus, truth, shards, url, opts, flavour)
+                for staged in args.staged.split(","):
+                    if staged == "off" or flavour == "counters":
+                        run(args, corpus, truth, shards, url, opts, flavour, staged == "on")
     finally:
         cluster.destroy()
         single.destroy()
 
 
-def run(args, corpus, truth, shards, url, opts, flavour) -> None:
+def run(args, corpus, truth, shards, url, opts, flavour, staged=False) -> None:
     cfg = TopologyConfig(spark_master="local[2]", spark_ui=False, state=url, state_options=opts, progress=False,
-                         max_spout_pending=3, message_timeout_secs=600)
+                         max_spout_pending=3, message_timeout_secs=600, staged_counters=staged)
     sc = get_or_create_context(cfg)
     sc.parallelize(range(4), 2).count()
     topo = build_trident(f"bench-sharded-{flavour}-{int(time.time())}", corpus, args.batch, 2, 1, False, flavour)
@@ -64,7 +70,7 @@ def run(args, corpus, truth, shards, url, opts, flavour) -> None:
     words = sum(truth.values())
     print(json.dumps({
         "benchmark": "sharded_wordcount", "state": "redis" if shards == 1 else "redis-cluster",
-        "shards": shards, "flavour": flavour, "words": words, "keys_verified": len(keys),
+        "shards": shards, "flavour": flavour, "staged": staged, "words": words, "keys_verified": len(keys),
         "exact": got == [truth[k] for k in keys], "batches": r.batches_committed,
         "batch_sentences": args.batch, "words_per_sec": round(words / wall),
         "commit_phase_p50_ms": round(percentile(r.commit_phase_secs, 50) * 1000, 1),

@@ -43,6 +43,7 @@ class TopologyConfig(BaseModel):
     spark_master: str = Field("local[*]", description="Spark master URL (local[*], spark://host:port, yarn, k8s://...)")
     spark_ui: bool = Field(True, description="the Spark web UI of a context this run creates (its address is logged at start; each attempt's jobs are described 'txid N attempt A (processing|commit)')")
     commit_placement: Literal["driver", "executors"] = Field("driver", description="where the commit phase runs: 'driver' (committers are the user's own classes in the driver process) or 'executors' (a Spark job per commit; each committer task writes its own maps; needs a state server such as redis://)")
+    staged_counters: bool = Field(False, description="counter maps (trident.state.counters with Count/Sum) committed by reference: the processing job's tasks stage their counts in Redis and the commit adds them on every node, then records the txid; needs state='redis://' or 'redis+cluster://' (docs/redis.md, 'Staged commits')")
     executor: Literal["spark", "in-process"] = Field("spark", description="where processing tasks run: 'spark', or 'in-process' (the driver process, no Spark: for tests and debugging)")
     py_files: list[str] = Field(default_factory=list, description="code for executors (.py, .zip, .egg), as spark-submit --py-files; `trident run` adds a zip of the topology's local modules for non-local masters")
     archives: list[str] = Field(default_factory=list, description="archives unpacked in each executor's directory, as spark-submit --archives (e.g. 'venv.tar.gz#environment' with spark_conf spark.pyspark.python=./environment/bin/python)")
@@ -165,6 +166,15 @@ class TopologyConfig(BaseModel):
                 "state='memory://' lives in the driver process. Use state='redis://host:port/db', "
                 "or commit_placement='driver'"
             )
+            raise ValueError(msg)
+        return self
+
+    @model_validator(mode="after")
+    def _staged_needs_redis(self) -> TopologyConfig:
+        if self.staged_counters and not self.state.startswith(("redis://", "rediss://", "redis+cluster://")):
+            msg = (f"staged_counters=True stages counts where executors and the driver both reach them: "
+                   f"state must be redis:// or redis+cluster://, not {self.state.split(':', 1)[0]}://. "
+                   "Use a Redis state URL, or staged_counters=False")
             raise ValueError(msg)
         return self
 

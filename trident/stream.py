@@ -464,7 +464,8 @@ def _persist(stream: Stream, group: Fields, factory: Any, in_fields: Any, agg: A
     if isinstance(agg, CombinerAggregator):
         partial_fields = Fields(*group, out[0])
         p = Op("partial", stream.fields, partial_fields, fn=agg, in_idx=idx, in_fields=f, group_idx=gidx,
-               columnar=True)
+               columnar=True, stages_to=factory.name if getattr(factory, "state_type", None) is StateType.COUNTER
+               else None)
         pnode = topo._add(Node("op", [stream.node], partial_fields, op=p)).node
         op = Op("partition_persist", partial_fields, fields, fn=MapCombinerAggStateUpdater(agg, len(group)),
                 group_idx=tuple(range(len(group))), state=factory, verb="persistent_aggregate")

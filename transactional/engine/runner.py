@@ -22,6 +22,7 @@ from transactional.engine.coordinator import Commit, CoordinatorSettings
 from transactional.engine.events import SpoutFigures
 from transactional.engine.reports import ProcessingResult
 from transactional.engine.spout_planner import Planner, SpoutsPlanner
+from transactional.engine.staged_maps import StagedMapCommit
 from transactional.engine.store import CoordinatorStore
 from transactional.engine.task import TRANSACTIONAL_TASKS, TaskKind
 from transactional.topology import Topology
@@ -96,7 +97,8 @@ class TransactionalRunner(TopologyRunner):
             ctx.states.known.update(store.recover_maps())
             ctx.states.declare(ctx.plan, ctx.conf)
         self.planner = SpoutsPlanner(ctx.topology, ctx.conf, state=state)
-        self.protocol = CommitProtocol(ctx, store, self.planner, state, MapCommit(ctx, store))
+        hooks = StagedMapCommit(ctx, store, epoch) if ctx.config.staged_counters else MapCommit(ctx, store)
+        self.protocol = CommitProtocol(ctx, store, self.planner, state, hooks)
 
     def settings(self) -> CoordinatorSettings:
         return CoordinatorSettings.of(self.ctx.config)

@@ -503,7 +503,10 @@ def run_task(kind: TaskKind, topology: Topology, component: ComponentSpec, bolt:
     records = collector.records()
     if _TRACER is not None:
         _TRACER(component.id, task, attempt, payloads, records)
-    return records, n, collector.emitted, kind.acks(collector)
+    acks = kind.acks(collector)
+    if acks is None:      # a processing task of a staged counter map: its parts (transactional.engine.staged_maps)
+        acks = getattr(bolt, "staged", None) or None
+    return records, n, collector.emitted, acks
 
 
 def feed_batch(bolt: Any, topology: Topology, component: ComponentSpec, payloads: list[Payload],

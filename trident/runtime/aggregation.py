@@ -7,10 +7,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from transactional.columns import rows_of
+from transactional.engine.plan import PROCESSING
+from transactional.engine.staged_maps import STAGED_CONF, stage_counts
 from trident.operation import TridentTuple
 from trident.runtime import Row
 from trident.runtime.aggregators import as_aggregator
-from trident.runtime.arrow import SumOverflow, _acc_batch, _concat, arrow_group_agg
+from trident.runtime.arrow import SumOverflow, _acc_batch, _concat, _keys_values, arrow_group_agg
 from trident.runtime.op import op_label
 from trident.runtime.processors import _MISSING, Proc, _Collect, width_error
 
@@ -64,6 +66,7 @@ class PartialProc(Proc):
         super().open(bolt)
         op = self.op
         assert op is not None
+        self.bolt = bolt
         self.c = op.fn
         self.tt = TridentTuple.of(op.in_fields)
         self.acc: dict[Any, Any] = {}
@@ -76,6 +79,29 @@ class PartialProc(Proc):
                 k = r[i]
                 acc[k] = get(k, 0) + 1
             self.row = count  # type: ignore[method-assign]
+
+    def _staged(self, op: Any) -> bool:
+        """Stage the task's partial counts for counter map ``op.stages_to`` when the run
+        stages it (``transactional.engine.staged_maps``): True, and nothing is emitted."""
+        bolt = self.bolt
+        if bolt.context.phase != PROCESSING or STAGED_CONF not in bolt.conf:
+            return False
+        acc: dict[Any, Any] = {}
+        if self.batches:
+            group = [op.fields[i] for i in op.group_idx]
+            column = None if self.count else op.in_fields[0]
+            b = arrow_group_agg(_concat(self.batches), group, column, self.c.arrow_agg, op.out_fields[-1])
+            acc = dict(zip(*_keys_values(b), strict=True))
+        for k, v in self.acc.items():
+            acc[k] = acc.get(k, 0) + v
+        if not acc:
+            return True
+        pair = stage_counts(bolt.conf, op.stages_to, bolt.context.component_id, bolt.task, bolt.attempt,
+                            list(acc), list(acc.values()))
+        if pair is None:
+            return False
+        bolt.staged.append(pair)
+        return True
 
     def values_sink(self, offset: int, width: int, what: str) -> Callable[[Sequence[Any]], None] | None:
         """Count by one field that the previous function emits: count its values as they
@@ -125,6 +151,9 @@ class PartialProc(Proc):
     def finish(self) -> None:
         op, nxt = self.op, self.nxt
         assert op is not None and nxt is not None
+        if op.stages_to and self._staged(op):
+            Proc.finish(self)
+            return
         group = [op.fields[i] for i in op.group_idx]
         if self.batches:
             column = None if self.count else op.in_fields[0]

@@ -90,6 +90,7 @@ class TridentBolt(BaseBatchBolt):
         self.conf, self.context, self.collector, self.attempt = conf, context, collector, id
         self.task, self.num_tasks = context.task_index, context.num_tasks
         self.partition = ""          # the source task of the payload flowing (execute_values)
+        self.staged: list[Any] = []  # (map, StagedRef) of the counts it staged (staged_counters)
         self.op_context = OperationContext(context, id)
         chain: Proc = EmitProc(self.out_fields, self.rows_out, self.arrow_outs)
         procs = [chain]
@@ -156,6 +157,11 @@ class TridentBolt(BaseBatchBolt):
                 self.join.side_row(side, r)
         else:
             self.head.batch(b)
+
+    @property
+    def staged_maps(self) -> list[str]:
+        """The counter maps whose partial counts this stage can stage (``staged_counters``)."""
+        return [op.stages_to for op in self.ops if op.kind == "partial" and op.stages_to]
 
     def finish_batch(self) -> None:
         """The end of the task's share: flows down the chain."""

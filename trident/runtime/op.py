@@ -45,6 +45,7 @@ class Op:
     columnar: bool = False            # its output is a record batch when its input is
     single: bool = False              # a global aggregation: one result per batch, from task 0
     verb: str = ""                    # the call that made it, when not its kind (persistent_aggregate)
+    stages_to: str | None = None      # partial: the counter map its counts may be staged for (staged_counters)
     spec: Any = None                  # multi_reduce: (per stream (group_idx, in_idx, in_fields), group fields)
 
 
