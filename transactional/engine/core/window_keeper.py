@@ -150,7 +150,8 @@ class WindowTask:
             ts = self.now_ms
         key = t[cfg.session_key] if cfg.session_key is not None else None
         if cfg.persistent and self.origin is not None and t.message_id:
-            self.arriving = self.origin(t.message_id)
+            o = self.origin(t.message_id)        # and its values: a spout may reuse ids in a new run
+            self.arriving = None if o is None else f"{o}={t.values!r}"
             if self.arriving is not None and self.arriving in self.holding:
                 self._replayed(t)
                 return
