@@ -237,14 +237,15 @@ class CoreSpoutPlanner(Planner):
 
     def origin(self, message_id: dict[int, int]) -> str | None:
         """The identity a tuple's spout tuples keep when replayed (``message_id``: its
-        ``{root: id}``): each root's spout, task and ``msg_id`` (its ``repr``), or None
-        when a root is no longer pending. A persistent window keeps it with each tuple it
-        holds (``transactional.engine.core.window_keeper``)."""
+        ``{root: id}``): each root's spout and ``msg_id`` (its ``repr``; not the task: a
+        source may hand a replay to another task, e.g. Redis' XAUTOCLAIM), or None when a
+        root is no longer pending. A persistent window keeps it with each tuple it holds
+        (``transactional.engine.core.window_keeper``)."""
         parts = []
         for root in message_id:
             for t in self.tasks:
                 if root in t.pending:
-                    parts.append(f"{t.spout_id}/{t.index}/{t.pending[root]!r}")
+                    parts.append(f"{t.spout_id}/{t.pending[root]!r}")
                     break
             else:
                 return None

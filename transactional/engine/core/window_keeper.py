@@ -30,7 +30,10 @@ to it and ends it:
   task's ``KeyValueState`` too: ``__window__`` holds the triggers' state, and
   ``__window__:<n>`` the tuples that arrived in one micro-batch (rewritten as they
   leave). Its tuples are acked when they are added; the checkpoint holds those acks until
-  it has committed the window. A restart loads it.
+  it has committed the window. A restart loads it. Each held tuple's *origin* (its spout
+  tuples' spout and msg id, ``CoreSpoutPlanner.origin``, and its values) is stored
+  with it: a tuple arriving with the origin of one held (a spout's replay after a driver
+  died between a checkpoint's commit and the release of its acks) is acked, not added.
 """
 
 from __future__ import annotations
