@@ -100,3 +100,17 @@ def test_a_new_tuple_reusing_a_held_msg_id_with_other_values_is_added() -> None:
     again.add("x", 21, 0)                         # a spout numbering its msg_ids afresh (MemorySpout)
     again.add("y", 22, 1)
     assert again.bolt.fired == [["a", "x", "y"]]
+
+
+def test_equal_tuples_of_one_spout_tuple_are_each_held_once() -> None:
+    kv = KV()
+    first = Run(kv, {})
+    first.add("the", 11, "m1")                    # a split bolt's two "the" of one sentence
+    first.add("the", 11, "m1")
+    first.end()
+    again = Run(kv, {})
+    again.add("the", 21, "m1")                    # the sentence replayed: both acked, neither added
+    again.add("the", 21, "m1")
+    assert again.collector.acked == ["the", "the"]
+    again.add("cat", 22, "m2")
+    assert again.bolt.fired == [["the", "the", "cat"]]

@@ -31,7 +31,7 @@ to it and ends it:
   ``__window__:<n>`` the tuples that arrived in one micro-batch (rewritten as they
   leave). Its tuples are acked when they are added; the checkpoint holds those acks until
   it has committed the window. A restart loads it. Each held tuple's *origin* (its spout
-  tuples' spout and msg id, ``CoreSpoutPlanner.origin``, and its values) is stored
+  tuples' spout and msg id, ``CoreSpoutPlanner.origin``, its values, ``#n``) is stored
   with it: a tuple arriving with the origin of one held (a spout's replay after a driver
   died between a checkpoint's commit and the release of its acks) is acked, not added.
 """
@@ -105,6 +105,7 @@ class WindowTask:
         self.origins: dict[int, str] = {}    # persistent: event seq -> its tuple's origin
         self.holding: set[str] = set()       # the origins of the tuples held
         self.arriving: str | None = None     # the origin of the tuple being added
+        self.seen: dict[str, int] = {}       # origins (without the #n) arrived in this micro-batch
         self.machine = WindowMachine(config, self)
         self.kv: Any = None
         self.loaded = False
@@ -138,7 +139,7 @@ class WindowTask:
         for i, e in enumerate(self.machine.events):      # keys unique within this micro-batch's input
             e.item.key = -1 - i
         if self.config.persistent:
-            origins = self.origins
+            origins, self.seen = self.origins, {}
             self.holding = {o for e in self.machine.events if (o := origins.get(e.seq)) is not None}
 
     def add(self, t: CoreTuple) -> None:
@@ -153,8 +154,7 @@ class WindowTask:
             ts = self.now_ms
         key = t[cfg.session_key] if cfg.session_key is not None else None
         if cfg.persistent and self.origin is not None and t.message_id:
-            o = self.origin(t.message_id)        # and its values: a spout may reuse ids in a new run
-            self.arriving = None if o is None else f"{o}={t.values!r}"
+            self.arriving = self._origin(t)
             if self.arriving is not None and self.arriving in self.holding:
                 self._replayed(t)
                 return
@@ -228,6 +228,19 @@ class WindowTask:
             if not self.config.persistent:
                 self.router.ack(e.item)
             self.dirty_chunks.add(e.chunk)
+
+    def _origin(self, t: CoreTuple) -> str | None:
+        """``t``'s origin: its spout tuples' (``origin``), its values (a spout may number its
+        ids afresh in a new run) and ``#n``, the how-many-th such tuple of the micro-batch (a
+        bolt may emit equal tuples from one spout tuple; its replay does again, in the same
+        micro-batch)."""
+        assert self.origin is not None and t.message_id
+        o = self.origin(t.message_id)
+        if o is None:
+            return None
+        o = f"{o}={t.values!r}"
+        n = self.seen[o] = self.seen.get(o, -1) + 1
+        return f"{o}#{n}"
 
     def _replayed(self, t: CoreTuple) -> None:
         """A persistent window already holds ``t`` (its spout replayed it: a driver died
