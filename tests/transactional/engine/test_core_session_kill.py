@@ -65,13 +65,6 @@ def fault_free(rows: list[tuple[str, int]]) -> dict[str, dict[str, Any]]:
     return want
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a known defect: a driver killed after a checkpoint committed (checkpoint.prepared, "
-    "checkpoint.after_commit) but before it released the checkpoint's held acks leaves tuples that "
-    "are both in the committed window and pending at the spout; the restarted spout replays them "
-    "into the window again, so a session holds them twice (each session still fires once). Fix: "
-    "the persisted window keeps its tuples' root message ids and drops (and acks) a replayed tuple "
-    "it already holds"))
 def test_persistent_sessions_killed_at_every_checkpoint_step_and_at_random_fire_each_session_once(
         tmp_path: Path, redis_url: str, zk_url: str) -> None:
     rng = seeded_rng()

@@ -132,7 +132,7 @@ class CoreSpoutPlanner(Planner):
             getattr(result, name).update({s.id: 0 for s in topology.spouts})
         # windows (kept here across micro-batches) and tick tuples (transactional.ticks)
         # processing time of windows: the driver's wall clock (``run_topology(clock=)``, a test driver's)
-        self.windows = WindowKeeper(topology, wall_clock) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
+        self.windows = WindowKeeper(topology, wall_clock, self.origin) if any(c.core in WINDOWED_KINDS for c in topology.bolts) \
             else None
         self.tick_every = {c.id: f for c in topology.bolts
                            if (f := tick_freq(c, config.tick_tuple_freq_secs)) is not None}
@@ -234,6 +234,22 @@ class CoreSpoutPlanner(Planner):
             _call(t, "ack", msg_id)
             self.result.acked[t.spout_id] += 1
         self._deliver(decided)
+
+    def origin(self, message_id: dict[int, int]) -> str | None:
+        """The identity a tuple's spout tuples keep when replayed (``message_id``: its
+        ``{root: id}``): each root's spout and ``msg_id`` (its ``repr``; not the task: a
+        source may hand a replay to another task, e.g. Redis' XAUTOCLAIM), or None when a
+        root is no longer pending. A persistent window keeps it with each tuple it holds
+        (``transactional.engine.core.window_keeper``)."""
+        parts = []
+        for root in message_id:
+            for t in self.tasks:
+                if root in t.pending:
+                    parts.append(f"{t.spout_id}/{t.pending[root]!r}")
+                    break
+            else:
+                return None
+        return "|".join(sorted(parts)) or None
 
     def fed(self, txid: int) -> dict[str, list[list[Any]]] | None:
         """What the spout tasks emitted for ``txid``: per spout, the records of each task."""

@@ -30,7 +30,10 @@ to it and ends it:
   task's ``KeyValueState`` too: ``__window__`` holds the triggers' state, and
   ``__window__:<n>`` the tuples that arrived in one micro-batch (rewritten as they
   leave). Its tuples are acked when they are added; the checkpoint holds those acks until
-  it has committed the window. A restart loads it.
+  it has committed the window. A restart loads it. Each held tuple's *origin* (its spout
+  tuples' spout and msg id, ``CoreSpoutPlanner.origin``, its values, ``#n``) is stored
+  with it: a tuple arriving with the origin of one held (a spout's replay after a driver
+  died between a checkpoint's commit and the release of its acks) is acked, not added.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ from transactional.tuples import Fields
 from transactional.windowing import WINDOWED_KINDS, Count, Duration, WindowConfig
 
 log = logging.getLogger("trident")
+
+#: a tuple's message id (``{root: id}``) -> the identity of its spout tuples that a replay
+#: carries too (``CoreSpoutPlanner.origin``), or None when it has none
+Origin = Callable[[dict[int, int]], "str | None"]
 
 META = "__window__"
 
@@ -90,10 +97,15 @@ class WindowTask:
     over the task's tuples (module docstring). ``begin`` / ``add`` / ``end`` per micro-batch."""
 
     def __init__(self, topology: Topology, component: str, task: int, config: WindowConfig,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], origin: Origin | None = None) -> None:
         self.topology, self.component, self.task = topology, component, task
         self.config = config
         self.clock = clock
+        self.origin = origin                 # a tuple's roots -> the identity its replays carry
+        self.origins: dict[int, str] = {}    # persistent: event seq -> its tuple's origin
+        self.holding: set[str] = set()       # the origins of the tuples held
+        self.arriving: str | None = None     # the origin of the tuple being added
+        self.seen: dict[str, int] = {}       # origins (without the #n) arrived in this micro-batch
         self.machine = WindowMachine(config, self)
         self.kv: Any = None
         self.loaded = False
@@ -126,6 +138,9 @@ class WindowTask:
         self.batch_chunk = self.machine.next_seq
         for i, e in enumerate(self.machine.events):      # keys unique within this micro-batch's input
             e.item.key = -1 - i
+        if self.config.persistent:
+            origins, self.seen = self.origins, {}
+            self.holding = {o for e in self.machine.events if (o := origins.get(e.seq)) is not None}
 
     def add(self, t: CoreTuple) -> None:
         """One input tuple: late, or into the window (a count trigger may fire)."""
@@ -138,8 +153,14 @@ class WindowTask:
         else:
             ts = self.now_ms
         key = t[cfg.session_key] if cfg.session_key is not None else None
+        if cfg.persistent and self.origin is not None and t.message_id:
+            self.arriving = self._origin(t)
+            if self.arriving is not None and self.arriving in self.holding:
+                self._replayed(t)
+                return
         if self.machine.add(t, ts, (t.source_component, t.source_stream, t.source_task), key,
                             self.batch_chunk) is None:
+            self.arriving = None
             self._late(t, ts)
 
     def end(self, watermark: int | None = None) -> None:
@@ -175,6 +196,12 @@ class WindowTask:
         holds the ack."""
         if self.config.persistent:
             self.dirty_chunks.add(e.chunk)
+            if self.arriving is not None:
+                self.origins[e.seq] = self.arriving
+                self.holding.add(self.arriving)
+                self.arriving = None
+            else:
+                self.origins.pop(e.seq, None)
             self.router.ack(e.item)
             e.item.message_id = None
 
@@ -201,6 +228,28 @@ class WindowTask:
             if not self.config.persistent:
                 self.router.ack(e.item)
             self.dirty_chunks.add(e.chunk)
+
+    def _origin(self, t: CoreTuple) -> str | None:
+        """``t``'s origin: its spout tuples' (``origin``), its values (a spout may number its
+        ids afresh in a new run) and ``#n``, the how-many-th such tuple of the micro-batch (a
+        bolt may emit equal tuples from one spout tuple; its replay does again, in the same
+        micro-batch)."""
+        assert self.origin is not None and t.message_id
+        o = self.origin(t.message_id)
+        if o is None:
+            return None
+        o = f"{o}={t.values!r}"
+        n = self.seen[o] = self.seen.get(o, -1) + 1
+        return f"{o}#{n}"
+
+    def _replayed(self, t: CoreTuple) -> None:
+        """A persistent window already holds ``t`` (its spout replayed it: a driver died
+        after the checkpoint that stores it committed, before its held acks reached the
+        spout): acked, not added again."""
+        log.info("windowed bolt %r task %d: a replayed tuple its persistent window already holds is acked, not "
+                 "added again: %r", self.component, self.task, t.values)
+        self.arriving = None
+        self.router.ack(t)
 
     def _late(self, t: CoreTuple, ts: int) -> None:
         stream = self.config.late_stream
@@ -245,8 +294,11 @@ class WindowTask:
         m.wm.maxima = {(s, st, t): v for s, st, t, v in meta["maxts"]}
         field = self.config.session_key
         fields: dict[tuple[str, str], Fields] = {}
+        self.origins = {}
         for chunk in meta["chunks"]:
-            for seq, values, ts, src, stream, task in self.kv.get(f"{META}:{chunk}", []):
+            for seq, values, ts, src, stream, task, *origin in self.kv.get(f"{META}:{chunk}", []):
+                if origin and origin[0] is not None:
+                    self.origins[seq] = origin[0]
                 f = fields.get((src, stream))
                 if f is None:
                     f = fields[(src, stream)] = self.topology.component(src).streams[stream].fields
@@ -261,11 +313,15 @@ class WindowTask:
         by_chunk: dict[int, list[Event]] = {}
         for e in m.events:
             by_chunk.setdefault(e.chunk, []).append(e)
+        origins = self.origins
+        if len(origins) > len(m.events):     # drop the origins of tuples that left
+            self.origins = origins = {e.seq: o for e in m.events if (o := origins.get(e.seq)) is not None}
         for c in self.dirty_chunks:
             rows = by_chunk.get(c)
             if rows:
                 self.kv.put(f"{META}:{c}", [[e.seq, list(e.item.values), e.ts, e.item.source_component,
-                                             e.item.source_stream, e.item.source_task] for e in rows])
+                                             e.item.source_stream, e.item.source_task, origins.get(e.seq)]
+                                            for e in rows])
             else:
                 self.kv.delete(f"{META}:{c}")
         self.dirty_chunks = set()
@@ -277,9 +333,10 @@ class WindowTask:
 class WindowKeeper:
     """Every windowed task's ``WindowTask`` for a run, with a per-micro-batch undo."""
 
-    def __init__(self, topology: Topology, clock: Callable[[], float]) -> None:
+    def __init__(self, topology: Topology, clock: Callable[[], float], origin: Origin | None = None) -> None:
         self.topology = topology
         self.clock = clock
+        self.origin = origin
         self.tasks: dict[tuple[str, int], WindowTask] = {}
         self.snaps: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.configs = {c.id: c.new_instance().window_config for c in topology.bolts if c.core in WINDOWED_KINDS}
@@ -290,7 +347,8 @@ class WindowKeeper:
         key = (component, task)
         t = self.tasks.get(key)
         if t is None:
-            t = self.tasks[key] = WindowTask(self.topology, component, task, self.configs[component], self.clock)
+            t = self.tasks[key] = WindowTask(self.topology, component, task, self.configs[component], self.clock,
+                                                 self.origin)
         if key not in self.snaps:
             self.snaps[key] = t.snapshot()
         t.final = self.final
