@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from transactional.engine.drpc.sink import Entry, Sink
+from transactional.engine.drpc.sink import Entry, InputListeners, Sink
 from transactional.exceptions import DRPCExecutionException
 
 #: Storm's default ``drpc.request.timeout.secs``
@@ -39,7 +39,7 @@ class _Call:
     driver: str | None = None
 
 
-class RequestQueue:
+class RequestQueue(InputListeners):
     """The requests of one function waiting for its topology, and their callers (thread
     safe; lives in the process that serves the calls: a ``LocalDRPC``'s, or the ``trident
     drpc`` server's, ``transactional.ops.drpc_server``, which is an HTTP front over one
@@ -58,7 +58,7 @@ class RequestQueue:
         self._ids = itertools.count(1)
         #: the start of every id of this queue (``<prefix>-<n>``)
         self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self._listeners: list[Callable[[], None]] = []
+        InputListeners.__init__(self)
 
     # the caller's side
     def submit(self, args: str, timeout_secs: float | None = None) -> _Call:
@@ -102,18 +102,6 @@ class RequestQueue:
     def waiting(self) -> int:
         """How many requests wait for a batch."""
         return len(self._waiting)
-
-    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
-        """Call ``callback()`` whenever a request starts waiting (``listen`` False: no more)."""
-        with self._lock:
-            if listen:
-                self._listeners.append(callback)
-            elif callback in self._listeners:
-                self._listeners.remove(callback)
-
-    def _heard(self) -> None:
-        for callback in list(self._listeners):
-            callback()
 
     def take(self, n: int, wait_secs: float = 0.0, driver: str = "") -> list[Entry]:
         """Up to ``n`` waiting requests as batch entries, waiting up to ``wait_secs`` for one;

@@ -20,9 +20,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
 
-from transactional.engine.drpc.sink import Entry, Sink
+from transactional.engine.drpc.sink import Entry, InputListeners, Sink
 from transactional.redaction import remember
 
 log = logging.getLogger("trident")
@@ -42,7 +41,7 @@ def drpc_token(given: str | None) -> str | None:
     return token
 
 
-class RemoteSink(Sink):
+class RemoteSink(Sink, InputListeners):
     """Requests of ``function`` from ``servers`` ("host:port" each). It fetches while a
     run's coordinator holds it open (``open``/``close``); each poll carries this sink's
     driver id and renews its lease on the function at the server (docs/drpc.md, "Which
@@ -60,7 +59,7 @@ class RemoteSink(Sink):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.driver = ""
-        self._listeners: list[Callable[[], None]] = []
+        InputListeners.__init__(self)
 
     def __repr__(self) -> str:
         return f"RemoteSink({self.servers}, {self.function!r})"
@@ -131,9 +130,7 @@ class RemoteSink(Sink):
                 if got and not stop.is_set():
                     with self._lock:
                         self._ready.extend([rid, args, 0, server] for rid, args in got)
-                        listeners = list(self._listeners)
-                    for wake in listeners:
-                        wake()
+                    self._heard()
 
     # -- the sink --------------------------------------------------------------------------------
     def has_requests(self) -> bool:
@@ -170,13 +167,6 @@ class RemoteSink(Sink):
         with self._lock:
             self._ready.appendleft([entry[0], entry[1], attempts, entry[3]])
         return True
-
-    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
-        with self._lock:
-            if listen:
-                self._listeners.append(callback)
-            elif callback in self._listeners:
-                self._listeners.remove(callback)
 
 
 __all__ = ["RemoteSink", "TOKEN_ENV", "drpc_token"]

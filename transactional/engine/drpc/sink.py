@@ -5,6 +5,7 @@ queues (``transactional.engine.drpc``) and the remote servers
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -49,3 +50,27 @@ class Sink(abc.ABC):
     def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:  # noqa: B027 - optional
         """Call ``callback()`` whenever a request arrives (``listen`` False: no more); a sink
         that cannot tell is polled (``has_requests``)."""
+
+
+class InputListeners:
+    """The callbacks that hear every request that starts waiting (the driver's wakeup):
+    ``on_input`` registers one, ``_heard`` calls them all; shared by the local queue and the
+    remote sink."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[], None]] = []
+        self._listeners_guard = threading.Lock()
+
+    def on_input(self, callback: Callable[[], None], listen: bool = True) -> None:
+        """Call ``callback()`` whenever a request starts waiting (``listen`` False: no more)."""
+        with self._listeners_guard:
+            if listen:
+                self._listeners.append(callback)
+            elif callback in self._listeners:
+                self._listeners.remove(callback)
+
+    def _heard(self) -> None:
+        with self._listeners_guard:
+            callbacks = list(self._listeners)
+        for callback in callbacks:
+            callback()
