@@ -232,7 +232,7 @@ def test_trident_run_with_secrets_from_the_settings_file_and_the_environment(red
     (tmp_path / "trident.toml").write_text(f"executor = 'in-process'\nretry_backoff_secs = 0\n"
                                            f"[state_options]\npassword = '{SECRET}'\n"
                                            f"[conf]\napi_token = '{TOKEN}'\n")
-    env = {**os.environ, "TID": uid("cli"), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests' / 'support'}",
+    env = {**os.environ, "TID": uid("cli"), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "support"), str(Path(__file__).parent)]),
            "TRIDENT_STATE": f"redis://127.0.0.1:{redis.port}/0",
            "TRIDENT_COORDINATION": zk_server.url(uid("cli")), "TRIDENT_COORDINATION_AUTH": f"app:{ZK_SECRET}"}
     p = subprocess.run([sys.executable, "-m", "transactional.ops.cli", "run", str(f), "--log-level", "DEBUG",
