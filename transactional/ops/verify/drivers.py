@@ -23,7 +23,7 @@ from transactional.ops.snapshot import Snapshot, read_snapshot
 from transactional.ops.verify.model import PREFIX, Kill, Leg, RunOutcome, VerifyError, VerifyOptions, _join
 from transactional.ops.verify.states import StateUse, read_states
 
-__all__ = ["scratch_servers", "Driver", "SERVER_PAUSE_POINTS", "ServerRestarts", "OutOfBudget", "Verifier"]
+__all__ = ["scratch_servers", "without_clock", "Driver", "SERVER_PAUSE_POINTS", "ServerRestarts", "OutOfBudget", "Verifier"]
 
 
 # -- servers ----------------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ class Verifier:
     def snapshot(self, tid: str, module: Any) -> Snapshot:
         """The scratch run's state: its maps and ``KeyValueState``, the rows of its user states'
         scratch copies (dropped once read), and the file's own outputs (``verify_outputs``)."""
-        snap = read_snapshot(self.urls[0], self.urls[1], tid)
+        snap = without_clock(read_snapshot(self.urls[0], self.urls[1], tid))
         self.unread.update(read_states(self.states, tid, snap))
         outputs = getattr(module, "verify_outputs", None)
         if outputs is not None:
@@ -352,3 +352,18 @@ def _next_leg(legs: list[Leg], leg: int, kill: Kill | None) -> int:
         return leg + 1
     done = kill.point == "commit.after_record" and until is not None and kill.txid >= until
     return leg + 1 if done and leg + 1 < len(legs) else leg
+
+
+#: the fields of a Trident window's record (trident.runtime.window_proc)
+_WINDOW_RECORD = frozenset(("txid", "now", "seq", "count_since", "next_end", "maxima"))
+
+
+def without_clock(snap: Snapshot) -> Snapshot:
+    """``snap`` with each Trident window record's ``now`` blanked: it is the recorded time of
+    the txid that wrote it, another in every run by construction; what the window holds and
+    fired is compared."""
+    for values in snap.values():
+        for k, v in values.items():
+            if isinstance(v, dict) and _WINDOW_RECORD <= v.keys():
+                values[k] = {**v, "now": "(the run's clock)"}
+    return snap

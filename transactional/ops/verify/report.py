@@ -55,8 +55,8 @@ def _verdict_line(report: VerifyReport) -> str:
 
 def _head(report: VerifyReport) -> list[str]:
     """The lines above the table: the topology, its spouts and states, an upgrade's changes."""
-    lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}; reference "
-             f"{report.reference_txids} txids, {report.reference_keys} keys"]
+    ran = "" if report.refused else f"; reference {report.reference_txids} txids, {report.reference_keys} keys"
+    lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}{ran}"]
     lines += [f"  {s}" for s in report.spouts + report.states]
     return lines + refusal_lines(report)
 
