@@ -10,6 +10,7 @@ differ."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -171,3 +172,15 @@ def test_the_command_verifies_an_upgrade_killed_at_every_switch_point_and_exits_
                        capture_output=True, text=True, env=env, timeout=120, check=False)
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"  {REFUSAL['state kind']}\nREFUSED: nothing was run and nothing was written" in p.stdout
+
+
+@pytest.mark.integration
+def test_a_switch_after_the_first_versions_input_ran_dry_is_refused_saying_so(tmp_path: Path, zk_url: str,
+                                                                              redis_url: str) -> None:
+    from transactional.ops.verify import VerifyError
+
+    v1, v2 = write_versions(tmp_path, "new state")
+    opts = dataclasses.replace(options(zk_url, redis_url, v2, ()), max_batches=None, switch_at=40)
+    with pytest.raises(VerifyError, match=f"the reference run's {v1} committed txids up to 15 only, its spouts ran "
+                                          "dry before the switch at txid 40: give a smaller --switch-at"):
+        verify(v1, opts)

@@ -213,6 +213,7 @@ class Verifier:
         self.say = say or (lambda text: None)
         self.until_txid: int | None = None
         self.legs: list[Leg] | None = None      # --upgrade-to: the first version's file, then the new one's
+        self.leg_ends: dict[int, int] = {}      # the last run's legs that completed: the last txid they committed
         self.restarter: ServerRestarts | None = None
         self.kafka_end_offsets: dict[str, dict[str, int]] = {}
         self.states: list[StateUse] = []        # the user states, run against scratch copies
@@ -318,7 +319,10 @@ class Verifier:
             raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
         if kill is not None:
             row.note = _join(row.note, f"not reached: {kill.spec} (the run passed that txid without stopping at this step: no fault there)")
-        return nxt is not None and nxt.leg > current.leg        # on to the next leg's file
+        if nxt is not None and nxt.leg > current.leg:           # on to the next leg's file
+            self.leg_ends[current.leg] = int((current.done or {}).get("last_txid") or 0)
+            return True
+        return False
 
     def _driver_failed(self, tid: str, driver: Driver, log_path: Path, doing: str) -> str:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]

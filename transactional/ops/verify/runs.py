@@ -238,6 +238,11 @@ def _check_switched(v: Verifier, options: VerifyOptions, last: int) -> None:
     """The reference switched versions: the first committed up to ``switch_at - 1``, the
     new one at least one txid; the new version's leg ends where the reference did."""
     assert v.legs is not None
+    before = v.leg_ends.get(0)
+    if before is not None and before < options.switch_at - 1:
+        msg = (f"the reference run's {v.legs[0].file} committed txids up to {before} only, its spouts ran dry before "
+               f"the switch at txid {options.switch_at}: give a smaller --switch-at")
+        raise VerifyError(msg)
     if last < options.switch_at:
         msg = (f"the reference run committed {last} txid(s), so {options.upgrade_to} ran no txid from the switch at "
                f"txid {options.switch_at}: give a smaller --switch-at, or a spout with more batches")
