@@ -93,6 +93,20 @@ def test_the_switch_kills_and_bad_flags(tmp_path: Path) -> None:
         verify(v1, VerifyOptions(upgrade_to=v2, max_batches=2, **NOWHERE))
 
 
+def test_a_kill_just_after_the_first_versions_last_txid_resumes_with_the_new_version() -> None:
+    from transactional.ops.verify.drivers import _next_leg, _reaches
+    from transactional.ops.verify.model import Kill, Leg
+
+    legs = [Leg("v1.py", 2), Leg("v2.py", None)]
+    assert [k.spec for k in switch_kills(SWITCH_POINTS[:3], 3)] == [
+        "commit.after_record:txid=2", "upgrade.before_record:txid=3", "upgrade.recorded:txid=3"]
+    assert _next_leg(legs, 0, Kill("commit.after_record", 2)) == 1      # txid 2 recorded: version 2 goes on
+    assert _next_leg(legs, 0, Kill("commit.before_record", 2)) == 0     # not recorded: version 1 finishes it
+    assert _next_leg(legs, 0, None) == 1 and _next_leg(legs, 1, Kill("commit.after_record", 3)) == 1
+    assert _reaches(legs, 0, Kill("commit.after_record", 2)) and not _reaches(legs, 0, Kill("upgrade.recorded", 3))
+    assert _reaches(legs, 1, Kill("upgrade.recorded", 3))
+
+
 def options(zk_url: str, redis_url: str, v2: str, points: tuple[str, ...], **kw: object) -> VerifyOptions:
     return VerifyOptions(upgrade_to=v2, switch_points=points, crash_points=(), task_failures=False,
                          executor="in-process", max_batches=4, state=redis_url,
