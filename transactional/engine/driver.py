@@ -202,8 +202,12 @@ class Engine:
             epoch = store.take_epoch()
             # a txid a crashed driver began to commit with other task counts: finished with them first
             engine._replay_with_recorded_tasks(state, store, owner, epoch)
+            # the switch to a new version: its value versions and layout, recorded before its first txid
+            switch = int((state.get("committed") or {}).get("txid") or 0) + 1
+            crash_point("upgrade.before_record", txid=switch)
             layout.record_versions(state, engine.topology)     # a declared migration: from the next txid
             layout.record(state, engine.topology)
+            crash_point("upgrade.recorded", txid=switch)
             engine._run_locked(state, store, owner, epoch, max_batches)
             while engine.rebalance_asked is not None:      # `trident rebalance`: on with the new task counts
                 engine = engine._rebalance(state, store, owner, epoch, max_batches)

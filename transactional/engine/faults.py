@@ -13,6 +13,10 @@ first. The engine calls ``crash_point(name, **labels)`` at:
 * ``commit.before_write``  committers ran (updates buffered), user state not yet written
 * ``commit.before_record`` user state written for txid, txid not yet recorded
 * ``commit.after_record``  txid recorded, its metadata not yet dropped
+* ``upgrade.before_record`` a driver started, its topology checked against the recorded
+  layout, its layout and value versions not yet recorded (label txid: the next txid;
+  every start passes it, the first start of a new version is the switch)
+* ``upgrade.recorded``     that layout and those versions recorded, nothing of the txid run
 
 and states at their own commit steps: ``delta.before_commit`` / ``iceberg.before_commit``
 (a task's table commit, labels txid, task), ``kafka.before_commit_transaction`` (a task's

@@ -53,7 +53,8 @@ def build(tid: str, **v: Any) -> Any:
         (words.group_by(keys).persistent_aggregate(factory, Count(), Fields("count"))
          .parallelism_hint(v.get("tasks", 1)))
     if v.get("second"):
-        words.group_by(Fields("word")).persistent_aggregate(state.opaque("more"), Count(), Fields("count"))
+        more = v.get("more") or state.opaque("more")
+        words.group_by(Fields("word")).persistent_aggregate(more, Count(), Fields("count"))
     w = words.partition_by(Fields("word")) if v.get("regroup") else words.shuffle()
     w.partition_persist(Sink(), Fields("word"), Keep())
     (words.tumbling_window(4, WindowsStoreFactory("win"), Fields("word"), Count(), Fields("fired"))
@@ -66,6 +67,14 @@ class Sink(StateFactory):
 
     def make_state(self, conf: Any, metrics: Any, partition_index: int, num_partitions: int) -> State:
         return State()
+
+    def scratch(self, namespace: str) -> Sink:
+        """Its copy under ``trident verify`` (it keeps nothing, so a copy is another one)."""
+        return Sink()
+
+    def read_scratch(self) -> dict[str, Any]:
+        """What a copy holds: nothing."""
+        return {}
 
 
 class Keep(BaseStateUpdater):

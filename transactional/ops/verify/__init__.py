@@ -19,6 +19,11 @@ and comparing every key with a run without faults (docs/verify.md).
    missing, doubled, extra, different, PASS, FAIL or UNCHECKED. A core (at-least-once)
    topology passes when nothing is missing; its duplicates are counted, not failed.
 
+``--upgrade-to FILE2 [--switch-at K]`` verifies an upgrade: every run switches from the
+file to ``FILE2`` at txid ``K``, after the same check ``trident upgrade`` makes (an unsafe
+change is REFUSED and nothing runs), and one more run kills the driver at each step of the
+switch (``transactional.ops.verify.upgrade``).
+
 Kafka spouts read a fixed range: each partition's end offset, recorded before the reference
 run (``kafka_end_offsets``), bounds every run.
 
@@ -38,16 +43,18 @@ returning ``{name: {key: value}}``.
 from transactional.ops.verify.command import add_parser, command
 from transactional.ops.verify.model import (
     CRASH_POINTS,
+    SWITCH_POINTS,
     Kill,
     RunOutcome,
     VerifyError,
     VerifyOptions,
     VerifyReport,
     plan_random_kills,
+    switch_kills,
 )
 from transactional.ops.verify.report import format_table, junit_xml
 from transactional.ops.verify.runs import check_spouts, kafka_end_offsets, verify
 
 __all__ = ["VerifyError", "VerifyOptions", "RunOutcome", "VerifyReport", "verify", "format_table",
            "junit_xml", "CRASH_POINTS", "Kill", "check_spouts", "plan_random_kills", "kafka_end_offsets",
-           "add_parser", "command"]
+           "add_parser", "command", "SWITCH_POINTS", "switch_kills"]

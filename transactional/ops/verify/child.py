@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault", default="none", help="the fault of this run, for the status record")
     p.add_argument("--kafka-end-offsets", default=None,
                    help="JSON {topic: {partition: offset}}: Kafka spouts read no further (a fixed range)")
+    p.add_argument("--allow-dropped-state", action="store_true",
+                   help="a new version may drop a state (trident verify --upgrade-to --allow-dropped-state)")
     p.add_argument("--no-wait", action="store_true", help="run at once (no 'go' line)")
     args = p.parse_args(argv)
 
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         scratch["conf"]["trident.kafka.end_offsets"] = json.loads(args.kafka_end_offsets)
     if args.executor:
         scratch["executor"] = args.executor
+    if args.allow_dropped_state:
+        scratch["allow_dropped_state"] = True
     config = make_config([Layer(f"CONFIG of {args.file}", dict(getattr(module, "CONFIG", None) or {})),
                           env_layer(), Layer("trident verify", scratch)])
     sc = None

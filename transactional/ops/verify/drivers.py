@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from transactional.ops.snapshot import Snapshot, read_snapshot
-from transactional.ops.verify.model import PREFIX, Kill, RunOutcome, VerifyError, VerifyOptions, _join
+from transactional.ops.verify.model import PREFIX, Kill, Leg, RunOutcome, VerifyError, VerifyOptions, _join
 from transactional.ops.verify.states import StateUse, read_states
 
-__all__ = ["scratch_servers", "Driver", "SERVER_PAUSE_POINTS", "ServerRestarts", "OutOfBudget", "Verifier"]
+__all__ = ["scratch_servers", "without_clock", "Driver", "SERVER_PAUSE_POINTS", "ServerRestarts", "OutOfBudget", "Verifier"]
 
 
 # -- servers ----------------------------------------------------------------------------------------
@@ -66,11 +66,14 @@ class Driver:
 
     def __init__(self, file: str, topology_id: str, urls: tuple[str, str], options: VerifyOptions,
                  env: dict[str, str], log: IO[bytes], until_txid: int | None, fault: str = "none",
-                 kafka_end_offsets: dict[str, dict[str, int]] | None = None) -> None:
+                 kafka_end_offsets: dict[str, dict[str, int]] | None = None, leg: int = 0) -> None:
+        self.leg = leg                  # the run's leg it drives (``Verifier.legs``)
         cmd = [sys.executable, "-m", "transactional.ops.verify.child", file, "--topology-id", topology_id,
                "--state", urls[0], "--coordination", urls[1], "--master", options.master, "--fault", fault]
         if options.executor:
             cmd += ["--executor", options.executor]
+        if options.allow_dropped_state:
+            cmd += ["--allow-dropped-state"]
         if until_txid is not None:
             cmd += ["--until-txid", str(until_txid)]
         if kafka_end_offsets:
@@ -209,6 +212,8 @@ class Verifier:
         self.budget = _Budget(options.budget_secs)
         self.say = say or (lambda text: None)
         self.until_txid: int | None = None
+        self.legs: list[Leg] | None = None      # --upgrade-to: the first version's file, then the new one's
+        self.leg_ends: dict[int, int] = {}      # the last run's legs that completed: the last txid they committed
         self.restarter: ServerRestarts | None = None
         self.kafka_end_offsets: dict[str, dict[str, int]] = {}
         self.states: list[StateUse] = []        # the user states, run against scratch copies
@@ -223,7 +228,9 @@ class Verifier:
             fault: str | None = None, servers: ServerRestarts | None = None) -> tuple[str, RunOutcome]:
         """Run the topology under scratch id ``name`` to completion, killing its driver at each
         of ``kills`` in turn (a kill not reached is noted) and restarting ``servers`` when a
-        driver pauses; the id and the row so far."""
+        driver pauses; the id and the row so far. With ``legs`` (``--upgrade-to``), the
+        drivers of each leg's file in turn: a leg ends when its last txid is committed (its
+        driver completed, or was killed just after recording that txid)."""
         tid = self.scratch_id(name)
         self.tids.append(tid)
         row = RunOutcome(fault=fault or name, kills_planned=len(kills))
@@ -231,21 +238,28 @@ class Verifier:
         t0 = time.monotonic()
         log_path = self.workdir / f"{tid}.log"
         plan = list(kills)
+        legs = self.legs or [Leg(self.file, self.until_txid)]
         with open(log_path, "ab") as log:
-            def start(k: Kill | None) -> Driver:
+            def kill_of(leg: int) -> Kill | None:
+                """The next planned kill, when a driver of ``leg`` can reach it."""
+                return plan[0] if plan and _reaches(legs, leg, plan[0]) else None
+
+            def start(leg: int) -> Driver:
                 e = dict(env or {})
+                k = kill_of(leg)
                 if k is not None:
                     e["TRIDENT_CRASH_AT"] = k.spec
-                return Driver(self.file, tid, self.urls, self.options, e, log, self.until_txid, row.fault,
-                              self.kafka_end_offsets)
+                return Driver(legs[leg].file, tid, self.urls, self.options, e, log, legs[leg].until_txid, row.fault,
+                              self.kafka_end_offsets, leg)
 
-            def start_next(killed: bool) -> Driver | None:
-                """The driver that resumes after a kill (started now, it waits with Spark up)."""
-                return start(plan[0] if plan else None) if plan or killed or self.restarter else None
+            def start_next(current: Driver, kill: Kill | None) -> Driver | None:
+                """The driver that goes on after ``current`` (started now, it waits with Spark up)."""
+                leg = current.leg if kill is None and self.restarter else _next_leg(legs, current.leg, kill)
+                return start(leg) if leg < len(legs) else None
 
-            current: Driver | None = start(plan[0] if plan else None)
+            current: Driver | None = start(0)
             while current is not None:
-                kill = plan.pop(0) if plan else None
+                kill = plan.pop(0) if kill_of(current.leg) is not None else None
                 current = self._drive(current, kill, start_next, row, tid, log_path)
         self.restarter = None
         if servers is not None:
@@ -255,10 +269,10 @@ class Verifier:
         row.secs = time.monotonic() - t0
         return tid, row
 
-    def _drive(self, current: Driver, kill: Kill | None, start_next: Callable[[bool], Driver | None], row: RunOutcome, tid: str,
-               log_path: Path) -> Driver | None:
+    def _drive(self, current: Driver, kill: Kill | None, start_next: Callable[[Driver, Kill | None], Driver | None],
+               row: RunOutcome, tid: str, log_path: Path) -> Driver | None:
         """Let ``current`` run (the next driver starting meanwhile, ``start_next``) until it ends;
-        the driver that resumes the run after a kill, None once the run completed."""
+        the driver that goes on after a kill or into the next leg, None once the run completed."""
         try:
             ready = current.wait_ready(max(1.0, min(300.0, self.budget.left())))
         except BaseException:
@@ -271,7 +285,7 @@ class Verifier:
         if self.restarter is not None:
             self.restarter.watch(current)
         row.drivers += 1
-        nxt = start_next(kill is not None)
+        nxt = start_next(current, kill)
         try:
             status = current.wait(max(0.0, self.budget.left()))
             if status is None:
@@ -279,25 +293,36 @@ class Verifier:
                 raise OutOfBudget
             current.reap_group()
             row.replays += int((current.done or current.last_commit).get("attempts", 0))
-            if status == -signal.SIGKILL and kill is not None:
-                row.kills += 1
-                row.landed.append(kill.spec)
-                self.say(f"  {row.fault}: driver killed at {kill.spec}; restarting")
+            if self._goes_on(current, kill, status, nxt, row, tid, log_path):
                 resumed, nxt = nxt, None
                 return resumed
-            if status != 0 and self.restarter is not None and self.restarter.restarts and row.drivers < 8:
-                # a driver may give up when its server goes away; the next one resumes the run
-                row.note = _join(row.note, f"a driver exited with status {status} after a server restart; resumed")
-                resumed, nxt = nxt, None
-                return resumed
-            if status != 0:
-                raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
-            if kill is not None:
-                row.note = _join(row.note, f"not reached: {kill.spec} (the run passed that txid without stopping at this step: no fault there)")
             return None
         finally:
             if nxt is not None:
                 nxt.kill()
+
+    def _goes_on(self, current: Driver, kill: Kill | None, status: int, nxt: Driver | None, row: RunOutcome,
+                 tid: str, log_path: Path) -> bool:
+        """Whether ``nxt`` goes on after ``current`` ended with ``status``: after a kill, a
+        driver that gave up on a restarted server, or into the next leg; ``VerifyError`` when
+        ``current`` failed."""
+        if status == -signal.SIGKILL and kill is not None:
+            row.kills += 1
+            row.landed.append(kill.spec)
+            self.say(f"  {row.fault}: driver killed at {kill.spec}; restarting")
+            return True
+        if status != 0 and self.restarter is not None and self.restarter.restarts and row.drivers < 8:
+            # a driver may give up when its server goes away; the next one resumes the run
+            row.note = _join(row.note, f"a driver exited with status {status} after a server restart; resumed")
+            return True
+        if status != 0:
+            raise VerifyError(self._driver_failed(tid, current, log_path, "running"))
+        if kill is not None:
+            row.note = _join(row.note, f"not reached: {kill.spec} (the run passed that txid without stopping at this step: no fault there)")
+        if nxt is not None and nxt.leg > current.leg:           # on to the next leg's file
+            self.leg_ends[current.leg] = int((current.done or {}).get("last_txid") or 0)
+            return True
+        return False
 
     def _driver_failed(self, tid: str, driver: Driver, log_path: Path, doing: str) -> str:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
@@ -307,10 +332,42 @@ class Verifier:
     def snapshot(self, tid: str, module: Any) -> Snapshot:
         """The scratch run's state: its maps and ``KeyValueState``, the rows of its user states'
         scratch copies (dropped once read), and the file's own outputs (``verify_outputs``)."""
-        snap = read_snapshot(self.urls[0], self.urls[1], tid)
+        snap = without_clock(read_snapshot(self.urls[0], self.urls[1], tid))
         self.unread.update(read_states(self.states, tid, snap))
         outputs = getattr(module, "verify_outputs", None)
         if outputs is not None:
             for name, values in dict(outputs(tid)).items():
                 snap[f"{name} (verify_outputs)"] = dict(values)
         return snap
+
+
+def _reaches(legs: list[Leg], leg: int, kill: Kill) -> bool:
+    """Whether a driver of ``legs[leg]`` can reach ``kill``: the last leg reaches every txid,
+    another only its own (up to its ``until_txid``)."""
+    until = legs[leg].until_txid
+    return leg == len(legs) - 1 or until is None or kill.txid <= until
+
+
+def _next_leg(legs: list[Leg], leg: int, kill: Kill | None) -> int:
+    """The leg of the driver after one of ``leg`` that completed (``kill`` None) or was
+    killed at ``kill``: the next leg once ``leg``'s last txid is recorded."""
+    until = legs[leg].until_txid
+    if kill is None:
+        return leg + 1
+    done = kill.point == "commit.after_record" and until is not None and kill.txid >= until
+    return leg + 1 if done and leg + 1 < len(legs) else leg
+
+
+#: the fields of a Trident window's record (trident.runtime.window_proc)
+_WINDOW_RECORD = frozenset(("txid", "now", "seq", "count_since", "next_end", "maxima"))
+
+
+def without_clock(snap: Snapshot) -> Snapshot:
+    """``snap`` with each Trident window record's ``now`` blanked: it is the recorded time of
+    the txid that wrote it, another in every run by construction; what the window holds and
+    fired is compared."""
+    for values in snap.values():
+        for k, v in values.items():
+            if isinstance(v, dict) and _WINDOW_RECORD <= v.keys():
+                values[k] = {**v, "now": "(the run's clock)"}
+    return snap

@@ -11,7 +11,8 @@ from typing import Any
 from state.base import last_committed_txid
 from transactional.exceptions import TridentError
 
-__all__ = ["PREFIX", "last_committed_txid", "map_kinds", "CRASH_POINTS", "VerifyError", "VerifyOptions", "Kill", "RunOutcome", "VerifyReport", "plan_random_kills"]
+__all__ = ["PREFIX", "last_committed_txid", "map_kinds", "CRASH_POINTS", "SWITCH_POINTS", "VerifyError", "VerifyOptions",
+           "Kill", "Leg", "RunOutcome", "VerifyReport", "plan_random_kills", "switch_kills"]
 
 
 #: what every line of this protocol starts with (the topology's own prints go through)
@@ -22,6 +23,13 @@ PREFIX = "@verify "
 #: (transactional.engine.faults)
 CRASH_POINTS = ("process.after_meta", "commit.before", "commit.after_task", "commit.before_write",
                 "commit.before_record", "commit.after_record")
+
+
+#: the kills of ``--upgrade-to``'s run at the switch, in the order a run reaches them: the first
+#: version just after recording its last txid (``K - 1``), then the new version's driver before
+#: and after it records its layout (the switch), and at each step of its first txid ``K``
+SWITCH_POINTS = ("commit.after_record@-1", "upgrade.before_record", "upgrade.recorded", "process.after_meta",
+                 "commit.before_write", "commit.before_record", "commit.after_record")
 
 
 class VerifyError(TridentError):
@@ -45,6 +53,19 @@ class VerifyOptions:
     executor: str | None = None
     max_batches: int | None = None
     server_faults: bool = False
+    upgrade_to: str | None = None          # a new version's topology file: the run switches to it
+    switch_at: int = 3                     # the first txid the new version runs
+    switch_points: tuple[str, ...] = SWITCH_POINTS
+    allow_dropped_state: bool = False
+
+
+@dataclass(frozen=True)
+class Leg:
+    """A part of a run: drivers of topology file ``file`` until txid ``until_txid`` is
+    committed (None: until its spouts run dry); a run of ``--upgrade-to`` has two."""
+
+    file: str
+    until_txid: int | None
 
 
 @dataclass(frozen=True)
@@ -102,15 +123,22 @@ class VerifyReport:
     secs: float = 0.0
     spouts: list[str] = field(default_factory=list)    # per spout: its kind, and whether it replays its input
     states: list[str] = field(default_factory=list)    # the user states run against scratch copies
+    upgrade_to: str | None = None                      # --upgrade-to: the new version's file
+    switch_at: int = 0                                 # its first txid
+    changes: list[str] = field(default_factory=list)   # each change, classified (``Change.line``)
+    refused: bool = False                              # an unsafe change: nothing ran, nothing was written
 
     @property
     def passed(self) -> bool:
         """True when every run that ran matched the reference (``SKIP`` rows do not count)."""
-        return all(r.verdict in ("PASS", "SKIP") for r in self.runs) and any(r.verdict == "PASS" for r in self.runs)
+        return not self.refused and all(r.verdict in ("PASS", "SKIP") for r in self.runs) and any(r.verdict == "PASS" for r in self.runs)
 
     @property
     def verdict(self) -> str:
-        """PASS; UNCHECKED when no run compared anything (nothing to fail, nothing proven); else FAIL."""
+        """PASS; REFUSED when ``--upgrade-to``'s new version has an unsafe change (nothing ran);
+        UNCHECKED when no run compared anything (nothing to fail, nothing proven); else FAIL."""
+        if self.refused:
+            return "REFUSED"
         if self.passed:
             return "PASS"
         ran = [r for r in self.runs if r.verdict != "SKIP"]
@@ -127,7 +155,8 @@ class VerifyReport:
                 "verdict": self.verdict, "spouts": self.spouts, "states": self.states, "secs": round(self.secs, 1), "kills": self.kills,
                 "reference_keys": self.reference_keys, "reference_txids": self.reference_txids,
                 "runs": [r.to_json() for r in self.runs], "unchecked": self.unchecked,
-                "fixed_ranges": self.fixed_ranges}
+                "fixed_ranges": self.fixed_ranges, "upgrade_to": self.upgrade_to, "switch_at": self.switch_at,
+                "changes": self.changes}
 
 
 def map_kinds(coordination: str, topology_id: str) -> dict[str, str]:
@@ -155,3 +184,17 @@ def plan_random_kills(n: int, seed: int, last_txid: int) -> list[Kill]:
     rng = random.Random(seed)
     kills = [Kill(rng.choice(CRASH_POINTS), rng.randint(1, max(1, last_txid))) for _ in range(n)]
     return sorted(kills, key=lambda k: (k.txid, CRASH_POINTS.index(k.point)))
+
+
+def switch_kills(points: tuple[str, ...], switch_at: int) -> list[Kill]:
+    """The kills at the switch to txid ``switch_at`` (``SWITCH_POINTS``): a point ``P@-1``
+    is ``P`` of the txid before the switch, any other ``P`` of the switch's txid.
+
+    >>> [k.spec for k in switch_kills(("commit.after_record@-1", "upgrade.recorded"), 3)]
+    ['commit.after_record:txid=2', 'upgrade.recorded:txid=3']
+    """
+    out = []
+    for p in points:
+        point, _, before = p.partition("@")
+        out.append(Kill(point, switch_at + (int(before) if before else 0)))
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from transactional.ops.verify.model import VerifyReport
+from transactional.ops.verify.upgrade import refusal_lines
 
 __all__ = ["format_table", "junit_xml"]
 
@@ -22,9 +23,9 @@ def format_table(report: VerifyReport) -> str:
         rows.append((r.fault, kills, str(r.restarts), str(r.replays), str(r.compared), str(r.missing), str(r.doubled),
                      str(r.different + r.extra), r.verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}; reference "
-             f"{report.reference_txids} txids, {report.reference_keys} keys"]
-    lines += [f"  {s}" for s in report.spouts + report.states]
+    lines = _head(report)
+    if report.refused:
+        return "\n".join(lines)
     for j, row in enumerate(rows):
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths,
                                                                                                     strict=True))))
@@ -39,13 +40,25 @@ def format_table(report: VerifyReport) -> str:
             lines.append(f"  {r.fault}: {r.note}")
     for note in report.unchecked:
         lines.append(f"not checked: {note}")
-    if report.verdict == "UNCHECKED":
-        lines.append(f"UNCHECKED: nothing was compared in {len(report.runs)} runs, so nothing is proven (not a pass); "
-                     f"{report.kills} driver kills in {report.secs:.1f} s")
-    else:
-        lines.append(f"{report.verdict}: {sum(r.verdict == 'PASS' for r in report.runs)} of {len(report.runs)} runs "
-                     f"matched the reference; {report.kills} driver kills in {report.secs:.1f} s")
+    lines.append(_verdict_line(report))
     return "\n".join(lines)
+
+
+def _verdict_line(report: VerifyReport) -> str:
+    """The last line: the verdict, how many runs matched, how many kills."""
+    if report.verdict == "UNCHECKED":
+        return (f"UNCHECKED: nothing was compared in {len(report.runs)} runs, so nothing is proven (not a pass); "
+                f"{report.kills} driver kills in {report.secs:.1f} s")
+    return (f"{report.verdict}: {sum(r.verdict == 'PASS' for r in report.runs)} of {len(report.runs)} runs "
+            f"matched the reference; {report.kills} driver kills in {report.secs:.1f} s")
+
+
+def _head(report: VerifyReport) -> list[str]:
+    """The lines above the table: the topology, its spouts and states, an upgrade's changes."""
+    ran = "" if report.refused else f"; reference {report.reference_txids} txids, {report.reference_keys} keys"
+    lines = [f"trident verify {report.file}: topology {report.topology_id!r}, {report.kind}{ran}"]
+    lines += [f"  {s}" for s in report.spouts + report.states]
+    return lines + refusal_lines(report)
 
 
 def junit_xml(report: VerifyReport) -> str:

@@ -16,6 +16,7 @@ from transactional.ops.verify.drivers import OutOfBudget, ServerRestarts, Verifi
 from transactional.ops.verify.model import (
     CRASH_POINTS,
     Kill,
+    Leg,
     RunOutcome,
     VerifyError,
     VerifyOptions,
@@ -24,8 +25,10 @@ from transactional.ops.verify.model import (
     last_committed_txid,
     map_kinds,
     plan_random_kills,
+    switch_kills,
 )
-from transactional.ops.verify.states import check_states, drop_states, find_states
+from transactional.ops.verify.states import StateUse, check_states, drop_states, find_states
+from transactional.ops.verify.upgrade import check_options, classify_upgrade, load_new_version
 
 __all__ = ["check_spouts", "describe_spouts", "verify", "kafka_end_offsets"]
 
@@ -120,22 +123,29 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
     module = load_topology_file(file)
     topology = built_topology(module.build_topology(), file)
     report = VerifyReport(file, topology.topology_id, _kind(topology))
-    check_spouts(topology)
-    check_states(find_states(topology))         # before anything runs (setup included)
+    new = _upgrade(report, topology, options) if options.upgrade_to else None
+    if report.refused:                          # an unsafe change: nothing runs
+        report.secs = time.monotonic() - t0
+        return report
+    versions = [topology] if new is None else [topology, new[1]]
+    for t in versions:
+        check_spouts(t)
+        check_states(find_states(t))            # before anything runs (setup included)
     if getattr(module, "verify_outputs", None) is None:
         report.unchecked.append("writes outside the maps, KeyValueState and State API states (files, databases, sinks "
                                 "a bolt writes itself) are not compared: define verify_outputs(topology_id) in the "
                                 "file to include them")
-    setup = getattr(module, "setup", None)
-    if setup is not None:
-        setup()
-        topology = built_topology(module.build_topology(), file)    # the factories as setup() configured them
-    uses = find_states(topology)
+    versions = _set_up([(module, file)] if new is None else [(module, file), (new[0], str(options.upgrade_to))],
+                       versions)
+    topology = versions[0]
+    uses = _states_of(versions)
     report.states = [f"state {u.name!r} of {u.where}: run against scratch copies, compared, then dropped"
                      for u in uses]
     with tempfile.TemporaryDirectory(prefix="trident-verify-") as tmp, scratch_servers(options, Path(tmp)) as (urls, managed):
         v = Verifier(file, options, urls, Path(tmp), say)
         v.states = uses
+        if options.upgrade_to:
+            v.legs = [Leg(file, options.switch_at - 1), Leg(options.upgrade_to, options.max_batches)]
         try:
             _verify_runs(v, report, topology, module, managed)
         finally:
@@ -144,6 +154,41 @@ def verify(file: str, options: VerifyOptions | None = None, say: Any = None) -> 
                              "not compared" for n in sorted(v.unread)]
     report.secs = time.monotonic() - t0
     return report
+
+
+def _upgrade(report: VerifyReport, topology: Any, options: VerifyOptions) -> tuple[Any, Any]:
+    """``--upgrade-to``: its flags checked, the new version's ``(module, topology)``, every
+    change into ``report`` (``refused`` when one is unsafe: then nothing runs)."""
+    assert options.upgrade_to is not None
+    check_options(options)
+    module, new = load_new_version(options.upgrade_to)
+    changes = classify_upgrade(topology, new, module, options.upgrade_to, options)
+    report.upgrade_to, report.switch_at = options.upgrade_to, options.switch_at
+    report.changes = [c.line() for c in changes]
+    report.refused = any(c.level == "unsafe" for c in changes)
+    return module, new
+
+
+def _set_up(modules: list[tuple[Any, str]], versions: list[Any]) -> list[Any]:
+    """Run each file's ``setup()``; the topologies as built after it (the factories as
+    setup() configured them), or ``versions`` when no file has one."""
+    from transactional.ops.topology_file import built_topology
+
+    if all(getattr(m, "setup", None) is None for m, _ in modules):
+        return versions
+    for m, _ in modules:
+        if getattr(m, "setup", None) is not None:
+            m.setup()
+    return [built_topology(m.build_topology(), f) for m, f in modules]
+
+
+def _states_of(versions: list[Any]) -> list[StateUse]:
+    """The user states of every version, once each (by name)."""
+    out: dict[str, StateUse] = {}
+    for t in versions:
+        for u in find_states(t):
+            out.setdefault(u.name, u)
+    return list(out.values())
 
 
 def _verify_runs(v: Verifier, report: VerifyReport, topology: Any, module: Any, managed: list[tuple[str, Any]]) -> None:
@@ -164,9 +209,14 @@ def _verify_runs(v: Verifier, report: VerifyReport, topology: Any, module: Any, 
     report.reference_keys = sum(len(s) for s in reference.values())
     last = report.reference_txids = last_committed_txid(v.urls[1], ref_tid)
     v.until_txid = last if options.max_batches is not None else None
+    if v.legs is not None:
+        _check_switched(v, options, last)
     say(f"  reference: {last} txids, {report.reference_keys} keys in {ref_row.secs:.1f} s")
     j = _Judge(v, module, reference, topology.core, last, owners(topology, v.states), map_kinds(v.urls[1], ref_tid))
     scenarios = _scenarios(options, last)
+    if v.legs is not None and options.switch_points:
+        scenarios.insert(0, (f"kills at the switch to txid {options.switch_at}",
+                             switch_kills(options.switch_points, options.switch_at), {}))
     if not report.reference_keys:
         report.unchecked.append(_NOTHING)
         report.runs += [RunOutcome(name, kills_planned=len(kills), verdict="UNCHECKED",
@@ -182,6 +232,22 @@ def _verify_runs(v: Verifier, report: VerifyReport, topology: Any, module: Any, 
         report.runs.append(_fault_run(j, f"r{i + 1}", name, kills, env))
     if options.server_faults:
         report.runs.append(_server_fault_run(j, managed, ref_row.secs))
+
+
+def _check_switched(v: Verifier, options: VerifyOptions, last: int) -> None:
+    """The reference switched versions: the first committed up to ``switch_at - 1``, the
+    new one at least one txid; the new version's leg ends where the reference did."""
+    assert v.legs is not None
+    before = v.leg_ends.get(0)
+    if before is not None and before < options.switch_at - 1:
+        msg = (f"the reference run's {v.legs[0].file} committed txids up to {before} only, its spouts ran dry before "
+               f"the switch at txid {options.switch_at}: give a smaller --switch-at")
+        raise VerifyError(msg)
+    if last < options.switch_at:
+        msg = (f"the reference run committed {last} txid(s), so {options.upgrade_to} ran no txid from the switch at "
+               f"txid {options.switch_at}: give a smaller --switch-at, or a spout with more batches")
+        raise VerifyError(msg)
+    v.legs = [v.legs[0], Leg(v.legs[1].file, v.until_txid)]
 
 
 _NOTHING = ("nothing was compared: the reference run left no key in any map or KeyValueState, no row in any State "
