@@ -62,7 +62,9 @@ which from the new layout changes nothing: no key is lost or counted twice. A bo
 state cannot be moved -- its inputs are not fields (or global) groupings, a key lies in a
 task its grouping does not send it to, or in two tasks -- is refused with
 ``StateLossError`` naming the bolt and both parallelisms, before anything is written;
-one that only grows (no state in the tasks it drops) is recorded as it is.
+one that only grows (no state in the tasks it drops) is recorded as it is. A stateful
+windowed bolt's window records move in step 2 too, each held tuple with its key
+(``transactional.engine.core.window_moves``); they are exempt from the bolt's TTL.
 """
 
 from __future__ import annotations
