@@ -19,9 +19,9 @@ this file in a child process).
   sessions in the same Redis), which records each session it fires in its own state
   (``"<user>/<start>"`` -> ``{"ts": [...], "fired": n}``, checkpointed with the sessions)
   and adds the key to ``<stream>:sessions`` (the test's progress mark);
-* ``winrb``: RedisStreamSpout (entries ``{"sentence": ..., "ts": ...}``) -> SplitTimed ->
+* ``winrb``: RedisStreamSpout (entries ``{"sentence": ..., "ts": ...}``) -> SplitTimed (one task) ->
   two persistent ``BaseStatefulWindowedBolt`` s fed by a fields grouping on the word, with
-  ``TRIDENT_TEST_COUNT_TASKS`` tasks: ``tumbling`` (count windows of 3) and ``sliding``
+  ``TRIDENT_TEST_COUNT_TASKS`` tasks: ``tumbling`` (count windows of 3, in event time) and ``sliding``
   (event-time windows of 2 s every 1 s, lag 0.5 s); each records, in its own state under
   the word, ``[start, end, n]`` for each window the word was in (WindowWords).
 """
@@ -171,8 +171,8 @@ def build_topology():
             .fields_grouping("sentences", Fields("user"))
         return b
     if KIND == "winrb":
-        b.set_bolt("split", SplitTimed(), 2).shuffle_grouping("sentences")
-        b.set_bolt("tumbling", WindowWords().with_tumbling_window(Count(3)).with_persistence(), COUNT_TASKS) \
+        b.set_bolt("split", SplitTimed(), 1).shuffle_grouping("sentences")   # one input partition: a task sees stream order
+        b.set_bolt("tumbling", WindowWords().with_tumbling_window(Count(3)).with_timestamp_field("ts").with_persistence(), COUNT_TASKS) \
             .fields_grouping("split", Fields("word"))
         b.set_bolt("sliding", WindowWords().with_window(Duration(2000), Duration(1000))
                    .with_timestamp_field("ts").with_lag(Duration(500)).with_persistence(), COUNT_TASKS) \

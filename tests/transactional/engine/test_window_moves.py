@@ -189,3 +189,22 @@ def test_a_stateful_windowed_word_count_rebalanced_2_3_1_fires_every_tuple_once_
         if i in fired:
             truth[w] = truth.get(w, 0) + 1
     assert {k: v for k, v in counts.items() if not str(k).startswith(META)} == truth
+
+
+def test_a_restart_with_another_parallelism_hint_moves_the_windows_too() -> None:
+    name = f"wmove-{uuid.uuid4().hex[:8]}"
+    cfg = TopologyConfig(executor="in-process", progress=False, checkpoint_interval_ms=0, idle_timeout_secs=0.2,
+                         poll_interval_secs=0.02, message_timeout_secs=30)
+    parts = [[(f"{p}{i}", WORDS[(i * 5 + p) % len(WORDS)]) for i in range(21)] for p in range(2)]
+    run_topology(words_topology(name, parts[0], 3), cfg)
+    held_before = sorted(i for t in range(3) for i in unfired(name, t))
+    assert held_before                                              # the move has tuples to move
+    run_topology(words_topology(name, parts[1], 2), cfg)           # the file says 2 now
+    assert MemoryTransactionalState(name).get("stateful")["win"] == {"parallelism": 2, "tasks": 2}
+    fired = [i for w in FIRED[name] for i in w]
+    pending = unfired(name, 0) + unfired(name, 1)
+    assert len(fired) == len(set(fired)) and sorted(fired + pending) == sorted(i for p in parts for i, _ in p)
+    for t in range(2):
+        kv = open_key_value_state("memory://", f"{name}:win:{t}")
+        assert all(stable_hash(k) % 2 == t for k, _ in kv.items() if not str(k).startswith(META))
+    assert not [k for k, _ in open_key_value_state("memory://", f"{name}:win:2").items()]
