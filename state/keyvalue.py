@@ -91,6 +91,9 @@ class KeyValueState:
         self.fence_scope = fence_scope
         self.epoch = epoch
         self.ttl = ttl
+        #: prefixes of keys the ``ttl`` does not apply to (written without an expiry): the
+        #: engine's own records beside the bolt's keys, e.g. a persistent window's
+        self.untimed: tuple[str, ...] = ()
         self._now: int | None = None          # the open checkpoint's time (ms), from ``at``
         self._pending: dict[str, Any] = {}
         self._pending_exp: dict[str, int] = {}   # pending puts that keep an expiry of their own (a move)
@@ -163,7 +166,9 @@ class KeyValueState:
         if self.ttl is None or self._now is None:
             return dict(self._pending_exp)
         exp = self.ttl.expires_at(self._now)
-        return {e: self._pending_exp.get(e, exp) for e, v in changes.items() if v is not _DELETED}
+        untimed = self.untimed
+        return {e: self._pending_exp.get(e, exp) for e, v in changes.items()
+                if v is not _DELETED and not (untimed and e.startswith(untimed))}
 
     # -- the framework's ---------------------------------------------------------------------
     def prepare_commit(self, txid: int) -> None:

@@ -18,13 +18,26 @@ this file in a child process).
   persistent ``BaseStatefulWindowedBolt``, session windows per user, gap 3 s, lag 2 s, its
   sessions in the same Redis), which records each session it fires in its own state
   (``"<user>/<start>"`` -> ``{"ts": [...], "fired": n}``, checkpointed with the sessions)
-  and adds the key to ``<stream>:sessions`` (the test's progress mark).
+  and adds the key to ``<stream>:sessions`` (the test's progress mark);
+* ``winrb``: RedisStreamSpout (entries ``{"sentence": ..., "ts": ...}``) -> SplitTimed (one task) ->
+  two persistent ``BaseStatefulWindowedBolt`` s fed by a fields grouping on the word, with
+  ``TRIDENT_TEST_COUNT_TASKS`` tasks: ``tumbling`` (count windows of 3, in event time) and ``sliding``
+  (event-time windows of 2 s every 1 s, lag 0.5 s); each records, in its own state under
+  the word, ``[start, end, n]`` for each window the word was in (WindowWords).
 """
 
 import os
 
 from spouts import RedisStreamSpout
-from transactional import BaseRichBolt, BaseStatefulBolt, BaseStatefulWindowedBolt, Duration, Fields, TopologyBuilder
+from transactional import (
+    BaseRichBolt,
+    BaseStatefulBolt,
+    BaseStatefulWindowedBolt,
+    Count,
+    Duration,
+    Fields,
+    TopologyBuilder,
+)
 
 URL = os.environ.get("TRIDENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 STREAM = os.environ.get("TRIDENT_TEST_STREAM", "sentences")
@@ -113,6 +126,34 @@ class Sessions(BaseStatefulWindowedBolt):
         self.r.close()
 
 
+class SplitTimed(BaseRichBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple):
+        for word in tuple["sentence"].split():
+            self.collector.emit((tuple["id"], word, int(tuple["ts"])), anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "word", "ts"))
+
+
+class WindowWords(BaseStatefulWindowedBolt):
+    """Each fired window, per word in it: ``[start, end, n]`` appended under the word."""
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, window):
+        counts = {}
+        for t in window.get():
+            counts[t["word"]] = counts.get(t["word"], 0) + 1
+        for word, n in sorted(counts.items()):
+            self.state.put(word, [*self.state.get(word, []), [window.get_start_timestamp(),
+                                                               window.get_end_timestamp(), n]])
+
+
 def event_time(t):
     """A session tuple's time (ms): its entry's ``ts`` field."""
     return int(t["ts"])
@@ -120,13 +161,22 @@ def event_time(t):
 
 def build_topology():
     b = TopologyBuilder(f"core-{KIND}-{STREAM}")
-    fields = Fields("id", "user", "ts") if KIND == "sessions" else Fields("id", "sentence")
+    fields = Fields("id", "user", "ts") if KIND == "sessions" else \
+        Fields("id", "sentence", "ts") if KIND == "winrb" else Fields("id", "sentence")
     b.set_spout("sentences", RedisStreamSpout(URL, STREAM, "wc", fields=fields, count=20, block_ms=20,
                                               claim_idle_secs=1.0), 1)
     if KIND == "sessions":
         b.set_bolt("sessions", Sessions().with_session_window(Duration(3, "s"), key_field="user")
                    .with_timestamp_extractor(event_time).with_lag(Duration(2, "s")).with_persistence(), 1) \
             .fields_grouping("sentences", Fields("user"))
+        return b
+    if KIND == "winrb":
+        b.set_bolt("split", SplitTimed(), 1).shuffle_grouping("sentences")   # one input partition: a task sees stream order
+        b.set_bolt("tumbling", WindowWords().with_tumbling_window(Count(3)).with_timestamp_field("ts").with_persistence(), COUNT_TASKS) \
+            .fields_grouping("split", Fields("word"))
+        b.set_bolt("sliding", WindowWords().with_window(Duration(2000), Duration(1000))
+                   .with_timestamp_field("ts").with_lag(Duration(500)).with_persistence(), COUNT_TASKS) \
+            .fields_grouping("split", Fields("word"))
         return b
     b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
     if KIND == "windowed":

@@ -233,10 +233,12 @@ def _cannot_move(c: dict[str, Any], n: Any) -> str:
     if (c.get("layout") or {}).get("windows") and n != int(c["tasks"]) and not windows_stay(c):
         return (f"it keeps windows per task and its inputs are {' and '.join(sorted(groupings)) or 'no'} groupings "
                 "(a window's tuples would be split between tasks)")
-    if c.get("core") == "swindowed" and n != int(c["tasks"]):
-        return ("it is a stateful windowed bolt: each task keeps its open windows (a persistent window as one "
-                "record of its state, which the key move cannot split between tasks)")
-    if c.get("core") in ("stateful", "swindowed") and not (groupings <= {"fields"} or groupings == {"global"}):
+    placed = groupings <= {"fields"} or groupings == {"global"}
+    if c.get("core") == "swindowed" and n != int(c["tasks"]) and not placed:
+        return (f"it is a stateful windowed bolt whose inputs are {' and '.join(sorted(groupings))} groupings, "
+                "which do not say which task a held tuple belongs to (its windows' tuples are moved with their "
+                "keys: give it a fields or a global grouping)")
+    if c.get("core") in ("stateful", "swindowed") and not placed:
         return (f"it is a stateful bolt whose inputs are {' and '.join(sorted(groupings))} groupings, which do not "
                 "say which task a key belongs to")
     return ""

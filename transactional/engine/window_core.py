@@ -214,6 +214,11 @@ class WindowMachine:
             self.trigger.flush(self, max(e.ts for e in self.events))
             self.evict(list(self.events))
 
+    def catch_up(self) -> None:
+        """Fire the windows a trigger owes (``Trigger.overdue``): a move of windows to
+        another task count may give a task more pending tuples than one trigger takes."""
+        self.trigger.overdue(self)
+
     def due_ms(self) -> int | None:
         """When a processing-time window next fires (ms), if one holds tuples."""
         return None if self.event_time or not self.events else self.trigger.due(self)
@@ -271,6 +276,9 @@ class Trigger:
         """When (processing time, ms) the next window fires; None: not by time."""
         return None
 
+    def overdue(self, m: WindowMachine) -> None:
+        """Fire what is owed now (``WindowMachine.catch_up``); nothing by default."""
+
     def retained(self, m: WindowMachine) -> list[Event]:
         """The events a later window can hold."""
         return m.events
@@ -286,6 +294,18 @@ class CountTrigger(Trigger):
         if m.count_since >= m.slide:
             m.count_since = 0
             self._fire(m, e.ts)
+
+    def overdue(self, m: WindowMachine) -> None:
+        """``count_since`` at or above the sliding count (a move met several tasks' pending
+        tuples): each trigger those tuples owe fires in order, as if they had arrived here."""
+        while m.count_since >= m.slide and m.events:
+            extra = m.count_since - m.slide
+            cut = len(m.events) - extra
+            tail, m.events = m.events[cut:], m.events[:cut]
+            m.count_since = 0
+            self._fire(m, m.events[-1].ts)
+            m.events += tail
+            m.count_since = extra
 
     def flush(self, m: WindowMachine, last: int) -> None:
         if m.count_since:                         # the tuples since the last trigger make a last window

@@ -281,16 +281,57 @@ class CountWindows(BaseStatefulWindowedBolt):
         self.state.put("windows", self.state.get("windows", 0) + 1)
 
 
-def test_a_ttl_on_a_persistent_windowed_bolt_is_refused_naming_the_bolt() -> None:
-    from test_core_topology import MemorySpout, config
+def windows_topology(name: str, items: list[tuple[str]], **conf: Any) -> Any:
+    from test_core_topology import MemorySpout
+
+    b = TopologyBuilder(name)
+    b.set_spout("s", MemorySpout(items, Fields("word"), name=f"{name}-{items[0][0]}"), 1)
+    w = b.set_bolt("w", CountWindows().with_tumbling_window(Count(2)).with_persistence(), 1).global_grouping("s")
+    for k, v in conf.items():
+        w.add_configuration(k, v)
+    return b
+
+
+def test_a_ttl_on_a_stateful_windowed_bolt_expires_its_keys_by_the_checkpoint_time_never_its_window() -> None:
+    """The bolt's own key expires by the checkpoints' recorded times (a fake clock); the
+    tuple its window holds across the expiry is still there and fires."""
+    from test_core_topology import config
 
     name = f"kvttl-{uuid.uuid4().hex[:8]}"
-    b = TopologyBuilder(name)
-    b.set_spout("s", MemorySpout([("a",), ("b",)], Fields("word"), name=name), 1)
-    (b.set_bolt("w", CountWindows().with_tumbling_window(Count(2)).with_persistence(), 1).global_grouping("s")
-     .add_configuration("topology.state.ttl.secs", 60))
-    with pytest.raises(ConfigError, match=r"bolt 'w': 'topology.state.ttl.secs' is for stateful bolts "
-                                          r"\(BaseStatefulBolt\); a windowed bolt's persistent window keeps tuples "
-                                          r"until its windows fire. Remove the setting"):
-        run_topology(b, config(executor="in-process", checkpoint_interval_ms=0))
-    assert open_key_value_state("memory://", f"{name}:w:0").committed_txid() is None
+    cfg = config(executor="in-process", checkpoint_interval_ms=0)
+    ttl = {"topology.state.ttl.secs": 60, "topology.state.ttl.grace.secs": 0}
+    kv = lambda: open_key_value_state("memory://", f"{name}:w:0")  # noqa: E731
+    run_topology(windows_topology(name, [("a",), ("b",), ("c",)], **ttl), cfg, clock=lambda: 1000)
+    assert kv().get("windows") == 1                                  # (a, b) fired; c held
+    run_topology(windows_topology(name, [("d",), ("e",)], **ttl), cfg, clock=lambda: 1059)
+    assert kv().get("windows") == 2                                  # live: (c, d) added; e held
+    run_topology(windows_topology(name, [("f",)], **ttl), cfg, clock=lambda: 1059 + 61)
+    assert kv().get("windows") == 1                                  # expired: from nothing; (e, f) fired
+    exps = {k: x for k, _, x in kv().expiring_items()}
+    assert exps.pop("windows") == (1059 + 61 + 60) * S
+    assert sorted(exps) == ["__window__", "__window__:4", "__window__:6"]   # e (held since run 2), f
+    assert set(exps.values()) == {None}                              # a window's records never expire
+
+
+def test_a_prepared_windowed_checkpoint_recovered_later_decides_by_its_own_time() -> None:
+    """A driver prepared a checkpoint of a stateful windowed bolt at t=1000 s and died; the
+    next, at t=5000 s, commits it in its recovery with the values and expiries the first
+    prepared (the same decision), and the window's records without an expiry."""
+    from state.base import MemoryTransactionalState
+    from transactional.engine.core.checkpoint import Checkpointer
+
+    name = f"kvttl-{uuid.uuid4().hex[:8]}"
+    topo = windows_topology(name, [("a",)], **{"topology.state.ttl.secs": 60}).build()
+    store = MemoryTransactionalState(name)
+    first = Checkpointer(topo, "memory://", {}, store, 0, lambda: 0.0, wall_clock=lambda: 1000.0)
+    first.recover()
+    st = first.key_value_task("w", 0).key_value_state()
+    st.put("windows", 3)
+    st.put("__window__", {"seq": 1})
+    st.prepare_commit(7)
+    store.set("checkpoint", {"txid": 7, "phase": "prepared", "states": [st.namespace]})
+    later = Checkpointer(topo, "memory://", {}, store, 0, lambda: 0.0, wall_clock=lambda: 5000.0)
+    later.recover()
+    items = {k: (v, x) for k, v, x in open_key_value_state("memory://", st.namespace).expiring_items()}
+    assert items == {"windows": (3, 1060 * S), "__window__": ({"seq": 1}, None)}
+    assert store.get("checkpoint")["phase"] == "committed"

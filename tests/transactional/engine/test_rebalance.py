@@ -123,11 +123,14 @@ def test_a_rebalance_a_grouping_or_a_state_cannot_follow_is_refused_naming_compo
                             "split between tasks); nothing was changed")
     swindowed = {"kind": "bolt", "tasks": 2, "core": "swindowed", "layout": {},
                  "routing": [["words", "default", "fields", ["word"]]]}
+    check_rebalance({"components": {"win": swindowed}}, {"win": 1}, tid)     # its windows move with their keys
+    shuffled = {**swindowed, "routing": [["words", "default", "shuffle", []]]}
     with pytest.raises(RebalanceRefusedError) as e:
-        check_rebalance({"components": {"win": swindowed}}, {"win": 1}, tid)
+        check_rebalance({"components": {"win": shuffled}}, {"win": 1}, tid)
     assert str(e.value) == (f"rebalance of 'win' in topology {tid!r} from 2 to 1 task(s) refused: it is a stateful "
-                            "windowed bolt: each task keeps its open windows (a persistent window as one record of "
-                            "its state, which the key move cannot split between tasks); nothing was changed")
+                            "windowed bolt whose inputs are shuffle groupings, which do not say which task a held "
+                            "tuple belongs to (its windows' tuples are moved with their keys: give it a fields or "
+                            "a global grouping); nothing was changed")
     with pytest.raises(RebalanceRefusedError, match="has no component 'nope'; its components are "):
         request("memory://", tid, "rebalance", tasks={"nope": 3})
     assert MemoryTransactionalState(tid).get("control") is None

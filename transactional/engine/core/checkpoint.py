@@ -62,7 +62,9 @@ which from the new layout changes nothing: no key is lost or counted twice. A bo
 state cannot be moved -- its inputs are not fields (or global) groupings, a key lies in a
 task its grouping does not send it to, or in two tasks -- is refused with
 ``StateLossError`` naming the bolt and both parallelisms, before anything is written;
-one that only grows (no state in the tasks it drops) is recorded as it is.
+one that only grows (no state in the tasks it drops) is recorded as it is. A stateful
+windowed bolt's window records move in step 2 too, each held tuple with its key
+(``transactional.engine.core.window_moves``); they are exempt from the bolt's TTL.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from typing import Any
 from state.base import TransactionalState
 from state.keyvalue import KeyValueState, open_key_value_state
 from state.map.ttl import Ttl
+from transactional.engine.core.window_moves import META, TaskWindow, grouped_key, move_windows, take_windows
 from transactional.engine.faults import crash_point
 from transactional.engine.routing import stable_hash
 from transactional.engine.store import CoordinatorStore
@@ -91,14 +94,15 @@ TTL_SECS, TTL_FROM, TTL_GRACE_SECS = "topology.state.ttl.secs", "topology.state.
 
 def state_ttl(topology: Topology, component: str) -> Ttl | None:
     """The ``Ttl`` a stateful bolt's settings give its state (None: none); ``ConfigError``
-    naming the bolt for bad ones, or for a windowed bolt (its window's tuples are not
-    keys that may expire)."""
+    naming the bolt for bad ones, or for a bolt without a ``KeyValueState``. On a stateful
+    windowed bolt it expires the bolt's own keys; its window's records never expire (they
+    are deleted as its windows close: docs/core.md, "Time to live of a windowed bolt")."""
     spec = topology.component(component)
     if spec.conf.get(TTL_SECS) is None:
         return None
-    if spec.core != "stateful":
-        msg = (f"bolt {component!r}: {TTL_SECS!r} is for stateful bolts (BaseStatefulBolt); a windowed bolt's "
-               "persistent window keeps tuples until its windows fire. Remove the setting")
+    if spec.core not in ("stateful", "swindowed"):
+        msg = (f"bolt {component!r}: {TTL_SECS!r} is for stateful bolts (BaseStatefulBolt, "
+               "BaseStatefulWindowedBolt); this bolt keeps no KeyValueState. Remove the setting")
         raise ConfigError(msg)
     try:
         return Ttl.of(spec.conf.get(TTL_SECS), spec.conf.get(TTL_FROM, "write"), spec.conf.get(TTL_GRACE_SECS))
@@ -168,6 +172,7 @@ class Checkpointer:
         self.interval = interval_ms / 1000
         self.clock = clock
         self.stateful = frozenset(c.id for c in topology.bolts if c.core in ("stateful", "swindowed"))
+        self.windowed = frozenset(c.id for c in topology.bolts if c.core == "swindowed")
         self.tasks: dict[tuple[str, int], _Task] = {}
         self.held: list[dict[int, int]] = []        # stateful tasks' acks since the last checkpoint
         self.touched = False                        # stateful tasks ran since the last checkpoint
@@ -181,12 +186,15 @@ class Checkpointer:
     def namespace(self, component: str, task: int) -> str:
         return f"{self.topology.topology_id}:{component}:{task}"
 
-    def _ttl(self, namespace: str) -> Ttl | None:
-        return self.ttls.get(namespace[len(self.topology.topology_id) + 1:].rsplit(":", 1)[0])
+    def _component(self, namespace: str) -> str:
+        return namespace[len(self.topology.topology_id) + 1:].rsplit(":", 1)[0]
 
     def _open(self, namespace: str) -> KeyValueState:
+        comp = self._component(namespace)
         kv = open_key_value_state(self.url, namespace, fence_scope=self.topology.topology_id, epoch=self.epoch,
-                                  ttl=self._ttl(namespace), **self.options)
+                                  ttl=self.ttls.get(comp), **self.options)
+        if comp in self.windowed:
+            kv.untimed = (META,)        # a window's records: deleted as its windows close, never expired
         kv.at(self.time_ms)
         return kv
 
@@ -253,9 +261,10 @@ class Checkpointer:
         names = [self.namespace(comp, t) for t in range(n)]
         states = [self._open(ns) for ns in names]
         held = [{k: (v, x) for k, v, x in kv.expiring_items()} for kv in states]   # recovery left nothing prepared
+        windows = [take_windows(h) for h in held] if comp in self.windowed else []
         route = _router(groupings, p_new)
         if route is None:
-            dropped = sum(len(h) for h in held[p_new:])
+            dropped = sum(len(h) for h in held[p_new:]) + sum(len(w.rows) for w in windows[p_new:])
             if dropped:
                 self._refuse(comp, p_old, p_new, f"its inputs are {' and '.join(sorted(groupings))} groupings, "
                              f"which do not say which task a key belongs to, and tasks {p_new}..{n - 1} hold "
@@ -279,6 +288,8 @@ class Checkpointer:
                     kv.delete(key)
                     states[dest[key]].put_expiring(key, value, exp)    # a moved key keeps its expiry
                     moved += 1
+        if windows:
+            self._move_windows(comp, states, windows, route, p_new)
         for kv in states:
             kv.prepare_commit(c)
         crash_point("rebalance.before_prepared", txid=c)
@@ -289,6 +300,21 @@ class Checkpointer:
         coord.record_stateful(comp, p_new, p_new)
         log.info("rebalance: moved %d of the %d key(s) of stateful bolt %r from %d to %d tasks (checkpoint %d)",
                  moved, len(owner), comp, p_old, p_new, c)
+
+    def _move_windows(self, comp: str, states: list[KeyValueState], windows: list[TaskWindow],
+                      route: Callable[[Any], int], p_new: int) -> None:
+        """A stateful windowed bolt's held tuples to the tasks their keys now reach
+        (``transactional.engine.core.window_moves``): every old window record deleted, the
+        new ones put, in the move's checkpoint."""
+        for kv, w in zip(states, windows, strict=True):
+            for key in w.keys:
+                kv.delete(key)
+        new = move_windows(windows, grouped_key(self.topology, comp), route, p_new)
+        for kv, recs in zip(states, new, strict=False):
+            for key, value in recs.items():
+                kv.put(key, value)
+        log.info("rebalance: moved the %d tuple(s) held in the windows of bolt %r to %d task(s)",
+                 sum(len(w.rows) for w in windows), comp, p_new)
 
     def _owners(self, comp: str, held: list[dict[Any, Any]], groupings: set[str], p_old: int, p_new: int,
                 layouts: set[int]) -> dict[Any, int]:

@@ -34,6 +34,8 @@ to it and ends it:
   tuples' spout and msg id, ``CoreSpoutPlanner.origin``, its values, ``#n``) is stored
   with it: a tuple arriving with the origin of one held (a spout's replay after a driver
   died between a checkpoint's commit and the release of its acks) is acked, not added.
+  A rebalance moves the held tuples to the tasks their keys now reach
+  (``transactional.engine.core.window_moves``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transactional.engine.core.task import CoreTuple
+from transactional.engine.core.window_moves import META
 from transactional.engine.task_states import DriverTaskStates
 from transactional.engine.window_core import Event, WindowMachine
 from transactional.exceptions import ConfigError, FailedException
@@ -56,8 +59,6 @@ log = logging.getLogger("trident")
 #: a tuple's message id (``{root: id}``) -> the identity of its spout tuples that a replay
 #: carries too (``CoreSpoutPlanner.origin``), or None when it has none
 Origin = Callable[[dict[int, int]], "str | None"]
-
-META = "__window__"
 
 
 class Window:
@@ -141,6 +142,7 @@ class WindowTask:
         if self.config.persistent:
             origins, self.seen = self.origins, {}
             self.holding = {o for e in self.machine.events if (o := origins.get(e.seq)) is not None}
+            self.machine.catch_up()      # count windows a move left overdue (``window_moves``) fire first
 
     def add(self, t: CoreTuple) -> None:
         """One input tuple: late, or into the window (a count trigger may fire)."""
