@@ -1,0 +1,93 @@
+"""What the engine keeps grows boundedly (docs/operations.md, "What a topology keeps"):
+a Trident topology runs 180 one-word txids on a real ZooKeeper and redis-server, its driver
+SIGKILLed after txid 120 was recorded and before its metadata was dropped, then restarted;
+the coordinator's nodes and the engine's Redis keys are counted exactly after each driver,
+and every word is counted once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from crash_plans import run_topology_file
+from footprint_topology import TXIDS, WORDS, expected
+
+from state.committed import CommittedReader
+from state.zookeeper import ZooKeeperTransactionalState
+
+pytestmark = pytest.mark.integration
+KEEP = 5
+#: the coordinator's records of a transactional topology that ran (transactional/engine/store.py)
+RECORDS = ["committed", "epoch", "kept", "layout", "lock", "maps", "meta", "runs", "state", "status"]
+
+
+def coordinator(zk_url: str, tid: str) -> dict[str, list[str]]:
+    """The topology's records, and the children of ``meta`` and ``kept``."""
+    s = ZooKeeperTransactionalState.from_url(zk_url, tid, read_only=True)
+    try:
+        return {"records": sorted(s.children("")), "meta": sorted(s.children("meta"), key=int),
+                "kept": sorted(s.children("kept"), key=int), "runs": [r["ended"] for r in s.get("runs")]}
+    finally:
+        s.close()
+
+
+def redis_keys(url: str, tid: str) -> dict[str, int]:
+    """The topology's Redis keys, each with its size (a hash's fields, a string's 1)."""
+    c = redis.Redis.from_url(url)
+    try:
+        out = {}
+        for k in c.keys(f"{tid}:*"):
+            kind = c.type(k).decode()
+            out[k.decode().removeprefix(f"{tid}:")] = c.hlen(k) if kind == "hash" else 1
+        return out
+    finally:
+        c.close()
+
+
+def test_a_long_run_keeps_bounded_records_and_a_kill_after_pruning_recovers_exact_counts(
+        tmp_path: Path, zk_url: str, redis_url: str) -> None:
+    tid = f"footprint-{uuid.uuid4().hex[:8]}"
+
+    def run(crash_at: str | None):
+        return run_topology_file(tmp_path, "footprint_topology.py", zk_url, crash_at, {"TRIDENT_TEST_TOPOLOGY": tid},
+                                 ["--state", redis_url, "--set", f"keep_batch_meta={KEEP}"])
+
+    p = run("commit.after_record:txid=120")
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    first = coordinator(zk_url, tid)
+    # kept: txids 115..119 (120 was recorded, its metadata not yet kept nor dropped); every
+    # older txid's kept and pending metadata already deleted
+    assert first["kept"] == ["115", "116", "117", "118", "119"]
+    assert "120" in first["meta"] and all(int(t) >= 120 for t in first["meta"]) and len(first["meta"]) <= 4
+
+    p = run(None)
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = coordinator(zk_url, tid)
+    assert after["records"] == RECORDS
+    assert after["meta"] == []                                            # every txid committed: none pending
+    assert after["kept"] == [str(t) for t in range(TXIDS - KEEP + 1, TXIDS + 1)]
+    assert after["runs"] == ["ended", "died"]
+    keys = redis_keys(redis_url, tid)
+    words = [f"w{i}" for i in range(WORDS)]
+    # per map one key a word, and the map's markers; the window stage one record (task 0)
+    assert sorted(keys) == sorted([*(f"{m}:{w}" for m in ("tcounts", "ocounts", "ccounts") for w in words),
+                                   "ccounts:~applied", "ccounts:~prior", "ocounts:~written:driver",
+                                   "win:window:0", "~fence"])
+    assert keys["ccounts:~prior"] == 3                  # ~txid, batch, before: of the last txid only
+    c = redis.Redis.from_url(redis_url)
+    try:
+        prior = c.hgetall(f"{tid}:ccounts:~prior")
+        win = json.loads(c.get(f"{tid}:win:window:0"))
+    finally:
+        c.close()
+    assert prior[b"~txid"] == str(TXIDS).encode() and len(json.loads(prior[b"before"])) == 1
+    # the window's record holds only what a later window can hold: 180 = 60 windows of 3, none open
+    assert (win["val"]["fired"], win["val"]["events"]) == (TXIDS // 3, [])
+    reader = CommittedReader(zk_url, redis_url, tid)
+    for m, kind in (("tcounts", "transactional"), ("ocounts", "opaque"), ("ccounts", "counter")):
+        txid, values = reader.read(m, words, kind)
+        assert (txid, dict(zip(words, values, strict=True))) == (TXIDS, expected()), m
