@@ -2,7 +2,8 @@
 a Trident topology runs 180 one-word txids on a real ZooKeeper and redis-server, its driver
 SIGKILLed after txid 120 was recorded and before its metadata was dropped, then restarted;
 the coordinator's nodes and the engine's Redis keys are counted exactly after each driver,
-and every word is counted once."""
+and every word is counted once. A core topology's 150 checkpoints likewise leave one
+checkpoint record and its states' keys."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ import redis
 from crash_plans import run_topology_file
 from footprint_topology import TXIDS, WORDS, expected
 
+from spouts.core import MemorySpout
 from state.committed import CommittedReader
 from state.zookeeper import ZooKeeperTransactionalState
+from transactional import BaseStatefulBolt, Fields, TopologyBuilder, TopologyConfig, run_topology
+from transactional.windowing import BaseStatefulWindowedBolt, Count
 
 pytestmark = pytest.mark.integration
 KEEP = 5
@@ -91,3 +95,69 @@ def test_a_long_run_keeps_bounded_records_and_a_kill_after_pruning_recovers_exac
     for m, kind in (("tcounts", "transactional"), ("ocounts", "opaque"), ("ccounts", "counter")):
         txid, values = reader.read(m, words, kind)
         assert (txid, dict(zip(words, values, strict=True))) == (TXIDS, expected()), m
+
+
+class _WordCount(BaseStatefulBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tuple):
+        self.counts.put(tuple["word"], self.counts.get(tuple["word"], 0) + 1)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("word", "count"))
+
+
+class _Windows(BaseStatefulWindowedBolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, window):
+        self.state.put("windows", self.state.get("windows", 0) + 1)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("n"))
+
+
+def test_a_long_core_run_keeps_one_checkpoint_record_and_its_states_keys(zk_url: str, redis_url: str) -> None:
+    """A core topology, 150 micro-batches of one tuple each, a checkpoint after each: a
+    stateful word count on 2 tasks and a persistent count window of 3 on Redis. The
+    coordinator keeps one ``checkpoint`` record; each task's hash holds its words (and one
+    ``~txid`` marker); the window's hash holds its trigger record and the micro-batches a
+    later window can still hold, not 150."""
+    tid = f"footprint-core-{uuid.uuid4().hex[:8]}"
+    b = TopologyBuilder(tid)
+    b.set_spout("s", MemorySpout([(f"w{i % WORDS}", i) for i in range(150)], Fields("word", "n"), per_call=1))
+    b.set_bolt("count", _WordCount(), 2).fields_grouping("s", Fields("word"))
+    b.set_bolt("win", _Windows().with_tumbling_window(Count(3)).with_persistence(), 1).shuffle_grouping("s")
+    r = run_topology(b.create_topology(), TopologyConfig(
+        executor="in-process", progress=False, coordination=zk_url, state=redis_url, micro_batch_size=1,
+        checkpoint_interval_ms=0))
+    assert r.batches_committed == 150
+    s = ZooKeeperTransactionalState.from_url(zk_url, tid, read_only=True)
+    try:
+        assert sorted(s.children("")) == ["checkpoint", "committed", "epoch", "layout", "lock", "meta", "runs",
+                                          "state", "stateful", "status"]
+        assert s.children("meta") == [] and s.get("checkpoint")["phase"] == "committed"
+    finally:
+        s.close()
+    keys = redis_keys(redis_url, tid)
+    assert sorted(keys) == ["count:0", "count:0:~txid", "count:1", "count:1:~txid", "win:0", "win:0:~txid", "~kvfence"]
+    assert keys["count:0"] + keys["count:1"] == WORDS                    # each word in the one task it goes to
+    c = redis.Redis.from_url(redis_url)
+    try:
+        fields = sorted(f.decode() for f in c.hkeys(f"{tid}:win:0"))
+        counts = {**c.hgetall(f"{tid}:count:0"), **c.hgetall(f"{tid}:count:1")}
+    finally:
+        c.close()
+    assert {k.decode(): json.loads(v) for k, v in counts.items()} == {f"w{i}": 22 if i < 3 else 21 for i in range(7)}
+    held = [f for f in fields if f.startswith("__window__:")]
+    assert "__window__" in fields and "windows" in fields and 1 <= len(held) <= 3, fields
+    assert len(fields) == 2 + len(held)
