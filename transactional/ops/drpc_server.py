@@ -24,6 +24,11 @@ to another one at once. A request handed to a live driver and not answered withi
 ``lease_secs`` is handed out again (the driver may have lost it): DRPC is at least once per
 request; the caller still gets one answer.
 
+**What it remembers of drivers** is bounded: each driver id (new at every run of a
+topology) is forgotten ``forget_secs`` after its last poll ended or it unregistered, except
+the last of each function (which says, in a 503, when its topology stopped). A server that
+outlives many runs keeps the live drivers and one more per function, not one per run.
+
 **The front door.** With a token (``--token`` / ``TRIDENT_DRPC_TOKEN``) every call must carry
 ``Authorization: Bearer <token>``, checked from the headers before any body is read (401);
 the token is never logged. A body over ``max_body_bytes`` gets 413 without being read; a
@@ -50,6 +55,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -61,6 +67,8 @@ log = logging.getLogger("trident.drpc")
 DEFAULT_PORT = 3774       # Storm's drpc.port is 3772, drpc.invocations.port 3773, drpc.http.port 3774
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 MAX_POLL_WAIT_SECS = 30.0
+#: a driver that stopped polling (or unregistered) this long ago is forgotten (``DRPCServer``)
+FORGET_SECS = 300.0
 _TICK = 0.25              # how often a waiting call checks that its function is still served
 
 
@@ -81,19 +89,27 @@ class DRPCServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, token: str | None = None,
                  timeout_secs: float = 600.0, lease_secs: float = 60.0, serve_lease_secs: float = 15.0,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, read_timeout_secs: float = 10.0) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, read_timeout_secs: float = 10.0,
+                 forget_secs: float = FORGET_SECS, clock: Callable[[], float] = time.monotonic) -> None:
+        if not forget_secs >= 2 * MAX_POLL_WAIT_SECS:
+            msg = (f"DRPCServer: forget_secs={forget_secs!r} must be at least {2 * MAX_POLL_WAIT_SECS:g} s "
+                   "(twice the longest poll), or a late poll of a driver that unregistered could serve again")
+            raise ValueError(msg)
         self.token = token
         self.timeout_secs = timeout_secs
         self.lease_secs = lease_secs
         self.serve_lease_secs = serve_lease_secs
         self.max_body_bytes = max_body_bytes
         self.read_timeout_secs = read_timeout_secs
+        self.forget_secs = forget_secs
+        #: the clock of the drivers' leases (``time.monotonic``; tests pass their own)
+        self.clock = clock
         self._lock = threading.Lock()         # the queues and the drivers' leases
         self._queues: dict[str, RequestQueue] = {}
         self._by_prefix: dict[str, RequestQueue] = {}   # a call id's prefix -> its queue
         self._seen: dict[str, dict[str, float]] = collections.defaultdict(dict)    # function -> driver -> last poll
         self._polling: collections.Counter[tuple[str, str]] = collections.Counter()  # polls under way
-        self._gone: dict[str, set[str]] = collections.defaultdict(set)  # drivers that unregistered
+        self._gone: dict[str, dict[str, float]] = collections.defaultdict(dict)  # drivers that unregistered -> when
         handler = type("Handler", (_Handler,), {"drpc": self})
         self.http = _HTTPServer((host, port), handler)
 
@@ -121,8 +137,28 @@ class DRPCServer:
     def serving(self, function: str) -> list[str]:
         """The drivers whose lease on ``function`` is live now."""
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             return [d for d in self._seen.get(function, {}) if self._live(function, d, now)]
+
+    def remembered(self) -> int:
+        """How many driver ids the server keeps (live, stopped, unregistered), over all
+        functions: bounded by the live ones and one per function (``forget_secs``)."""
+        with self._lock:
+            return sum(len(d) for d in self._seen.values()) + sum(len(d) for d in self._gone.values())
+
+    def _forget(self, now: float) -> None:
+        """Forget the drivers that stopped ``forget_secs`` ago (call holding ``_lock``),
+        keeping the last of each function's stopped ones and every live one."""
+        horizon = now - self.forget_secs
+        for function, drivers in self._seen.items():
+            stopped = {d: at for d, at in drivers.items() if not self._live(function, d, now)}
+            last = max(stopped.values(), default=None)
+            for d in [d for d, at in stopped.items() if at < horizon and at != last]:
+                del drivers[d]
+        for gone in self._gone.values():
+            last = max(gone.values(), default=None)
+            for d in [d for d, at in gone.items() if at < horizon and at != last]:
+                del gone[d]
 
     def _unserved(self, function: str, now: float) -> str | None:
         """Why ``function`` is not served now (None when a driver serves it)."""
@@ -144,7 +180,7 @@ class DRPCServer:
     def call(self, function: str, args: str, timeout: float | None) -> tuple[int, str]:
         """``(status, body)`` of one call, once it is answered, failed or timed out."""
         with self._lock:
-            why = self._unserved(function, time.monotonic())
+            why = self._unserved(function, self.clock())
             if why is not None:
                 return 503, _error(why)
             q = self._queue(function)
@@ -157,7 +193,7 @@ class DRPCServer:
     def _check(self, q: RequestQueue, c: Any) -> None:
         """A waiting call whose driver's lease ended goes to another driver, or gets 503."""
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             driver = c.driver
             if c.handed is not None and driver is not None and not self._live(q.function, driver, now):
                 if q.hand_back(lambda x: x is c and x.driver == driver):
@@ -182,8 +218,12 @@ class DRPCServer:
         finally:
             with self._lock:
                 self._polling[(function, driver)] -= 1
+                if self._polling[(function, driver)] <= 0:
+                    del self._polling[(function, driver)]
+                now = self.clock()
                 if driver not in self._gone.get(function, ()):
-                    self._seen[function][driver] = time.monotonic()
+                    self._seen[function][driver] = now
+                self._forget(now)
 
     def _take(self, q: RequestQueue, most: int, deadline: float, driver: str) -> list[list[str]]:
         while True:
@@ -211,11 +251,13 @@ class DRPCServer:
         """``driver`` no longer serves ``function``: its open calls go to another driver,
         or, when none is left, get 503."""
         with self._lock:
+            now = self.clock()
             self._seen[function].pop(driver, None)
-            self._gone[function].add(driver)
+            self._gone[function][driver] = now
             q = self._queue(function)
             q.hand_back(lambda c: c.driver == driver)
-            why = self._unserved(function, time.monotonic())
+            why = self._unserved(function, now)
+            self._forget(now)
         q.wake()
         if why is not None:
             q.fail_all(why, 503, waiting_only=True)

@@ -197,3 +197,34 @@ def test_a_token_from_the_environment_is_masked_in_logs_as_one_from_the_config(m
     monkeypatch.setenv("TRIDENT_DRPC_TOKEN", "env-token-9731")
     assert drpc_token(TopologyConfig(executor="in-process").drpc_token) == "env-token-9731"
     assert "env-token-9731" not in redact_text("conf {'drpc.token': 'env-token-9731'} and env-token-9731")
+
+
+def test_the_server_forgets_drivers_that_stopped_and_keeps_the_last_of_each_function() -> None:
+    """200 runs of a topology against one server, each run a new driver id (every other one
+    SIGKILLed: it stops polling without unregistering), 10 s apart on the server's clock:
+    the server keeps the drivers that stopped within ``forget_secs`` and the last of each
+    kind, not 200; a 503 still says when the function's topology stopped."""
+    from transactional.ops.drpc_server import DRPCServer
+
+    now = [0.0]
+    s = DRPCServer(port=0, forget_secs=300.0, clock=lambda: now[0])
+    try:
+        for run in range(200):
+            driver = f"d{run}"
+            assert s.invocations("reach", 0, 0.0, driver) == []      # a poll: its lease
+            if run % 2 == 0:
+                s.unregister("reach", driver)                         # the run ended
+            now[0] += 10.0                                            # odd runs: killed, no word
+        # at the last poll (1990 s) the last 300 s hold runs 169..199: 16 killed, 15 unregistered
+        assert s.remembered() == 31
+        now[0] += 1000.0
+        assert s.invocations("reach", 0, 0.0, "live") == []
+        assert s.serving("reach") == ["live"]
+        assert s.remembered() == 3                 # the live driver, the last killed, the last unregistered
+        s.unregister("reach", "live")
+        status, body = s.call("reach", "x", 1.0)
+        assert status == 503 and "its topology stopped (last asked for calls 1010 s ago)" in body
+        with pytest.raises(ValueError, match=r"forget_secs=1.0 must be at least 60 s"):
+            DRPCServer(port=0, forget_secs=1.0)
+    finally:
+        s.http.server_close()

@@ -218,6 +218,20 @@ def test_process_latency_capacity_and_the_txid_being_retried():
     assert s["components"][1]["capacity"] == 0.1 and s["components"][1]["process_latency_ms"] == 4.4554   # 4.5 s / 1010
 
 
+def test_a_run_nobody_reads_keeps_only_the_capacity_windows_busy_figures():
+    """The busy seconds of each commit are kept for the capacity window only, also when no
+    page or scrape ever asks for the capacity: 200 commits a second apart, a 10 s window,
+    11 kept (the commits at 189..199 s), not 200."""
+    clock = Clock()
+    o = RunObserver(topology(), clock=clock, window=10.0)
+    for i in range(1, 201):
+        o(Transition("launched", i, 1, i - 1.0))
+        o(Transition("committed", i, 1, float(i - 1), {"launched_at": i - 1.0, "busy_secs": {"partial": 0.5}}))
+    assert [at for at, _ in o._busy_recent] == [float(i) for i in range(189, 200)]
+    clock.now = 199.0
+    assert o.capacity() == {"partial": round(11 * 0.5 / (10.0 * 3), 3)}
+
+
 def test_a_timeout_failure_and_history_bounds():
     clock = Clock()
     o = RunObserver(topology(), clock=clock, history=3, recent=2)

@@ -226,6 +226,7 @@ class RunObserver:
             self.busy[k] = self.busy.get(k, 0.0) + v
         if busy:
             self._busy_recent.append((t.at, busy))
+        self._forget_busy(t.at)
         if self.retrying is not None and self.retrying["txid"] == t.txid:
             self.retrying = None
         # core topologies: the run's totals so far (acked, failed) and the pending now
@@ -338,14 +339,19 @@ class RunObserver:
         of one component ran at once on more cores) the component is the bottleneck."""
         with self._lock:
             now = self.clock() if now is None else now
-            while self._busy_recent and self._busy_recent[0][0] < now - self.window:
-                self._busy_recent.popleft()
+            self._forget_busy(now)
             span = max(min(self.window, now - self.started), 1e-3)
             total: dict[str, float] = {}
             for _, busy in self._busy_recent:
                 for c, v in busy.items():
                     total[c] = total.get(c, 0.0) + v
             return {c: round(v / (span * max(1, self.parallelism.get(c, 1))), 3) for c, v in total.items()}
+
+    def _forget_busy(self, now: float) -> None:
+        """Drop the busy figures older than the capacity window: done at every commit, so
+        that a run nobody reads keeps only the window's commits (not one per txid)."""
+        while self._busy_recent and self._busy_recent[0][0] < now - self.window:
+            self._busy_recent.popleft()
 
     def totals(self) -> dict[str, Any]:
         """The counts and gauges the metrics export, read at once: ``committed_txid``,
