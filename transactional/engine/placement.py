@@ -16,7 +16,9 @@ where the driver's process is like an executor's (``auto_on``): a local master (
 executors are Python workers of this machine, with this interpreter and this code), no
 archives or other Python for the executors, commits on the driver; then a batch of at
 most ``drpc_batch_size`` calls whose expected work is at most ``DRIVER_BUDGET_SECS`` runs
-here. A number N > 0 is the earlier opt-in (any master, at most N calls, no budget); 0:
+here (the work measured as this thread's CPU time for a batch run here -- not its wall
+time, which threads of the caller share under load -- and as its tasks' seconds for a
+batch run on Spark). A number N > 0 is the earlier opt-in (any master, at most N calls, no budget); 0:
 every batch is a Spark job.
 """
 
@@ -33,9 +35,12 @@ from transactional.config import TopologyConfig
 
 __all__ = ["DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls"]
 
-#: the expected work of a batch (seconds its tasks ran) that may still run on the driver in
-#: the "auto" setting; a heavier batch is a Spark job, its tasks on the executors
-DRIVER_BUDGET_SECS = 0.25
+#: the expected work of a batch (CPU seconds of its tasks) that may still run on the driver in
+#: the "auto" setting; a heavier batch is a Spark job. The break-even on a small machine: on
+#: the driver a batch's tasks run one after another on one thread (W seconds); as a Spark
+#: job on N workers about W / N plus the job's scheduling S (0.2-0.9 s on 2 cores here), so
+#: the driver is the faster while W < N * S / (N - 1), about 1 s for N = 2 and S = 0.5 s
+DRIVER_BUDGET_SECS = 1.0
 #: how much one batch's measured work moves the estimate (an exponential average)
 _WEIGHT = 0.3
 #: a spout's part of a batch's metadata -> its size (calls, records), or None: not on the driver
@@ -76,15 +81,17 @@ class SmallBatches:
     >>> small = SmallBatches({"drpc": lambda m: len(m) if len(m) <= 4 else None}, budget_secs=0.1)
     >>> small({"drpc": [1, 2]}), small({"drpc": [1] * 5}), small({"drpc": [1], "kafka": {"0": [0, 9]}})
     (True, False, False)
-    >>> small.ran({"drpc": [1, 2]}, 0.2)           # 0.1 s a call: two calls no longer fit
-    >>> small({"drpc": [1, 2]}), small({"drpc": [1]})
-    (False, True)
+    >>> small.ran({"drpc": [1, 2]}, 0.06)          # 30 ms a call, as far as it knows
+    >>> small({"drpc": [1]}), small({"drpc": [1, 2, 3]})
+    (True, False)
     """
 
     def __init__(self, rules: Mapping[str, Rule], budget_secs: float | None = None) -> None:
         self.rules = dict(rules)
         self.budget_secs = budget_secs
-        #: seconds of work per item of the batches measured so far (None: none yet)
+        #: the least work a batch took (its fixed part, as far as it is known), and the work
+        #: of each item beyond it (an average over the batches measured; None: none yet)
+        self.floor = 0.0
         self.per_item: float | None = None
 
     def size(self, meta: Any) -> int | None:
@@ -101,17 +108,27 @@ class SmallBatches:
             total += n
         return total
 
+    def expected(self, n: int) -> float:
+        """The expected work (seconds) of a batch of ``n`` items: 0 before any was measured."""
+        return 0.0 if self.per_item is None else self.floor + n * self.per_item
+
     def __call__(self, meta: Any) -> bool:
         n = self.size(meta)
         if n is None:
             return False
-        return self.budget_secs is None or self.per_item is None or n * self.per_item <= self.budget_secs
+        return self.budget_secs is None or self.expected(n) <= self.budget_secs
 
     def ran(self, meta: Any, busy_secs: float) -> None:
         """A batch of ``meta`` was processed (here or on Spark) in ``busy_secs`` of its
-        tasks' time: the estimate of work per item follows it."""
+        tasks' time: the estimate follows it. The first batch counts all its work per item
+        (a heavy call is not taken for a fixed cost); later ones what exceeds the least
+        work a batch took."""
         n = self.size(meta)
         if not n:
             return
-        per = busy_secs / n
-        self.per_item = per if self.per_item is None else (1 - _WEIGHT) * self.per_item + _WEIGHT * per
+        if self.per_item is None:
+            self.floor, self.per_item = busy_secs, busy_secs / n
+            return
+        self.floor = min(self.floor, busy_secs)
+        extra = max(0.0, busy_secs - self.floor) / n
+        self.per_item = (1 - _WEIGHT) * self.per_item + _WEIGHT * extra
