@@ -3,7 +3,7 @@
 committed in Redis (``latency_kafka.py``, "Latency: Kafka to Redis").
 
     python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
-                                 [--executor in-process,spark] [--master local[2]] [--on-driver N]
+                                 [--executor in-process,spark] [--master local[2]] [--on-driver auto|N]
     python benchmarks/latency.py --bench kafka [--systems trident,bytewax,sss,sss-realtime]
                                  [--rates 1000,10000,100000] [--seconds 10] [--warmup 3]
     python benchmarks/latency.py --bench window [--rates 1000] [--seconds 10] [--window-ms 1000]
@@ -17,19 +17,27 @@ committed batches' processing job, commit phase and launch -> committed time; ``
 the client p50 less that launch -> committed p50: time a request spends queued, waiting
 for the driver to wake and plan (or, before the wakeup, for its next poll) or for a batch
 ahead of it. ``calls_per_batch``: the calls the DRPC spout took per batch that had any
-(mean and most), counted at the function's queue.
+(mean and most), counted at the function's queue; ``driver_batches``/``spark_batches``: the
+measured batches whose processing ran in the driver's process or as a Spark job
+(``transactional.engine.placement``).
+
+Before the measured calls the run is warmed: one call (the run is up, and Spark's workers),
+and for ``trident`` calls until the word count's finite sentence stream is all counted (its
+batches are Spark jobs; a call that shares a txid with one, or comes after one, waits for it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from examples import reach, trident_drpc_word_count
 from transactional import LocalCluster, TopologyConfig
 from transactional.drpc import LocalDRPC
+from transactional.engine import placement
 from transactional.engine.drpc import local_queues
 from transactional.result import percentile
 
@@ -53,18 +61,28 @@ def _ms(h: Any, q: float = 50) -> float | None:
     return None if v is None else round(v * 1000, 1)
 
 
-def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driver: int = 0) -> dict[str, Any]:
-    """One case: ``clients`` threads making ``calls`` calls in all; the figures as a dict."""
+#: the word count's answer to WORDS[0] once every sentence is counted (examples/trident_drpc_word_count.py)
+COUNTED = "[[24]]"
+
+
+def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driver: int | None = None) -> dict[str, Any]:
+    """One case: ``clients`` threads making ``calls`` calls in all; the figures as a dict.
+    ``on_driver``: ``drpc_on_driver_max_calls`` (None: the default, "auto")."""
     drpc = LocalDRPC()
     topology, function, args, ok = _topology(kind, drpc)
     config = TopologyConfig(executor=executor, spark_master=master, progress=False, spark_ui=False,
-                            **({"drpc_on_driver_max_calls": on_driver} if on_driver else {}))
+                            drpc_on_driver_max_calls=on_driver)
     per_client = max(2, calls // clients)
     taken = _count_takes(drpc, function)
+    placed = _count_placements()
     cluster = LocalCluster()
     cluster.submit_topology("latency-bench", config, topology)
-    drpc.execute(function, args[0])           # warm: the run is up (and Spark's workers)
+    got = drpc.execute(function, args[0])     # warm: the run is up (and Spark's workers)
+    deadline = time.monotonic() + 120
+    while kind == "trident" and got != COUNTED and time.monotonic() < deadline:
+        got = drpc.execute(function, args[0])  # ... and the sentences are all counted
     taken.clear()
+    placed.clear()
     latencies, wrong, secs = concurrent_calls(lambda arg: drpc.execute(function, arg), args, ok, clients,
                                               per_client)
     sizes = [n for n in taken if n > 0]
@@ -72,7 +90,8 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driv
     p50 = _ms(latencies)
     launch_to_commit = _ms(result.commit_latencies) if result is not None else None
     return {"benchmark": "latency-drpc", "kind": kind, "executor": executor,
-            "master": master if executor == "spark" else None, "on_driver": on_driver, "clients": clients,
+            "master": master if executor == "spark" else None,
+            "on_driver": "auto" if on_driver is None else on_driver, "clients": clients,
             "calls": len(latencies), "seconds": round(secs, 3), "p50_ms": p50, "p99_ms": _ms(latencies, 99),
             "batches": result.batches_committed if result is not None else None,
             "processing_ms": _ms(result.processing_secs) if result is not None else None,
@@ -80,7 +99,21 @@ def run(kind: str, executor: str, master: str, clients: int, calls: int, on_driv
             "launch_to_commit_ms": launch_to_commit,
             "wait_ms": round(p50 - launch_to_commit, 1) if p50 is not None and launch_to_commit else None,
             "calls_per_batch": round(sum(sizes) / len(sizes), 1) if sizes else None,
-            "most_calls_per_batch": max(sizes, default=None), "wrong_answers": len(wrong)}
+            "most_calls_per_batch": max(sizes, default=None), "driver_batches": placed.count(True),
+            "spark_batches": placed.count(False) if executor == "spark" else None, "wrong_answers": len(wrong)}
+
+
+def _count_placements() -> list[bool]:
+    """Where each batch's processing ran (True: the driver's process), for the batches of Spark runs."""
+    placed: list[bool] = []
+    decide = placement.SmallBatches.__call__
+
+    def counted(self: placement.SmallBatches, meta: Any) -> bool:
+        here = decide(self, meta)
+        placed.append(here)
+        return here
+    placement.SmallBatches.__call__ = counted  # type: ignore[method-assign]
+    return placed
 
 
 def _count_takes(drpc: LocalDRPC, function: str) -> list[int]:
@@ -112,8 +145,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="--bench kafka: measured seconds a case")
     p.add_argument("--warmup", type=float, default=3.0, help="--bench kafka: seconds produced before measuring")
     p.add_argument("--trident-args", default="", help="--bench kafka: extra arguments of the trident system")
-    p.add_argument("--on-driver", type=int, default=0,
-                   help="drpc_on_driver_max_calls: batches of at most N calls run in the driver's process (0: none)")
+    p.add_argument("--on-driver", default="auto",
+                   help="drpc_on_driver_max_calls: 'auto' (the default), or N: batches of at most N calls run in the "
+                        "driver's process (0: none)")
     a = p.parse_args()
     if a.bench == "window":
         import latency_window
@@ -130,7 +164,8 @@ def main() -> None:
     for kind in a.kind.split(","):
         for executor in a.executor.split(","):
             for clients in (int(c) for c in a.clients.split(",")):
-                print(json.dumps(run(kind, executor, a.master, clients, a.calls, a.on_driver)), flush=True)
+                on_driver = None if a.on_driver == "auto" else int(a.on_driver)
+                print(json.dumps(run(kind, executor, a.master, clients, a.calls, on_driver)), flush=True)
 
 
 if __name__ == "__main__":

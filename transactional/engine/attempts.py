@@ -14,10 +14,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from transactional.engine.coordinator import Action, Cancel, Commit, Coordinator, Launch, Plan, Record
-from transactional.engine.drpc import on_driver
+from transactional.engine.drpc import driver_rules
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.interpreter import run_processing
+from transactional.engine.placement import DRIVER_BUDGET_SECS, SmallBatches, max_calls
 from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
@@ -59,12 +60,10 @@ class Jobs:
                 ship(self.sc, ctx.config)      # py_files / archives of this run
             self.executor = SparkExecutor(self.sc)
         self.shared = self.executor.shared(ctx.topology)
-        # small DRPC batches in this process, not as a Spark job (``drpc_on_driver_max_calls``)
-        small = on_driver(ctx.topology, ctx.conf) if isinstance(self.executor, SparkExecutor) \
-            and not ctx.plan.commits_on_executors else None
-        self.small = small
+        #: which batches run their processing in this process, not as a Spark job (None: none)
+        self.small = small_batches(ctx, self.sc.master) if isinstance(self.executor, SparkExecutor) else None
         self.local = InProcessExecutor()
-        self.local_shared = self.local.shared(ctx.topology) if small is not None else self.shared
+        self.local_shared = self.local.shared(ctx.topology) if self.small is not None else self.shared
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
@@ -72,9 +71,14 @@ class Jobs:
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         ctx = self.ctx
         here = self.small is not None and fed is None and self.small(meta)
-        return run_processing(ctx.plan, self.local if here else self.executor,
-                              self.local_shared if here else self.shared, self.run_id, ctx.conf, attempt, meta,
-                              cleanup_before, group, fed)
+        cpu = time.thread_time()
+        r = run_processing(ctx.plan, self.local if here else self.executor, self.local_shared if here else self.shared,
+                           self.run_id, ctx.conf, attempt, meta, cleanup_before, group, fed)
+        if self.small is not None and not r.failures:
+            # the work: this thread's CPU time here (not the wall time other threads share),
+            # the seconds the tasks ran on Spark's workers
+            self.small.ran(meta, time.thread_time() - cpu if here else sum(r.busy.values()))
+        return r
 
     def cancel(self, group: str) -> None:
         self.executor.cancel(group)
@@ -90,6 +94,17 @@ class Jobs:
                 pass
 
 
+def small_batches(ctx: RunContext, master: str) -> SmallBatches | None:
+    """The test of which batches of this Spark run process in the driver's process
+    (``transactional.engine.placement``): DRPC-only batches of at most
+    ``drpc_on_driver_max_calls`` calls (None, "auto": ``drpc_batch_size`` on a local master,
+    within a work budget); None when no batch does (0, a cluster master under "auto", or
+    commits on the executors: their processing output stays on the executors)."""
+    most, auto = max_calls(ctx.config, master)
+    rules = driver_rules(ctx.topology, most) if not ctx.plan.commits_on_executors else {}
+    return SmallBatches(rules, DRIVER_BUDGET_SECS if auto else None) if rules else None
+
+
 class Attempts:
     """The engine's side of the coordinator's actions: the processing jobs in flight
     (driver threads), their results, and the commit in the main thread."""
@@ -101,8 +116,11 @@ class Attempts:
         self.wakeup = wakeup if wakeup is not None else Wakeup()
         # spouts whose input arrives as events (DRPC requests) wake the driver: no idle polling for them
         self.woken_by = [c for c in runner.spout_coordinators().values() if isinstance(c, WakesDriver)]
+        #: a coordinator held back a part batch while a job ran: plan again when one ends
+        self.gathering = False
         for c in self.woken_by:
             c.wake_on_input(self.wakeup.input)
+            c.gather_while(self._busy)
         self.jobs = jobs
         self.store = store
         self.runner = runner
@@ -169,6 +187,15 @@ class Attempts:
                 "(spark job)", -1, attempt.txid, attempt.attempt_id, "fatal" if fatal else "error",
                 type(e).__name__, "cancelled" if cancelled else fatal or spark_error(e), "")])
 
+    def _busy(self) -> bool:
+        """True while a processing job runs (asked by the spouts' coordinators on this, the
+        main, thread, in ``is_ready``): what arrives meanwhile gathers for the next batch,
+        which the driver plans when a job ends (``wait``)."""
+        if any(not f.done() for f in self.running):
+            self.gathering = True
+            return True
+        return False
+
     def _ended(self, fut: cf.Future[Any]) -> None:
         """A job's future is done (on the job's thread): wake the driver."""
         self.wakeup.set()
@@ -196,6 +223,9 @@ class Attempts:
             else:
                 self.results[(txid, attempt)] = r
                 actions += coord.processed(txid, attempt, r.actual or None, time.monotonic())
+        if done and self.gathering:
+            self.gathering = False
+            actions += coord.ready(time.monotonic())     # what gathered while the job ran: plan it now
         return actions
 
     def close(self, wait_secs: float = STOP_WAIT_SECS) -> None:
@@ -204,6 +234,7 @@ class Attempts:
         it runs). The job threads are daemons: what still runs then does not hold the process."""
         for c in self.woken_by:
             c.wake_on_input(None)
+            c.gather_while(None)
         self.groups.clear()
         self.pool.shutdown()                      # attempts not started yet never start
         running = {f: g for f, g in self.group_of.items() if not f.done()}

@@ -66,3 +66,9 @@ class WakesDriver(abc.ABC):
     @abc.abstractmethod
     def wake_on_input(self, wake: Callable[[], None] | None) -> None:
         """Call ``wake()`` whenever input arrives from now on (None: stop calling it)."""
+
+    def gather_while(self, busy: Callable[[], bool] | None) -> None:  # noqa: B027 - an optional hook
+        """The driver gives ``busy`` before the run's first plan (None at its end): while
+        ``busy()`` is true, a batch of the run is processing, and a coordinator may hold back
+        a part batch from ``is_ready`` so that what arrives meanwhile goes into the next one
+        (the driver plans again when a batch's processing ends). Not overridden: no gathering."""

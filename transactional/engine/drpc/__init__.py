@@ -40,7 +40,8 @@ from transactional.spout import Coordinator, Emitter, TransactionalSpout
 from transactional.tuples import Fields, TransactionAttempt, Tuple
 
 __all__ = ["ATTEMPT", "DEFAULT_TIMEOUT_SECS", "DRPCSpout", "FAILED_STREAM", "IDS_STREAM", "RETURN_ID", "SPOUT_ID",
-           "RequestBolt", "RequestQueue", "ReturnResults", "drpc_spouts", "local_queues", "on_driver", "sink_for"]
+           "RequestBolt", "RequestQueue", "ReturnResults", "driver_rules", "drpc_spouts", "local_queues", "on_driver",
+           "sink_for"]
 log = logging.getLogger("trident")
 
 ATTEMPT = "__attempt"          # the hidden first field of every DRPC tuple in the engine
@@ -88,14 +89,28 @@ def drpc_spouts(topology: Any) -> list[DRPCSpout]:
     return [s for s in (c.new_instance() for c in topology.spouts) if isinstance(s, DRPCSpout)]
 
 
+def driver_rules(topology: Any, most: int) -> dict[str, Callable[[Any], int | None]]:
+    """The DRPC spouts' part of the rule of which batches run their processing in the
+    driver's process (``transactional.engine.placement``): spout id -> a test of that spout's
+    metadata in a batch, giving its number of calls, or None when it holds more than ``most``."""
+    if most <= 0:
+        return {}
+
+    def calls(m: Any) -> int | None:
+        n = len((m or {}).get("requests", ()))
+        return n if n <= most else None
+    return {c.id: calls for c in topology.spouts if isinstance(c.new_instance(), DRPCSpout)}
+
+
 def on_driver(topology: Any, conf: dict[str, Any]) -> Callable[[Any], bool] | None:
-    """Which batches of ``topology`` run their processing in the driver's process rather
-    than as a Spark job (``TopologyConfig.drpc_on_driver_max_calls``): a test of a batch's
-    metadata (``{spout_id: meta}``), true when it carries only DRPC calls, at most that
-    many; None when no batch does."""
+    """Which batches of ``topology`` may run their processing in the driver's process
+    rather than as a Spark job, for ``conf["drpc.on.driver.max.calls"]`` = N (the engine
+    sets it from ``TopologyConfig.drpc_on_driver_max_calls``; absent or 0: none): a test of
+    a batch's metadata (``{spout_id: meta}``), true when it carries only DRPC calls, at most
+    N; None when no batch does."""
     most = int(conf.get("drpc.on.driver.max.calls") or 0)
-    ids = {c.id for c in topology.spouts if isinstance(c.new_instance(), DRPCSpout)} if most > 0 else set()
-    if not ids:
+    rules = driver_rules(topology, most)
+    if not rules:
         return None
 
     def small(meta: Any) -> bool:
@@ -103,9 +118,10 @@ def on_driver(topology: Any, conf: dict[str, Any]) -> Callable[[Any], bool] | No
         for sid, m in (meta or {}).items():
             if m is None:
                 continue
-            if sid not in ids:
+            n = rules[sid](m) if sid in rules else None
+            if n is None:
                 return False
-            calls += len(m.get("requests", ()))
+            calls += n
         return calls <= most
     return small
 
@@ -139,6 +155,7 @@ class _DRPCCoordinator(Coordinator, WakesDriver):
         self.batch_size = batch_size
         self._closed = False
         self._wake: Callable[[], None] | None = None
+        self._busy: Callable[[], bool] | None = None
 
     def wake_on_input(self, wake: Callable[[], None] | None) -> None:
         """A request arriving at the sink wakes the driver (``transactional.engine.wakeup``)."""
@@ -148,8 +165,18 @@ class _DRPCCoordinator(Coordinator, WakesDriver):
         if wake is not None:
             self.sink.on_input(wake)
 
+    def gather_while(self, busy: Callable[[], bool] | None) -> None:
+        """While ``busy()`` (a batch of the run is processing), requests gather for the next
+        batch: ``is_ready`` is true only once a full batch (``drpc_batch_size``) waits."""
+        self._busy = busy
+
     def is_ready(self) -> bool:
-        return self.sink.has_requests()
+        if not self.sink.has_requests():
+            return False
+        if self._busy is not None and self._busy():
+            waiting = self.sink.waiting()
+            return waiting is not None and waiting >= self.batch_size
+        return True
 
     def initialize_transaction(self, txid: int, prev_meta: Any) -> Any:
         return {"requests": self.sink.take(self.batch_size)}
@@ -160,6 +187,7 @@ class _DRPCCoordinator(Coordinator, WakesDriver):
         if not self._closed:
             self._closed = True
             self.wake_on_input(None)
+            self._busy = None
             self.sink.close()
 
 

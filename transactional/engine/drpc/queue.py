@@ -194,6 +194,9 @@ class _LocalSink(Sink):
     def has_requests(self) -> bool:
         return self.queue.has_requests()
 
+    def waiting(self) -> int | None:
+        return self.queue.waiting()
+
     def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
         return self.queue.take(n, wait_secs)
 

@@ -136,6 +136,9 @@ class RemoteSink(Sink, InputListeners):
     def has_requests(self) -> bool:
         return bool(self._ready)
 
+    def waiting(self) -> int | None:
+        return len(self._ready)
+
     def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
         with self._lock:
             out: list[Entry] = []

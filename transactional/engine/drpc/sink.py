@@ -25,6 +25,10 @@ class Sink(abc.ABC):
     def has_requests(self) -> bool:
         """True when a request waits for a batch (asked before each batch; must be quick)."""
 
+    def waiting(self) -> int | None:
+        """How many requests wait for a batch (None: the sink cannot tell quickly)."""
+        return None
+
     @abc.abstractmethod
     def take(self, n: int, wait_secs: float = 0.0) -> list[Entry]:
         """Up to ``n`` waiting requests as batch entries."""

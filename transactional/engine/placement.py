@@ -1,0 +1,134 @@
+"""Which batches run their processing in the driver's process instead of as a Spark job
+(docs/performance.md, "Latency: DRPC"; ``TopologyConfig.drpc_on_driver_max_calls``).
+
+A Spark job costs a batch at least its scheduling (tens to hundreds of milliseconds on a
+small machine, whatever the batch holds), where a batch of a few DRPC calls is a few
+milliseconds of work. ``SmallBatches`` is the test ``Jobs`` (``transactional.engine.attempts``)
+asks of each batch's metadata: true when every spout with data in the batch has a *rule*
+(spout id -> its part of the batch's size, or None when that part is too big for the
+driver) and, when a work budget is set, the batch's expected work -- its size times the
+seconds per item its spouts' batches took so far, wherever they ran -- fits the budget.
+The DRPC spouts' rule is ``transactional.engine.drpc.driver_rules``; another spout kind
+adds its own rule to the same mapping.
+
+With the default (``drpc_on_driver_max_calls=None``, "auto") the DRPC rule applies only
+where the driver's process is like an executor's (``auto_on``): a local master (the
+executors are Python workers of this machine, with this interpreter and this code), no
+archives or other Python for the executors, commits on the driver; then a batch of at
+most ``drpc_batch_size`` calls whose expected work is at most ``DRIVER_BUDGET_SECS`` runs
+here (the work measured as this thread's CPU time for a batch run here -- not its wall
+time, which threads of the caller share under load -- and as its tasks' seconds for a
+batch run on Spark). A number N > 0 is the earlier opt-in (any master, at most N calls, no budget); 0:
+every batch is a Spark job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from transactional.config import TopologyConfig
+
+__all__ = ["DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls"]
+
+#: the expected work of a batch (CPU seconds of its tasks) that may still run on the driver in
+#: the "auto" setting; a heavier batch is a Spark job. The break-even on a small machine: on
+#: the driver a batch's tasks run one after another on one thread (W seconds); as a Spark
+#: job on N workers about W / N plus the job's scheduling S (0.2-0.9 s on 2 cores here), so
+#: the driver is the faster while W < N * S / (N - 1), about 1 s for N = 2 and S = 0.5 s
+DRIVER_BUDGET_SECS = 1.0
+#: how much one batch's measured work moves the estimate (an exponential average)
+_WEIGHT = 0.3
+#: a spout's part of a batch's metadata -> its size (calls, records), or None: not on the driver
+Rule = Callable[[Any], "int | None"]
+_LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\s*\d+)?\])?")
+
+
+def auto_on(config: TopologyConfig, master: str) -> bool:
+    """True when small batches may run in the driver's process without being asked
+    (``drpc_on_driver_max_calls=None``): the Spark ``master`` is local (``local``,
+    ``local[N]``, ``local[*]``: executors are Python workers on this machine; not
+    ``local-cluster`` or a cluster, whose executors may have other hardware, packages or
+    memory than the driver), and the executors run this Python (no ``archives``, no
+    ``spark.pyspark.python`` or ``PYSPARK_PYTHON`` naming another interpreter)."""
+    if not _LOCAL_MASTER.fullmatch(master.strip()) or config.archives:
+        return False
+    chosen = config.spark_conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if not chosen:
+        return True
+    found = shutil.which(chosen) or chosen
+    return os.path.realpath(found) == os.path.realpath(sys.executable)
+
+
+def max_calls(config: TopologyConfig, master: str) -> tuple[int, bool]:
+    """``(N, auto)``: the most DRPC calls a batch run on the driver carries (0: none), and
+    whether it is the "auto" setting (then a work budget applies too)."""
+    n = config.drpc_on_driver_max_calls
+    if n is not None:
+        return n, False
+    return (config.drpc_batch_size if auto_on(config, master) else 0), True
+
+
+class SmallBatches:
+    """The test of a batch's metadata (``{spout_id: meta}``): does its processing run in the
+    driver's process? ``rules``: spout id -> ``Rule``; ``budget_secs``: the most expected
+    work (None: no bound). ``ran`` feeds it each processed batch's measured work.
+
+    >>> small = SmallBatches({"drpc": lambda m: len(m) if len(m) <= 4 else None}, budget_secs=0.1)
+    >>> small({"drpc": [1, 2]}), small({"drpc": [1] * 5}), small({"drpc": [1], "kafka": {"0": [0, 9]}})
+    (True, False, False)
+    >>> small.ran({"drpc": [1, 2]}, 0.06)          # 30 ms a call, as far as it knows
+    >>> small({"drpc": [1]}), small({"drpc": [1, 2, 3]})
+    (True, False)
+    """
+
+    def __init__(self, rules: Mapping[str, Rule], budget_secs: float | None = None) -> None:
+        self.rules = dict(rules)
+        self.budget_secs = budget_secs
+        #: the least work a batch took (its fixed part, as far as it is known), and the work
+        #: of each item beyond it (an average over the batches measured; None: none yet)
+        self.floor = 0.0
+        self.per_item: float | None = None
+
+    def size(self, meta: Any) -> int | None:
+        """The batch's items (the sum of its spouts' sizes), or None when a spout with data in
+        it has no rule, or its rule says its part is too big."""
+        total = 0
+        for sid, m in (meta or {}).items():
+            if m is None:
+                continue
+            rule = self.rules.get(sid)
+            n = rule(m) if rule is not None else None
+            if n is None:
+                return None
+            total += n
+        return total
+
+    def expected(self, n: int) -> float:
+        """The expected work (seconds) of a batch of ``n`` items: 0 before any was measured."""
+        return 0.0 if self.per_item is None else self.floor + n * self.per_item
+
+    def __call__(self, meta: Any) -> bool:
+        n = self.size(meta)
+        if n is None:
+            return False
+        return self.budget_secs is None or self.expected(n) <= self.budget_secs
+
+    def ran(self, meta: Any, busy_secs: float) -> None:
+        """A batch of ``meta`` was processed (here or on Spark) in ``busy_secs`` of its
+        tasks' time: the estimate follows it. The first batch counts all its work per item
+        (a heavy call is not taken for a fixed cost); later ones what exceeds the least
+        work a batch took."""
+        n = self.size(meta)
+        if not n:
+            return
+        if self.per_item is None:
+            self.floor, self.per_item = busy_secs, busy_secs / n
+            return
+        self.floor = min(self.floor, busy_secs)
+        extra = max(0.0, busy_secs - self.floor) / n
+        self.per_item = (1 - _WEIGHT) * self.per_item + _WEIGHT * extra
