@@ -100,6 +100,7 @@ class _KafkaSpout:
                  group_id: str | None = None,
                  fetch_timeout_secs: float = 10.0,
                  metadata_timeout_secs: float = 5.0,
+                 watch_wait_ms: int = 50,
                  reuse_consumer: bool = True,
                  fetch_fault: FetchFault | None = None) -> None:
         bootstrap_servers = _check_servers(bootstrap_servers)
@@ -113,6 +114,9 @@ class _KafkaSpout:
             if not (isinstance(v, (int, float)) and v > 0):
                 msg = f"{name} must be > 0 seconds; got {v!r}"
                 raise ConfigError(msg)
+        if not isinstance(watch_wait_ms, int) or not 1 <= watch_wait_ms <= 10_000:
+            msg = f"watch_wait_ms must be an int of milliseconds in 1..10000; got {watch_wait_ms!r}"
+            raise ConfigError(msg)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.start = _check_start(start)
@@ -130,6 +134,7 @@ class _KafkaSpout:
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
+        self.watch_wait_ms = watch_wait_ms
         self.reuse_consumer = reuse_consumer
         self.fetch_fault = fetch_fault
 
@@ -323,6 +328,12 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
     - ``group_id``: committed end offsets of each committed batch are written to Kafka
       under this consumer group, as information for lag monitors only (the coordinator
       state stays the source of truth). None: nothing is written.
+    - ``watch_wait_ms``: while a topology runs, a background consumer on the driver
+      long-polls the partitions past their last plan and wakes the driver when records
+      arrive (``spouts.kafka.watch``); the broker holds its fetch up to this long while the
+      topic is idle (default 50: about 20 small requests a second when idle; a record
+      wakes the driver within about a round trip when the broker answers held fetches
+      early, within ``watch_wait_ms`` when it does not).
     - ``reuse_consumer``: keep one consumer per emitter (default); False closes it after
       every read.
     - ``fetch_fault(tx, partition, start, end) -> int | None``: a test seam called before

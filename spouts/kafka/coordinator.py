@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spouts.base import Meta, PartitionedCoordinator
 from spouts.kafka.emitter import _GONE, _OUT_OF_RANGE
+from spouts.kafka.watch import HighWatermarkWatch
+from transactional.engine.wakeup import WakesDriver
 from transactional.exceptions import SpoutError
 
 if TYPE_CHECKING:
@@ -25,9 +28,11 @@ log = logging.getLogger("trident.kafka")
 END_OFFSETS_CONF = "trident.kafka.end_offsets"
 
 
-class KafkaCoordinator(PartitionedCoordinator):
-    """Plans offset ranges on the driver from high watermarks (one ListOffsets per
-    partition per plan), up to ``end_offsets`` when given. Created by ``get_coordinator``;
+class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
+    """Plans offset ranges on the driver from high watermarks, up to ``end_offsets`` when
+    given: while the engine listens (``wake_on_input``) from its watch's Fetch answers
+    (no request when records are waiting), otherwise one ListOffsets per partition per
+    plan. Created by ``get_coordinator``;
     users do not subclass it."""
 
     def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None) -> None:
@@ -40,6 +45,7 @@ class KafkaCoordinator(PartitionedCoordinator):
         # partition -> (ListOffsets answer, the Fetch high watermark probed for it)
         self._probed: dict[int, tuple[int, int]] = {}
         self._prober: Consumer | None = None
+        self._watch: HighWatermarkWatch | None = None   # while the engine listens (wake_on_input)
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -189,21 +195,50 @@ class KafkaCoordinator(PartitionedCoordinator):
                     return None
                 self._unplaced[partition] = first
             last_meta = self._unplaced[partition]
-        wm = self.watermarks(partition)
-        if wm is None:
-            return None
-        high = wm[1]
         start = int(last_meta["end"])
-        if high < start + self.spout.max_records_per_partition:
-            high = self.high_watermark(partition, high)   # the plan reaches the log's end
+        high = self._log_end(partition, start)
+        if high is None:
+            return None
         if self.end_offsets is not None:
             high = min(high, self.end_offsets.get(partition, start))   # a fixed range (trident verify)
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
+        if self._watch is not None:
+            self._watch.planned(partition, max(start, end))
         if end <= start:
             return None
         return {"start": start, "end": end}
+
+    def _log_end(self, partition: int, start: int) -> int | None:
+        """Where the partition's log ends now, as far as a plan from ``start`` needs it
+        (None: the broker does not answer). The watch's last Fetch answer when it shows
+        records past ``start`` (no request: it is a lower bound, and what lies beyond is
+        planned next time); otherwise ListOffsets, corrected by a Fetch probe when it may be
+        short (``high_watermark``), so that "nothing new" is always the broker's answer now."""
+        if self._watch is not None:
+            seen = self._watch.high(partition)
+            if seen is not None and seen > start:
+                return seen
+        wm = self.watermarks(partition)
+        if wm is None:
+            return None
+        high = wm[1]
+        if high < start + self.spout.max_records_per_partition:
+            high = self.high_watermark(partition, high)   # the plan reaches the log's end
+        return high
+
+    def wake_on_input(self, wake: Callable[[], None] | None) -> None:
+        """Wake the driver when a partition has records past its last plan
+        (``transactional.engine.wakeup.WakesDriver``): a background consumer long-polls the
+        partitions from there (``spouts.kafka.watch``), and plans read the log's end from its
+        Fetch answers instead of asking the broker. None stops it."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if wake is not None:
+            self._watch = HighWatermarkWatch(self.spout.topic, self.spout.consumer_config("coordinator"), wake,
+                                             wait_ms=self.spout.watch_wait_ms, limits=self.end_offsets)
 
     def committed(self, txid: int, meta: dict[str, Meta]) -> None:
         """Write each partition's end offset to Kafka under ``group_id`` (information for
@@ -241,6 +276,7 @@ class KafkaCoordinator(PartitionedCoordinator):
                 self.consumer.poll(0)
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
+        self.wake_on_input(None)
         if self._prober is not None:
             self._prober.close()
             self._prober = None
