@@ -334,8 +334,10 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
       topic is idle (default 50: about 20 small requests a second when idle; a record
       wakes the driver within about a round trip when the broker answers held fetches
       early, within ``watch_wait_ms`` when it does not).
-    - ``reuse_consumer``: keep one consumer per emitter (default); False closes it after
-      every read.
+    - ``reuse_consumer``: keep one consumer per emitter and the driver's watch (default);
+      False closes the emitters' after every read and does not watch (the driver polls
+      the topic every ``poll_interval_secs``): for brokers whose topics are deleted and
+      created again under a running topology (docs/kafka.md).
     - ``fetch_fault(tx, partition, start, end) -> int | None``: a test seam called before
       each read in the emitter; returning an offset makes the partition unfetchable from
       that offset on for this read (as if the broker timed out).

@@ -232,11 +232,13 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         """Wake the driver when a partition has records past its last plan
         (``transactional.engine.wakeup.WakesDriver``): a background consumer long-polls the
         partitions from there (``spouts.kafka.watch``), and plans read the log's end from its
-        Fetch answers instead of asking the broker. None stops it."""
+        Fetch answers instead of asking the broker. None stops it. With
+        ``reuse_consumer=False`` nothing watches (no consumer stays assigned between plans:
+        the driver polls the topic every ``poll_interval_secs``)."""
         if self._watch is not None:
             self._watch.close()
             self._watch = None
-        if wake is not None:
+        if wake is not None and self.spout.reuse_consumer:
             self._watch = HighWatermarkWatch(self.spout.topic, self.spout.consumer_config("coordinator"), wake,
                                              wait_ms=self.spout.watch_wait_ms, limits=self.end_offsets)
 
