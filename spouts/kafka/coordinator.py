@@ -242,6 +242,17 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
             self._watch = HighWatermarkWatch(self.spout.topic, self.spout.consumer_config("coordinator"), wake,
                                              wait_ms=self.spout.watch_wait_ms, limits=self.end_offsets)
 
+    @staticmethod
+    def planned_records(meta: dict[str, Meta] | None) -> int:
+        """How many records a batch's planned metadata (``{"<partition>": {"start", "end"}}``)
+        reads: known on the driver before any task runs (a placement that runs small
+        batches on the driver can decide from it).
+
+        >>> KafkaCoordinator.planned_records({"0": {"start": 5, "end": 9}, "3": {"start": 0, "end": 1}})
+        5
+        """
+        return sum(int(m["end"]) - int(m["start"]) for m in (meta or {}).values())
+
     def committed(self, txid: int, meta: dict[str, Meta]) -> None:
         """Write each partition's end offset to Kafka under ``group_id`` (information for
         lag monitors only), asynchronously."""
