@@ -46,6 +46,8 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._probed: dict[int, tuple[int, int]] = {}
         self._prober: Consumer | None = None
         self._watch: HighWatermarkWatch | None = None   # while the engine listens (wake_on_input)
+        self._wake: Callable[[], None] | None = None
+        self._planned: dict[int, int] = {}     # partition -> end of its last planned range
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -208,6 +210,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
             self._watch.planned(partition, max(start, end))
         if end <= start:
             return None
+        self._planned[partition] = end
         return {"start": start, "end": end}
 
     def _log_end(self, partition: int, start: int) -> int | None:
@@ -238,9 +241,20 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+        self._wake = wake
         if wake is not None and self.spout.reuse_consumer:
-            self._watch = HighWatermarkWatch(self.spout.topic, self.spout.consumer_config("coordinator"), wake,
+            self._watch = HighWatermarkWatch(self.spout.topic, self.spout.consumer_config("coordinator"), self._woken,
                                              wait_ms=self.spout.watch_wait_ms, limits=self.end_offsets)
+
+    def _woken(self) -> None:
+        """The watch saw records past the plans (its thread): wake the driver when no
+        planned range is waiting for its commit. While one is, the commit makes the driver
+        plan anyway; waking it on every record would launch many small batches at once,
+        which on few cores slow each other (measured: docs/performance.md, "Latency: Kafka
+        to Redis")."""
+        wake = self._wake
+        if wake is not None and all(self._done.get(p, end) >= end for p, end in list(self._planned.items())):
+            wake()
 
     @staticmethod
     def planned_records(meta: dict[str, Meta] | None) -> int:

@@ -62,6 +62,7 @@ def test_a_record_produced_to_an_idle_topic_wakes_the_driver(kafka_broker, kafka
     assert c.plan_partition(1, empty) == {"start": 0, "end": 1}
     # once per plan: the plan above moved the frontier to 1, nothing is past it
     assert (w.wait(0.0), w.take_input()) == (False, False)
+    c.committed(1, {"1": {"start": 0, "end": 1}})    # while a range waits for its commit, the commit wakes it
     kafka_broker.produce(kafka_topic, {0: ["b", "c"]})
     assert w.wait(10.0) is True
     assert c.plan_partition(0, empty) == {"start": 0, "end": 2}
@@ -73,6 +74,7 @@ def test_plans_from_the_watch_are_exact_where_list_offsets_is_short(kafka_broker
     produce_batched(kafka_broker.bootstrap, kafka_topic, 0, 40, "x")
     first = c.plan_partition(0, {"start": 0, "end": 0})
     assert first == {"start": 0, "end": 40}                     # ListOffsets, corrected by a Fetch probe
+    c.committed(1, {"0": first})
     produce_batched(kafka_broker.bootstrap, kafka_topic, 0, 30, "y")
     assert w.wait(10.0) is True
     assert c.watermarks(0)[1] < 70                              # the broker's ListOffsets is short here
