@@ -6,7 +6,8 @@ consumer that long-polls every watched partition just past its last planned offs
 (a lower bound of the log's end: Kafka's high watermark never decreases) and calls
 ``wake()`` once a partition has records beyond what was planned (its *frontier*). After a
 response with records it seeks to that watermark, so it reads at most one record batch a
-partition per round trip, never the data itself, and while nothing arrives it holds one
+partition per look, never the data itself (a look every 20 ms at most while records
+flow), and while nothing arrives it holds one
 Fetch at the broker for up to ``wait_ms`` (``fetch.wait.max.ms``): an idle topic costs
 one small request a partition set per ``wait_ms``, and a new record wakes the driver
 within about one round trip.
@@ -30,6 +31,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 __all__ = ["HighWatermarkWatch"]
 
 log = logging.getLogger("trident.kafka")
+
+#: seconds between two looks while records flow (at most ~50 fetches a second)
+_GAP = 0.02
 
 
 class HighWatermarkWatch:
@@ -115,33 +119,40 @@ class HighWatermarkWatch:
             except KafkaException as e:
                 log.debug("watch of %r: %s", self.topic, e)
                 continue
-            seeks: dict[int, TopicPartition] = {}
+            tops: dict[int, Any] = {}          # the last record fetched of each partition
             for m in msgs:
+                if m.error() is not None or m.offset() is None:
+                    self._event(m)
+                else:
+                    tops[int(m.partition() or 0)] = m
+            for m in tops.values():
                 tp = self._answer(m)
-                if tp is not None and (tp.partition not in seeks or tp.offset > seeks[tp.partition].offset):
-                    seeks[tp.partition] = tp
-            for tp in seeks.values():
                 try:
                     c.seek(tp)
                 except KafkaException as e:
                     log.debug("watch of %r: seek to %s: %s", self.topic, tp, e)
+            if tops:
+                # records are flowing: look again in a while, not at every round trip (each
+                # answer holds a record batch a partition, which the client decodes)
+                self._stop.wait(_GAP)
 
-    def _answer(self, m: Any) -> TopicPartition | None:
-        """Learn a partition's watermark from one fetched message or event; the position to
-        watch from next when it moved."""
+    def _event(self, m: Any) -> None:
+        """An event in place of a record: the partition's end (its watermark), or an error
+        (the watermark is not known now: the planner asks the broker)."""
         p, off, err = m.partition(), m.offset(), m.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF and off is not None:
-                self._learn(p, int(off))
-            elif err.code() != KafkaError._PARTITION_EOF:
-                log.debug("watch of %s[%s]: %s", self.topic, p, err)
-                with self._lock:
-                    self._high.pop(p, None)      # not known now: the planner asks the broker
-            return None
-        if off is None:
-            return None
+        if err is not None and err.code() == KafkaError._PARTITION_EOF and off is not None:
+            self._learn(p, int(off))
+        elif err is not None:
+            log.debug("watch of %s[%s]: %s", self.topic, p, err)
+            with self._lock:
+                self._high.pop(p, None)
+
+    def _answer(self, m: Any) -> TopicPartition:
+        """Learn a partition's watermark from its last fetched record; the position to
+        watch from next (that watermark: the records are not read)."""
+        p = m.partition()
         hw = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)[1]
-        high = max(int(hw), int(off) + 1)
+        high = max(int(hw), int(m.offset()) + 1)
         self._learn(p, high)
         return TopicPartition(self.topic, p, high)
 
