@@ -29,10 +29,9 @@ END_OFFSETS_CONF = "trident.kafka.end_offsets"
 
 
 class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
-    """Plans offset ranges on the driver from high watermarks, up to ``end_offsets`` when
-    given: while the engine listens (``wake_on_input``) from its watch's Fetch answers
-    (no request when records are waiting), otherwise one ListOffsets per partition per
-    plan. Created by ``get_coordinator``;
+    """Plans offset ranges on the driver from high watermarks (one ListOffsets per
+    partition per plan), up to ``end_offsets`` when given; while the engine listens
+    (``wake_on_input``) it wakes the driver when records arrive. Created by ``get_coordinator``;
     users do not subclass it."""
 
     def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None) -> None:
@@ -215,14 +214,8 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
 
     def _log_end(self, partition: int, start: int) -> int | None:
         """Where the partition's log ends now, as far as a plan from ``start`` needs it
-        (None: the broker does not answer). The watch's last Fetch answer when it shows
-        records past ``start`` (no request: it is a lower bound, and what lies beyond is
-        planned next time); otherwise ListOffsets, corrected by a Fetch probe when it may be
-        short (``high_watermark``), so that "nothing new" is always the broker's answer now."""
-        if self._watch is not None:
-            seen = self._watch.high(partition)
-            if seen is not None and seen > start:
-                return seen
+        (None: the broker does not answer): ListOffsets, corrected by a Fetch probe when it
+        may be short (``high_watermark``)."""
         wm = self.watermarks(partition)
         if wm is None:
             return None
@@ -234,8 +227,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
     def wake_on_input(self, wake: Callable[[], None] | None) -> None:
         """Wake the driver when a partition has records past its last plan
         (``transactional.engine.wakeup.WakesDriver``): a background consumer long-polls the
-        partitions from there (``spouts.kafka.watch``), and plans read the log's end from its
-        Fetch answers instead of asking the broker. None stops it. With
+        partitions from there (``spouts.kafka.watch``). None stops it. With
         ``reuse_consumer=False`` nothing watches (no consumer stays assigned between plans:
         the driver polls the topic every ``poll_interval_secs``)."""
         if self._watch is not None:
