@@ -331,9 +331,7 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
     - ``watch_wait_ms``: while a topology runs, a background consumer on the driver
       long-polls the partitions past their last plan and wakes the driver when records
       arrive (``spouts.kafka.watch``); the broker holds its fetch up to this long while the
-      topic is idle (default 50: about 20 small requests a second when idle; a record
-      wakes the driver within about a round trip when the broker answers held fetches
-      early, within ``watch_wait_ms`` when it does not).
+      topic is idle (default 50: about 20 small requests a second when idle).
     - ``reuse_consumer``: keep one consumer per emitter and the driver's watch (default);
       False closes the emitters' after every read and does not watch (the driver polls
       the topic every ``poll_interval_secs``): for brokers whose topics are deleted and
