@@ -8,7 +8,7 @@ high_watermark))``); emitters *read* exactly a planned range in Spark tasks with
 ``assign`` + ``seek`` (no consumer group membership), so a new batch and a replay are the
 same read.
 
-The Kafka spouts (here, ``spouts.kafka.emitter`` and ``spouts.kafka.core``) use **confluent-kafka**
+The Kafka spouts (here, ``spouts.kafka.coordinator``, ``spouts.kafka.emitter`` and ``spouts.kafka.core``) use **confluent-kafka**
 (librdkafka), chosen by measurement: against the Tansu broker on this kind of machine it
 produced ≈300k msg/s and consumed ≈400-800k msg/s from one Python process, about ten
 times kafka-python (≈20k / ≈70k msg/s, measured here; docs/kafka.md). Reading is the per-record hot
@@ -27,19 +27,17 @@ would leave them unread until more data arrives, with the lag reading 0.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from transactional.extras import missing_extra
 
 try:
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    import confluent_kafka  # noqa: F401 - the extra is installed: the submodules import it
 except ModuleNotFoundError as e:
     raise missing_extra(e, "spouts.kafka (the Kafka spouts)") from None
 
 from spouts.base import (
-    Meta,
     OpaquePartitionedTransactionalSpout,
     OutputDeclarer,
     PartitionedCoordinator,
@@ -48,13 +46,14 @@ from spouts.base import (
     SpoutContext,
 )
 from spouts.kafka.columns import BAD_RECORD_FIELDS, BadRecordError
-from spouts.kafka.emitter import _GONE, _OUT_OF_RANGE, KafkaEmitter
+from spouts.kafka.coordinator import END_OFFSETS_CONF, KafkaCoordinator
+from spouts.kafka.emitter import KafkaEmitter
 from spouts.kafka.records import RECORD_FIELDS, Deserializer, deserializer_for
 from transactional.exceptions import ConfigError, SpoutError
 from transactional.tuples import Fields, TransactionAttempt
 
-__all__ = ["BAD_RECORD_FIELDS", "BadRecordError", "KafkaTransactionalSpout", "OpaqueKafkaTransactionalSpout",
-           "RECORD_FIELDS"]
+__all__ = ["BAD_RECORD_FIELDS", "END_OFFSETS_CONF", "BadRecordError", "KafkaCoordinator", "KafkaTransactionalSpout",
+           "OpaqueKafkaTransactionalSpout", "RECORD_FIELDS"]
 
 log = logging.getLogger("trident.kafka")
 
@@ -101,6 +100,7 @@ class _KafkaSpout:
                  group_id: str | None = None,
                  fetch_timeout_secs: float = 10.0,
                  metadata_timeout_secs: float = 5.0,
+                 watch_wait_ms: int = 50,
                  reuse_consumer: bool = True,
                  fetch_fault: FetchFault | None = None) -> None:
         bootstrap_servers = _check_servers(bootstrap_servers)
@@ -114,6 +114,9 @@ class _KafkaSpout:
             if not (isinstance(v, (int, float)) and v > 0):
                 msg = f"{name} must be > 0 seconds; got {v!r}"
                 raise ConfigError(msg)
+        if not isinstance(watch_wait_ms, int) or not 1 <= watch_wait_ms <= 10_000:
+            msg = f"watch_wait_ms must be an int of milliseconds in 1..10000; got {watch_wait_ms!r}"
+            raise ConfigError(msg)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.start = _check_start(start)
@@ -131,6 +134,7 @@ class _KafkaSpout:
         self.group_id = group_id
         self.fetch_timeout_secs = float(fetch_timeout_secs)
         self.metadata_timeout_secs = float(metadata_timeout_secs)
+        self.watch_wait_ms = watch_wait_ms
         self.reuse_consumer = reuse_consumer
         self.fetch_fault = fetch_fault
 
@@ -324,8 +328,14 @@ class KafkaTransactionalSpout(_KafkaSpout, PartitionedTransactionalSpout):
     - ``group_id``: committed end offsets of each committed batch are written to Kafka
       under this consumer group, as information for lag monitors only (the coordinator
       state stays the source of truth). None: nothing is written.
-    - ``reuse_consumer``: keep one consumer per emitter (default); False closes it after
-      every read.
+    - ``watch_wait_ms``: while a topology runs, a background consumer on the driver
+      long-polls the partitions past their last plan and wakes the driver when records
+      arrive (``spouts.kafka.watch``); the broker holds its fetch up to this long while the
+      topic is idle (default 50: about 20 small requests a second when idle).
+    - ``reuse_consumer``: keep one consumer per emitter and the driver's watch (default);
+      False closes the emitters' after every read and does not watch (the driver polls
+      the topic every ``poll_interval_secs``): for brokers whose topics are deleted and
+      created again under a running topology (docs/kafka.md).
     - ``fetch_fault(tx, partition, start, end) -> int | None``: a test seam called before
       each read in the emitter; returning an offset makes the partition unfetchable from
       that offset on for this read (as if the broker timed out).
@@ -355,233 +365,3 @@ class OpaqueKafkaTransactionalSpout(_KafkaSpout, OpaquePartitionedTransactionalS
     """
 
     opaque = True
-
-
-# -- driver side ---------------------------------------------------------------------------
-
-#: the topology conf key of fixed end offsets, ``{topic: {partition: offset}}`` (``trident
-#: verify``): the coordinator plans no offset at or past them (a partition not named: none)
-END_OFFSETS_CONF = "trident.kafka.end_offsets"
-
-
-class KafkaCoordinator(PartitionedCoordinator):
-    """Plans offset ranges on the driver from high watermarks (one ListOffsets per
-    partition per plan), up to ``end_offsets`` when given. Created by ``get_coordinator``;
-    users do not subclass it."""
-
-    def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None) -> None:
-        self.spout = spout
-        self.end_offsets = end_offsets
-        self.consumer = Consumer(spout.consumer_config("coordinator"))
-        self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
-        self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
-        self._done: dict[int, int] = {}        # partition -> end of its last committed batch (lag)
-        # partition -> (ListOffsets answer, the Fetch high watermark probed for it)
-        self._probed: dict[int, tuple[int, int]] = {}
-        self._prober: Consumer | None = None
-        try:
-            self._known = self._created_with = self._partition_count()
-        except SpoutError:
-            self.consumer.close()
-            raise
-
-    def _partition_count(self) -> int:
-        s = self.spout
-        t0 = time.monotonic()
-        try:
-            md = self.consumer.list_topics(s.topic, timeout=s.metadata_timeout_secs)
-        except KafkaException as e:
-            msg = (
-                f"cannot reach Kafka at bootstrap_servers={s.bootstrap_servers!r} (topic {s.topic!r}) "
-                f"within {s.metadata_timeout_secs:g}s: {e.args[0] if e.args else e}; check the address "
-                f"and that the broker is up"
-            )
-            raise SpoutError(msg) from None
-        t = md.topics.get(s.topic)
-        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            msg = f"Kafka topic {s.topic!r} does not exist at {s.bootstrap_servers!r}; create it first"
-            raise SpoutError(msg)
-        if t.error is not None:
-            msg = (
-                f"metadata of Kafka topic {s.topic!r} at {s.bootstrap_servers!r}: {t.error} "
-                f"(after {time.monotonic() - t0:.1f}s)"
-            )
-            raise SpoutError(msg)
-        return len(t.partitions)
-
-    def num_partitions(self) -> int:
-        """Partitions of the topic now (Kafka never removes partitions, so this never
-        decreases; while the broker is unreachable, the last count seen)."""
-        try:
-            n = self._partition_count()
-        except SpoutError as e:
-            log.warning("keeping %d partitions of %r: %s", self._known, self.spout.topic, e)
-            return self._known
-        if n > self._known:
-            log.info("Kafka topic %r grew from %d to %d partitions", self.spout.topic, self._known, n)
-        self._known = max(self._known, n)
-        return self._known
-
-    def watermarks(self, partition: int) -> tuple[int, int] | None:
-        """``(low, high)`` of a partition from ListOffsets, or None if the broker does not
-        answer in time. ``high`` may be short of the log's end on some brokers: see
-        ``high_watermark``."""
-        try:
-            return self.consumer.get_watermark_offsets(
-                TopicPartition(self.spout.topic, partition), timeout=self.spout.metadata_timeout_secs,
-                cached=False)
-        except KafkaException as e:
-            log.warning("no watermarks for %s[%d]: %s", self.spout.topic, partition, e)
-            return None
-
-    def high_watermark(self, partition: int, listed: int) -> int:
-        """The partition's high watermark as a Fetch response reports it, given ``listed``,
-        ListOffsets' answer (a lower bound: Kafka's high watermark never decreases).
-
-        A Fetch from ``listed`` returns the true high watermark in its response (the
-        partition-EOF event, or the watermark cached with the first record). Some brokers
-        (Tansu) answer ListOffsets with the base offset of the last record batch + 1, short
-        of the records in that batch; planning from it would stall them until the next
-        produce. The probe is one fetch of at most one record batch, and is skipped while
-        ListOffsets' answer has not moved since the last probe (no batch was appended).
-        Falls back to ``listed`` when the broker does not answer within 2 s."""
-        last = self._probed.get(partition)
-        if last is not None and last[0] == listed:
-            return max(last[1], listed)
-        high = self._probe(partition, listed)
-        if high is None:
-            return listed
-        self._probed[partition] = (listed, high)
-        return max(high, listed)
-
-    def _probe(self, partition: int, offset: int) -> int | None:
-        s = self.spout
-        if self._prober is None:
-            cfg = s.consumer_config("coordinator")
-            # one record batch per fetch is enough to learn the watermark
-            cfg.update({"max.partition.fetch.bytes": 1, "queued.min.messages": 1,
-                        "fetch.wait.max.ms": 10})
-            self._prober = Consumer(cfg)
-        c = self._prober
-        tp = TopicPartition(s.topic, partition, offset)
-        c.assign([tp])
-        deadline = time.monotonic() + min(s.metadata_timeout_secs, 2.0)
-        try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                m = c.poll(min(remaining, 0.5))
-                if m is None or m.partition() != partition:
-                    continue
-                err, off = m.error(), m.offset()
-                if err is None and off is not None:
-                    # the fetch response's high watermark is cached before its records are queued
-                    hw = c.get_watermark_offsets(TopicPartition(s.topic, partition), cached=True)[1]
-                    return max(int(hw), off + 1)
-                if err is None:
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF and off is not None:
-                    return off
-                if err.code() in _OUT_OF_RANGE or err.code() in _GONE or err.fatal():
-                    return None
-            log.warning("no fetch answer for %s[%d] within 2s: planning from ListOffsets", s.topic, partition)
-            return None
-        finally:
-            c.unassign()
-
-    def initial_meta(self, partition: int, new_partition: bool) -> Meta | None:
-        """Where ``partition`` begins when it has no batch yet, as the empty range
-        ``{"start": s, "end": s}``: for the partitions present when the topology first
-        planned (``new_partition`` False) the ``start`` option (``"earliest"``: the log
-        start, ``"latest"``: the high watermark now, ``{partition: offset}``: that offset,
-        earliest for partitions not named); for partitions added later, earliest. None
-        when the broker does not answer now.
-
-        The engine stores the answer with the coordinator state and asks once per
-        partition and topology, so ``"latest"`` is where the topology began, also after a
-        driver restart (spouts/base.py, ``PartitionedCoordinator``)."""
-        wm = self.watermarks(partition)
-        if wm is None:
-            return None
-        low, high = wm
-        start = self.spout.start
-        if new_partition or start == "earliest":
-            s = low
-        elif start == "latest":
-            s = self.high_watermark(partition, high)
-        else:
-            s = cast("dict[int, int]", start).get(partition, low)
-        return {"start": s, "end": s}
-
-    def plan_partition(self, partition: int, last_meta: Meta | None) -> Meta | None:
-        """``{"start": a, "end": b}`` with ``a`` = where the partition's last batch ended
-        (or where ``initial_meta`` placed it) and ``b = min(a + max_records_per_partition,
-        high watermark)``; None when the partition has nothing new (or the broker does not
-        answer now).
-
-        The engine always passes ``last_meta`` (from ``initial_meta`` for a partition
-        without a batch). Called with None directly, the start is ``initial_meta``'s for
-        this coordinator's life only (partitions there when it was created count as
-        present at the start): nothing durable, not for restarts."""
-        if last_meta is None:
-            if partition not in self._unplaced:
-                first = self.initial_meta(partition, partition >= self._created_with)
-                if first is None:
-                    return None
-                self._unplaced[partition] = first
-            last_meta = self._unplaced[partition]
-        wm = self.watermarks(partition)
-        if wm is None:
-            return None
-        high = wm[1]
-        start = int(last_meta["end"])
-        if high < start + self.spout.max_records_per_partition:
-            high = self.high_watermark(partition, high)   # the plan reaches the log's end
-        if self.end_offsets is not None:
-            high = min(high, self.end_offsets.get(partition, start))   # a fixed range (trident verify)
-        self._high[partition] = high
-        self._done.setdefault(partition, start)
-        end = min(start + self.spout.max_records_per_partition, high)
-        if end <= start:
-            return None
-        return {"start": start, "end": end}
-
-    def committed(self, txid: int, meta: dict[str, Meta]) -> None:
-        """Write each partition's end offset to Kafka under ``group_id`` (information for
-        lag monitors only), asynchronously."""
-        for p, m in meta.items():
-            self._done[int(p)] = int(m["end"])
-        if not self.spout.group_id or not meta:
-            return
-        offsets = [TopicPartition(self.spout.topic, int(p), int(m["end"])) for p, m in meta.items()]
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=True)
-            self.consumer.poll(0)  # serve earlier commits' callbacks
-        except KafkaException as e:
-            log.warning("informational offset commit of txid %d to group %r failed: %s",
-                        txid, self.spout.group_id, e)
-
-    def lag(self) -> dict[str, int]:
-        """Records not yet committed, per partition (``"<partition>" -> high watermark
-        minus the end offset of its last committed batch``), for the driver's metrics
-        (``trident_spout_lag``, transactional.ops.webui).
-
-        No I/O: the figures of the last plan and commit, so it may be called from another
-        thread at any time. The high watermark is the one seen when the partition was last
-        planned (the engine plans while fewer than ``max_spout_pending`` txids are in
-        flight, and every ``poll_interval_secs`` while idle); before the first commit of
-        this driver a partition counts from where its first batch here started. A partition
-        not planned yet is absent."""
-        highs, done = dict(self._high), dict(self._done)      # copies: the engine's thread adds partitions
-        return {str(p): max(0, high - done.get(p, high)) for p, high in sorted(highs.items())}
-
-    def close(self) -> None:
-        if self.spout.group_id:
-            try:
-                self.consumer.poll(0)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
-        if self._prober is not None:
-            self._prober.close()
-            self._prober = None
-        self.consumer.close()
-
-
