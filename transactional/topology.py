@@ -69,6 +69,9 @@ class ComponentSpec:
     #: what the component says about its state and source, for the recorded layout
     #: (``transactional.engine.layout``): a stage's states, a spout's kind and source
     layout: Mapping[str, Any] = field(default_factory=dict)
+    #: the bolt merges the outputs of several of its tasks (``combine_outputs``:
+    #: ``transactional.engine.combine``), e.g. Trident's partial aggregates
+    combines: bool = False
 
     def new_instance(self) -> Any:
         """A fresh instance of the component, as the user wrote it (the engine's plan picks
@@ -422,7 +425,8 @@ def freeze(topology_id: str, spouts: dict[str, tuple[Any, int]], bolts: dict[str
                                    getattr(bolt, "describe_as", type(bolt).__name__), driver_blob, origin,
                                    bool(getattr(bolt, "accepts_columns", False)), core,
                                    tuple(getattr(bolt, "writes_states", ())), dict((confs or {}).get(bid, {})),
-                                   dict(getattr(bolt, "layout_info", None) or {})))
+                                   dict(getattr(bolt, "layout_info", None) or {}),
+                                   combines=bool(getattr(bolt, "combines_outputs", False))))
     _DRIVER_OBJECTS[origin] = table
     return Topology(topology_id, first, tuple(comps), frozenset(commit), kind)
 

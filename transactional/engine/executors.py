@@ -43,9 +43,12 @@ class Executor(Protocol):
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         """The records of ``data`` addressed to the components at ``consumers`` indexes."""
 
-    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]],
+              combine: Callable[[list[Any]], list[Any]] | None = None) -> Any:
         """Route ``inputs`` to ``stage``'s tasks by record key (or task to task when
-        ``stage.local``) and run ``fn`` on each task's records."""
+        ``stage.local``) and run ``fn`` on each task's records. ``combine``: merges what
+        several of the stage's tasks emitted where one place runs them
+        (``transactional.engine.combine``); may be ignored."""
 
     def persist(self, data: Any) -> None: ...
 
@@ -140,7 +143,8 @@ class InProcessExecutor:
     def select(self, data: list[list[Any]], consumers: frozenset[int]) -> list[list[Any]]:
         return [[kv for kv in part if kv[0] // KEY_STRIDE in consumers] for part in data]
 
-    def stage(self, stage: Stage, inputs: Sequence[list[list[Any]]], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> list[list[Any]]:
+    def stage(self, stage: Stage, inputs: Sequence[list[list[Any]]], fn: Callable[[int, Iterable[Any]], Iterator[Any]],
+              combine: Callable[[list[Any]], list[Any]] | None = None) -> list[list[Any]]:
         self._check()
         if stage.local:
             parts = inputs[0]

@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from transactional.engine.combine import combine_handoff, stage_combiner
 from transactional.engine.core.task import TICKS
 from transactional.engine.executors import Executor
 from transactional.engine.gc import paused_gc
@@ -46,7 +47,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
                 data[st.component] = ex.source(st, fn)
             else:
                 inputs = [ex.select(data[s], frozenset((st.index,))) for s in st.sources]
-                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc))
+                combine = stage_combiner(shared, st.component) if topology.component(st.component).combines else None
+                data[st.component] = ex.stage(st, inputs, bolt_task(shared, st, attempt, conf, acc), combine)
             if st.persist:
                 ex.persist(data[st.component])
         handoff = [ex.select(data[c], plan.commit_indexes) for c in plan.handoff]
@@ -55,7 +57,8 @@ def run_processing(plan: ExecutionPlan, ex: Executor, shared: Shared, run_id: st
             kept = ex.keep(handoff)
         else:
             with paused_gc():
-                records = ex.collect(handoff)
+                # the partials the commit reads merged here, off its serial path
+                records = combine_handoff(topology, ex.collect(handoff))
     finally:
         ex.end()
     r: TaskReport = acc.value or empty_report()

@@ -253,12 +253,13 @@ class SparkExecutor:
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
         return data.filter(for_consumers(consumers))
 
-    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
+    def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]],
+              combine: Callable[[list[Any]], list[Any]] | None = None) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
         elif (parts := u.getNumPartitions()) < stage.parallelism:   # its source's tasks run grouped
-            fn = grouped_stage(fn, stage.parallelism, parts)
+            fn = grouped_stage(fn, stage.parallelism, parts, combine)
         return u.mapPartitionsWithIndex(fn)
 
     def persist(self, data: Any) -> None:

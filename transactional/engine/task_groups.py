@@ -57,17 +57,26 @@ def grouped_source(fn: TaskFn, parallelism: int, parts: int) -> TaskFn:
     return run
 
 
-def grouped_stage(fn: TaskFn, parallelism: int, parts: int) -> TaskFn:
+def grouped_stage(fn: TaskFn, parallelism: int, parts: int,
+                  combine: Callable[[list[Any]], list[Any]] | None = None) -> TaskFn:
     """A ``local_or_shuffle`` stage's partition function over the ``parts`` Spark tasks of
     its source: the partition's records (keyed ``consumer * KEY_STRIDE + task``) go to their
-    logical task, in their order, and each of the partition's tasks runs, inputs or none."""
+    logical task, in their order, and each of the partition's tasks runs, inputs or none.
+    ``combine``: the stage's bolt merges what its tasks of the partition emitted before it
+    leaves the Spark task (``transactional.engine.combine``)."""
     def run(part: int, records: Iterable[Any]) -> Iterator[Any]:
         mine = tasks_of(part, parallelism, parts)
         by_task: dict[int, list[Any]] = {t: [] for t in mine}
         for r in records:
             by_task[r[0] % KEY_STRIDE].append(r)
+        if combine is None or len(mine) < 2:
+            for task in mine:
+                yield from fn(task, by_task[task])
+            return
+        out: list[Any] = []
         for task in mine:
-            yield from fn(task, by_task[task])
+            out.extend(fn(task, by_task[task]))
+        yield from combine(out)
     return run
 
 

@@ -10,6 +10,7 @@ from transactional.metrics import MetricsContext
 from transactional.tuples import Fields
 from trident.runtime.aggregation import AggregateProc, FinalProc, PartialProc
 from trident.runtime.arrow import from_ipc
+from trident.runtime.combine_partials import combine_partials, combines
 from trident.runtime.interval_join import IntervalJoinProc
 from trident.runtime.map_updaters import aggregates
 from trident.runtime.op import Op
@@ -157,6 +158,16 @@ class TridentBolt(BaseBatchBolt):
                 self.join.side_row(side, r)
         else:
             self.head.batch(b)
+
+    @property
+    def combines_outputs(self) -> bool:
+        """Whether the stage ends in a combiner's partial aggregation, whose outputs of
+        several tasks merge (``transactional.engine.combine``)."""
+        return combines(self.ops)
+
+    def combine_outputs(self, records: list[Any]) -> list[Any]:
+        """The partials several tasks of this stage emitted, one per key and consumer task."""
+        return combine_partials(self.ops[-1], records)
 
     @property
     def staged_maps(self) -> list[str]:
