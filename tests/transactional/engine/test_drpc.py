@@ -17,6 +17,11 @@ from transactional.exceptions import ConfigError, TopologyError
 
 
 def config(executor: str, **kw) -> TopologyConfig:
+    """The executor's config. On Spark, DRPC-only batches run as Spark jobs here (setting 0),
+    so these tests keep covering the executors' path; the default, which runs small DRPC
+    batches in the driver's process on local masters, is tested in test_placement.py."""
+    if executor == "spark":
+        kw.setdefault("drpc_on_driver_max_calls", 0)
     return TopologyConfig(executor=executor, progress=False, **kw)
 
 
