@@ -95,13 +95,18 @@ def is_late(ts: int, gap: int, watermark: int | None) -> bool:
 
 class Event:
     """A tuple held in a window: its number (arrival order), time, the adapter's ``item``
-    (core: the tuple; Trident: its values), session ``key`` and the adapter's ``chunk``
-    (core: the persisted part it belongs to)."""
+    (core: the tuple; Trident: its values), session ``key``, the adapter's ``chunk``
+    (core: the persisted part it belongs to) and ``mark``: None, or the end of the first
+    time window that may still count it -- every window ending before it was already
+    evaluated for it, on the task it came from (a move of windows to another task count
+    sets it, ``transactional.engine.core.window_moves``)."""
 
-    __slots__ = ("seq", "ts", "item", "key", "chunk")
+    __slots__ = ("seq", "ts", "item", "key", "chunk", "mark")
 
-    def __init__(self, seq: int, ts: int, item: Any, key: Any = None, chunk: int = 0) -> None:
+    def __init__(self, seq: int, ts: int, item: Any, key: Any = None, chunk: int = 0,
+                 mark: int | None = None) -> None:
         self.seq, self.ts, self.item, self.key, self.chunk = seq, ts, item, key, chunk
+        self.mark = mark
 
 
 def watermark(maxima: dict[Any, int], lag: int, floor: int | None = None) -> int | None:
@@ -335,7 +340,9 @@ class CountTrigger(Trigger):
 class TimeTrigger(Trigger):
     """Each window ``[end - length, end)`` (a count length: the last ``length`` tuples
     before ``end``), ends at multiples of the sliding interval, once the reference time
-    reaches its end; empty windows do not fire (and drop their expired, as Storm's)."""
+    reaches its end; empty windows do not fire (and drop their expired, as Storm's). A
+    duration window leaves out a tuple whose ``Event.mark`` is above its end (the task it
+    came from evaluated it there already)."""
 
     def reached(self, m: WindowMachine, ref: int) -> None:
         step = m.slide
@@ -354,7 +361,7 @@ class TimeTrigger(Trigger):
                 gone = before[:-m.length] if len(before) > m.length else []
             else:
                 start = end - m.length
-                window = [e for e in m.events if start <= e.ts < end]
+                window = [e for e in m.events if start <= e.ts < end and (e.mark is None or e.mark <= end)]
                 gone = [e for e in m.events if e.ts < end + step - m.length]
             if window:
                 m.fire(window, start, end)

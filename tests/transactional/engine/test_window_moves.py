@@ -21,7 +21,7 @@ from transactional.engine.layout import RebalanceRefusedError, check_rebalance
 from transactional.engine.routing import stable_hash
 from transactional.engine.window_core import Event, WindowMachine
 from transactional.ops.control import request
-from transactional.windowing import BaseStatefulWindowedBolt, Count, WindowConfig
+from transactional.windowing import BaseStatefulWindowedBolt, Count, Duration, WindowConfig
 
 
 def row(seq: int, word: str, ts: int, origin: str | None = None) -> list[Any]:
@@ -208,3 +208,105 @@ def test_a_restart_with_another_parallelism_hint_moves_the_windows_too() -> None
         kv = open_key_value_state("memory://", f"{name}:win:{t}")
         assert all(stable_hash(k) % 2 == t for k, _ in kv.items() if not str(k).startswith(META))
     assert not [k for k, _ in open_key_value_state("memory://", f"{name}:win:2").items()]
+
+
+# -- a sliding time window whose old tasks had fired different ends --------------------------------
+
+class Seen:
+    """Hooks recording, per tuple id, the ends of the windows it was counted in."""
+
+    def __init__(self, ends: dict[str, list[int]]) -> None:
+        self.ends = ends
+
+    def held(self, e: Event) -> None:
+        pass
+
+    def fire(self, window: list[Event], start: int | None, end: int, key: Any) -> bool:
+        for e in window:
+            self.ends.setdefault(e.item, []).append(end)
+        return False
+
+    def evicted(self, events: list[Event]) -> None:
+        pass
+
+
+SLIDING = WindowConfig(length=Duration(3000), sliding=Duration(1000), timestamp_field="ts")
+
+
+def saved(m: WindowMachine) -> TaskWindow:
+    """A machine's window records as ``WindowTask._save`` writes them (one chunk)."""
+    rows = [[e.seq, [e.item, e.ts], e.ts, "s", "default", 0, None, *([e.mark] if e.mark is not None else [])]
+            for e in m.events]
+    meta = {"seq": m.next_seq, "count_since": m.count_since, "next_end": m.next_end, "watermark": m.wm.value,
+            "last_fired": m.last_fired, "maxts": [[*k, v] for k, v in sorted(m.wm.maxima.items())],
+            "chunks": [1] if rows else []}
+    return TaskWindow(meta, rows)
+
+
+def loaded(recs: dict[str, Any], hooks: Seen) -> WindowMachine:
+    """A machine from a task's window records, as ``WindowTask._load`` reads them."""
+    m = WindowMachine(SLIDING, hooks)
+    meta = recs[META]
+    m.next_seq, m.count_since, m.next_end = meta["seq"], meta["count_since"], meta["next_end"]
+    m.wm.value, m.last_fired = meta["watermark"], meta["last_fired"]
+    m.wm.maxima = {(s, st, t): v for s, st, t, v in meta["maxts"]}
+    for seq, values, ts, *rest in recs.get(f"{META}:1", []):
+        e = Event(seq, ts, values[0])
+        if len(rest) > 4:
+            e.mark = rest[4]
+        m.events.append(e)
+    return m
+
+
+def feed(m: WindowMachine, items: list[tuple[str, int]], wm: int | None) -> None:
+    for word_id, ts in items:
+        assert m.add(word_id, ts, ("s", "default", 0)) is not None
+    if wm is not None:
+        m.wm.advance(0.0, None, wm)
+        m.reach(wm)
+
+
+def test_a_sliding_time_window_moved_from_tasks_that_fired_different_ends_counts_each_tuple_once_per_window() -> None:
+    ends: dict[str, list[int]] = {}
+    hooks = Seen(ends)
+    route3 = lambda k: int(k[1:]) % 3  # noqa: E731           tuple "w<i>": its key is i
+    key = lambda r: r[1][0]  # noqa: E731
+    all_ts: dict[str, int] = {}
+
+    def items(lo: int, hi: int, step: int, tag: str) -> list[tuple[str, int]]:
+        out = [(f"w{len(all_ts) + i}", ts) for i, ts in enumerate(range(lo, hi, step))]
+        all_ts.update(out)
+        return out
+
+    a, b = WindowMachine(SLIDING, hooks), WindowMachine(SLIDING, hooks)
+    feed(a, items(0, 6000, 350, "a"), 5200)                # a fired ends 1000..5000: next end 6000
+    feed(b, items(100, 6000, 400, "b"), 2100)              # b fired ends 1000..2000: next end 3000
+    assert (a.next_end, b.next_end) == (6000, 3000)
+    three = [loaded(r, hooks) for r in move_windows([saved(a), saved(b)], key, route3, 3)]
+    for j, m in enumerate(three):                          # new tuples; the tasks move on unevenly
+        feed(m, items(6000 + 100 * j, 7500, 450, f"n{j}"), [3100, 6200, 4300][j])
+    recs = move_windows([saved(m) for m in three], key, lambda k: 0, 1)[0]
+    assert recs[META]["next_end"] == 4000                  # the least of 4000, 7000, 5000
+    assert {r[7] for r in recs[f"{META}:1"] if len(r) > 7} == {5000, 6000, 7000}   # marks moved on
+    one = loaded(recs, hooks)
+    feed(one, items(7500, 9000, 300, "z"), None)
+    one.flush()                                            # the input ended: every window fires
+    assert not one.events
+    want = {i: [e for e in range(1000, 13000, 1000) if e - 3000 <= ts < e] for i, ts in all_ts.items()}
+    assert {i: sorted(v) for i, v in ends.items()} == want
+
+
+def test_a_time_window_merged_with_a_task_that_fired_none_starts_at_its_first_window_and_marks_the_others() -> None:
+    ends: dict[str, list[int]] = {}
+    a, b = WindowMachine(SLIDING, Seen(ends)), WindowMachine(SLIDING, Seen(ends))
+    feed(a, [("w0", 500), ("w1", 2500)], 2200)             # a fired ends 1000, 2000: next end 3000
+    feed(b, [("w2", 600)], None)                           # b fired none: w2 still owes 1000, 2000, 3000
+    assert (a.next_end, b.next_end) == (3000, None)
+    recs = move_windows([saved(a), saved(b)], lambda r: 0, lambda k: 0, 1)[0]
+    assert recs[META]["next_end"] is None
+    assert [(r[1][0], r[7] if len(r) > 7 else None) for r in recs[f"{META}:1"]] == [
+        ("w0", 3000), ("w2", None), ("w1", 3000)]          # fired first, then by time
+    one = loaded(recs, Seen(ends))
+    one.flush()
+    assert {i: sorted(v) for i, v in ends.items()} == {"w0": [1000, 2000, 3000], "w1": [3000, 4000, 5000],
+                                                        "w2": [1000, 2000, 3000]}

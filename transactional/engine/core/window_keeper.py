@@ -35,7 +35,8 @@ to it and ends it:
   with it: a tuple arriving with the origin of one held (a spout's replay after a driver
   died between a checkpoint's commit and the release of its acks) is acked, not added.
   A rebalance moves the held tuples to the tasks their keys now reach
-  (``transactional.engine.core.window_moves``).
+  (``transactional.engine.core.window_moves``); a moved tuple's ``mark`` (the first window
+  end that may still count it) is stored with it, as an 8th field.
 """
 
 from __future__ import annotations
@@ -298,14 +299,15 @@ class WindowTask:
         fields: dict[tuple[str, str], Fields] = {}
         self.origins = {}
         for chunk in meta["chunks"]:
-            for seq, values, ts, src, stream, task, *origin in self.kv.get(f"{META}:{chunk}", []):
-                if origin and origin[0] is not None:
-                    self.origins[seq] = origin[0]
+            for seq, values, ts, src, stream, task, *rest in self.kv.get(f"{META}:{chunk}", []):
+                if rest and rest[0] is not None:
+                    self.origins[seq] = rest[0]
                 f = fields.get((src, stream))
                 if f is None:
                     f = fields[(src, stream)] = self.topology.component(src).streams[stream].fields
                 t = CoreTuple(tuple(values), f, src, stream, task, None, -1)
-                m.events.append(Event(seq, ts, t, t[field] if field is not None else None, chunk))
+                m.events.append(Event(seq, ts, t, t[field] if field is not None else None, chunk,
+                                      rest[1] if len(rest) > 1 else None))
         m.events.sort(key=lambda e: e.seq)
         log.info("windowed bolt %r task %d resumed %d tuple(s) in its windows from its state", self.component,
                  self.task, len(m.events))
@@ -322,8 +324,8 @@ class WindowTask:
             rows = by_chunk.get(c)
             if rows:
                 self.kv.put(f"{META}:{c}", [[e.seq, list(e.item.values), e.ts, e.item.source_component,
-                                             e.item.source_stream, e.item.source_task, origins.get(e.seq)]
-                                            for e in rows])
+                                             e.item.source_stream, e.item.source_task, origins.get(e.seq),
+                                             *([] if e.mark is None else [e.mark])] for e in rows])
             else:
                 self.kv.delete(f"{META}:{c}")
         self.dirty_chunks = set()

@@ -4,7 +4,8 @@ restart with a changed ``parallelism_hint``; docs/core.md, "Rebalancing a window
 A stateful windowed bolt (``BaseStatefulWindowedBolt.with_persistence``) keeps its window
 in its task's ``KeyValueState`` (``transactional.engine.core.window_keeper``): ``__window__``
 holds the triggers' state, ``__window__:<n>`` the held tuples, each stored as
-``[seq, values, ts, source, stream, source_task, origin]``. The checkpointer moves a bolt's
+``[seq, values, ts, source, stream, source_task, origin]`` and, after a move, ``mark``
+(below). The checkpointer moves a bolt's
 states to a new task count as one fenced, recorded checkpoint
 (``transactional.engine.core.checkpoint``); for a windowed bolt ``move_windows`` gives it
 the window records of the new layout, which that checkpoint writes with the bolt's own keys:
@@ -23,8 +24,13 @@ the window records of the new layout, which that checkpoint writes with the bolt
   reaches the sliding count (several old tasks' tuples met), the overdue count windows
   fire when the task is next loaded (``WindowMachine.catch_up``), in order, so no tuple
   leaves a tumbling window unfired. A time window's next end is the least of the old tasks'
-  that held its tuples (exact for tumbling windows; a sliding window's tuples from a task
-  that had fired a later end may appear again in the windows between, docs/core.md).
+  that held its tuples (None, the first window holding a tuple, when one of them had fired
+  none). Old tasks may have fired different ends (their watermarks differ): each moved
+  tuple carries a ``mark``, the next end of the task it came from (the later of that and
+  the mark it carried already), and a duration window ending before its mark leaves it
+  out (``window_core.TimeTrigger``): every tuple is counted once in each of its sliding
+  windows across any number of moves. A mark not after its new task's next end is
+  dropped (it says nothing).
   The watermark: the greatest time each input partition sent (a fact about the partition)
   over every old task, and the least watermark of the old tasks (it never goes back).
 * **Acks**: a persistent window's tuples were acked when held and the checkpoint that
@@ -44,7 +50,8 @@ from transactional.topology import Topology
 #: the key of a persistent window's trigger state; ``META:<n>``: its tuples of chunk ``n``
 META = "__window__"
 
-#: one held tuple as stored: ``[seq, values, ts, source, stream, source_task, origin]``
+#: one held tuple as stored: ``[seq, values, ts, source, stream, source_task, origin]``, and
+#: ``mark`` (``window_core.Event.mark``) when a move gave it one
 Row = list[Any]
 
 
@@ -102,7 +109,7 @@ def move_windows(old: list[TaskWindow], key_of: Callable[[Row], Any], route: Cal
     tuples of ``old`` (one ``TaskWindow`` per old task) placed by ``route(key_of(row))``
     (module docstring). Pure: the same ``old`` gives the same records."""
     parts: list[list[tuple[Any, ...]]] = [[] for _ in range(p_new)]
-    ends: list[set[int]] = [set() for _ in range(p_new)]
+    ends: list[set[int | None]] = [set() for _ in range(p_new)]
     maxima: dict[tuple[str, str, int], int] = {}
     marks = [w.meta["watermark"] for w in old if w.meta is not None and w.meta.get("watermark") is not None]
     for t, w in enumerate(old):
@@ -111,18 +118,19 @@ def move_windows(old: list[TaskWindow], key_of: Callable[[Row], Any], route: Cal
         for s, st, task, v in w.meta.get("maxts") or []:
             maxima[(s, st, task)] = max(v, maxima.get((s, st, task), v))
         fired_to = int(w.meta.get("last_fired") or 0)
+        end = w.meta.get("next_end")
         for row in w.rows:
             j = route(key_of(row))
-            parts[j].append((int(row[0]) > fired_to, row[2], t, int(row[0]), row))
-            if w.meta.get("next_end") is not None:
-                ends[j].add(int(w.meta["next_end"]))
+            parts[j].append((int(row[0]) > fired_to, row[2], t, int(row[0]), row, _mark(row, end)))
+            ends[j].add(None if end is None else int(end))
     out: list[dict[str, Any]] = []
     for j in range(p_new):
         rows = sorted(parts[j], key=lambda p: p[:4])
         fired = sum(1 for p in rows if not p[0])
-        stored = [[i + 1, *p[4][1:]] for i, p in enumerate(rows)]
+        next_end = None if None in ends[j] or not ends[j] else min(e for e in ends[j] if e is not None)
+        stored = [[i + 1, *(list(p[4]) + [None] * 7)[1:7], *_past(p[5], next_end)] for i, p in enumerate(rows)]
         meta = {"seq": len(stored) + 1, "count_since": len(stored) - fired,
-                "next_end": min(ends[j]) if ends[j] else None, "watermark": min(marks) if marks else None,
+                "next_end": next_end, "watermark": min(marks) if marks else None,
                 "last_fired": fired, "maxts": [[*k, v] for k, v in sorted(maxima.items())],
                 "chunks": [1] if stored else []}
         recs: dict[str, Any] = {META: meta}
@@ -130,3 +138,18 @@ def move_windows(old: list[TaskWindow], key_of: Callable[[Row], Any], route: Cal
             recs[f"{META}:1"] = stored
         out.append(recs)
     return out
+
+
+def _mark(row: Row, next_end: Any) -> int | None:
+    """A held tuple's mark after a move: the end of the first time window that may still
+    count it -- the later of the mark it carried (an earlier move's) and its old task's next
+    end (every window before that was evaluated for it there); None: none."""
+    had = row[7] if len(row) > 7 else None
+    marks = [int(x) for x in (had, next_end) if x is not None]
+    return max(marks) if marks else None
+
+
+def _past(mark: int | None, next_end: int | None) -> list[int]:
+    """The mark a stored row carries (its 8th field): none when its new task's next end is
+    not before it (the trigger starts there anyway), so moving a layout again changes nothing."""
+    return [] if mark is None or (next_end is not None and mark <= next_end) else [mark]
