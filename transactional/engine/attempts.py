@@ -64,7 +64,7 @@ class Jobs:
         self.small = small_batches(ctx, self.sc.master) if isinstance(self.executor, SparkExecutor) else None
         self.local = InProcessExecutor()
         self.local_shared = self.local.shared(ctx.topology) if self.small is not None else self.shared
-        #: batches processed in the driver's process and as Spark jobs (counted where ``small`` decides)
+        #: batches of a Spark run processed in the driver's process and as Spark jobs
         self.placed = {"driver": 0, "spark": 0}
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
@@ -73,7 +73,7 @@ class Jobs:
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         ctx = self.ctx
         here = self.small is not None and fed is None and self.small(meta)
-        if self.small is not None:
+        if isinstance(self.executor, SparkExecutor):
             self.placed["driver" if here else "spark"] += 1
             log.debug("txid %d: processing %s", attempt.txid, "in the driver's process" if here else "as a Spark job")
         cpu = time.thread_time()
