@@ -77,3 +77,15 @@ def test_small_kafka_batches_run_in_the_driver_by_default_on_local_spark_and_as_
     else:
         assert placed == ["as a Spark job"] * 3
         assert str(os.getpid()) not in pids and len(pids) >= 1
+
+
+def test_a_first_tiny_batch_that_paid_a_fixed_cost_does_not_keep_later_batches_off_the_driver() -> None:
+    def batch(n: int) -> dict[str, dict[str, dict[str, int]]]:
+        return {"k": {"0": {"start": 0, "end": n}}}
+
+    small = SmallBatches({"k": lambda m: m["0"]["end"] - m["0"]["start"]}, budget_secs=1.0)
+    small.ran(batch(1), 0.3)                    # one record, and the consumer to create: 0.3 s a record
+    assert small(batch(2_000)) is False
+    small.ran(batch(2_000), 0.2)                # measured on Spark: at most 0.1 ms a record
+    assert small.per_item == 0.2 / 2_000
+    assert small(batch(2_000)) is True and small(batch(9_000)) is False

@@ -52,8 +52,10 @@ __all__ = ["AUTO_MAX_RECORDS", "DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "au
 DRIVER_BUDGET_SECS = 1.0
 #: the most records a batch of sized spouts (``sized_rules``) carries to run on the driver in
 #: the "auto" setting, whatever the estimate says: the bound while nothing is measured yet
-#: (a run's first batch may be a backlog's) -- 4 partitions of 10,000 records at most
-AUTO_MAX_RECORDS = 40_000
+#: (a run's first batch may be a backlog's), and where the driver's one thread (which also
+#: plans and commits) stops being the faster: at 100k records/s (batches of 25,000) the
+#: driver made the p50 worse (docs/performance.md, "Latency: Kafka to Redis")
+AUTO_MAX_RECORDS = 10_000
 #: how much one batch's measured work moves the estimate (an exponential average)
 _WEIGHT = 0.3
 #: a spout's part of a batch's metadata -> its size (calls, records), or None: not on the driver
@@ -175,4 +177,7 @@ class SmallBatches:
             return
         self.floor = min(self.floor, busy_secs)
         extra = max(0.0, busy_secs - self.floor) / n
-        self.per_item = (1 - _WEIGHT) * self.per_item + _WEIGHT * extra
+        # never above this batch's work per item (an upper bound of the true figure): a
+        # first batch of a few records that paid a fixed cost (a consumer to create, a
+        # worker to start) does not keep every batch after it off the driver for long
+        self.per_item = min((1 - _WEIGHT) * self.per_item + _WEIGHT * extra, busy_secs / n)
