@@ -163,6 +163,12 @@ class _KafkaSpout:
         finally:
             c.close()
 
+    def planned_records(self, meta: Any) -> int:
+        """The records a batch's planned metadata reads (``KafkaCoordinator.planned_records``):
+        what lets the engine run a small batch in the driver's process
+        (``TopologyConfig.driver_batch_max_records``)."""
+        return KafkaCoordinator.planned_records(meta)
+
     def get_emitter(self, conf: dict[str, Any], context: SpoutContext) -> PartitionedEmitter:
         """A reader of planned ranges; its Kafka consumer is created on first use."""
         return KafkaEmitter(self)

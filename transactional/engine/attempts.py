@@ -18,7 +18,7 @@ from transactional.engine.drpc import driver_rules
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.interpreter import run_processing
-from transactional.engine.placement import DRIVER_BUDGET_SECS, SmallBatches, max_calls
+from transactional.engine.placement import DRIVER_BUDGET_SECS, SmallBatches, max_calls, max_records, sized_rules
 from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
@@ -64,6 +64,8 @@ class Jobs:
         self.small = small_batches(ctx, self.sc.master) if isinstance(self.executor, SparkExecutor) else None
         self.local = InProcessExecutor()
         self.local_shared = self.local.shared(ctx.topology) if self.small is not None else self.shared
+        #: batches of a Spark run processed in the driver's process and as Spark jobs
+        self.placed = {"driver": 0, "spark": 0}
 
     def run(self, attempt: TransactionAttempt, meta: Any, cleanup_before: int, group: str,
             fed: Any = None) -> ProcessingResult:
@@ -71,6 +73,9 @@ class Jobs:
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         ctx = self.ctx
         here = self.small is not None and fed is None and self.small(meta)
+        if isinstance(self.executor, SparkExecutor):
+            self.placed["driver" if here else "spark"] += 1
+            log.debug("txid %d: processing %s", attempt.txid, "in the driver's process" if here else "as a Spark job")
         cpu = time.thread_time()
         r = run_processing(ctx.plan, self.local if here else self.executor, self.local_shared if here else self.shared,
                            self.run_id, ctx.conf, attempt, meta, cleanup_before, group, fed)
@@ -96,12 +101,18 @@ class Jobs:
 
 def small_batches(ctx: RunContext, master: str) -> SmallBatches | None:
     """The test of which batches of this Spark run process in the driver's process
-    (``transactional.engine.placement``): DRPC-only batches of at most
-    ``drpc_on_driver_max_calls`` calls (None, "auto": ``drpc_batch_size`` on a local master,
-    within a work budget); None when no batch does (0, a cluster master under "auto", or
-    commits on the executors: their processing output stays on the executors)."""
-    most, auto = max_calls(ctx.config, master)
-    rules = driver_rules(ctx.topology, most) if not ctx.plan.commits_on_executors else {}
+    (``transactional.engine.placement``): batches of DRPC calls, at most
+    ``drpc_on_driver_max_calls`` (None, "auto": ``drpc_batch_size`` on a local master,
+    within a work budget), and of sized spouts' records (Kafka), at most
+    ``driver_batch_max_records`` (the same "auto"); None when no batch does (both 0, a
+    cluster master under "auto", or commits on the executors: their processing output
+    stays on the executors)."""
+    if ctx.plan.commits_on_executors:
+        return None
+    calls, calls_auto = max_calls(ctx.config, master)
+    records, records_auto = max_records(ctx.config, master)
+    rules = {**driver_rules(ctx.topology, calls), **sized_rules(ctx.topology, records)}
+    auto = (calls_auto and calls > 0) or (records_auto and records > 0)
     return SmallBatches(rules, DRIVER_BUDGET_SECS if auto else None) if rules else None
 
 

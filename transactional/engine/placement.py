@@ -20,6 +20,16 @@ here (the work measured as this thread's CPU time for a batch run here -- not it
 time, which threads of the caller share under load -- and as its tasks' seconds for a
 batch run on Spark). A number N > 0 is the earlier opt-in (any master, at most N calls, no budget); 0:
 every batch is a Spark job.
+
+Spouts whose batch size is known at planning (a spout with a ``planned_records(meta)``
+method, e.g. ``spouts.kafka``'s: a partition's planned offset range) have a rule too
+(``sized_rules``), set by ``TopologyConfig.driver_batch_max_records``: 0 (the default)
+none -- measured, the driver's one thread fell behind 10k Kafka records/s, though each
+small batch ran faster there than as a job; None ("auto", opt-in), under
+the same conditions as above (``auto_on``), a batch of at most ``AUTO_MAX_RECORDS``
+records whose expected work fits ``DRIVER_BUDGET_SECS`` runs here; N > 0: at most N
+records, on any master, without the work bound. The work budget applies to a
+batch whenever one of the two settings in use is "auto".
 """
 
 from __future__ import annotations
@@ -33,7 +43,8 @@ from typing import Any
 
 from transactional.config import TopologyConfig
 
-__all__ = ["DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls"]
+__all__ = ["AUTO_MAX_RECORDS", "DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls", "max_records",
+           "sized_rules"]
 
 #: the expected work of a batch (CPU seconds of its tasks) that may still run on the driver in
 #: the "auto" setting; a heavier batch is a Spark job. The break-even on a small machine: on
@@ -41,6 +52,12 @@ __all__ = ["DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls"]
 #: job on N workers about W / N plus the job's scheduling S (0.2-0.9 s on 2 cores here), so
 #: the driver is the faster while W < N * S / (N - 1), about 1 s for N = 2 and S = 0.5 s
 DRIVER_BUDGET_SECS = 1.0
+#: the most records a batch of sized spouts (``sized_rules``) carries to run on the driver in
+#: the "auto" setting, whatever the estimate says: the bound while nothing is measured yet
+#: (a run's first batch may be a backlog's), and where the driver's one thread (which also
+#: plans and commits) stops being the faster: at 100k records/s (batches of 25,000) the
+#: driver made the p50 worse (docs/performance.md, "Latency: Kafka to Redis")
+AUTO_MAX_RECORDS = 10_000
 #: how much one batch's measured work moves the estimate (an exponential average)
 _WEIGHT = 0.3
 #: a spout's part of a batch's metadata -> its size (calls, records), or None: not on the driver
@@ -71,6 +88,37 @@ def max_calls(config: TopologyConfig, master: str) -> tuple[int, bool]:
     if n is not None:
         return n, False
     return (config.drpc_batch_size if auto_on(config, master) else 0), True
+
+
+def max_records(config: TopologyConfig, master: str) -> tuple[int, bool]:
+    """``(N, auto)``: the most records a batch of sized spouts run on the driver carries (0:
+    none; ``TopologyConfig.driver_batch_max_records``), and whether it is the "auto" setting
+    (then a work budget applies too)."""
+    n = config.driver_batch_max_records
+    if n is not None:
+        return n, False
+    return (AUTO_MAX_RECORDS if auto_on(config, master) else 0), True
+
+
+def sized_rules(topology: Any, most: int) -> dict[str, Rule]:
+    """The rules of the spouts of ``topology`` whose batch size is known at planning: those
+    with a ``planned_records(meta)`` method (``spouts.kafka``: the records of a batch's
+    planned offset ranges). Spout id -> its records in a batch, or None above ``most``."""
+    if most <= 0:
+        return {}
+    rules: dict[str, Rule] = {}
+    for spec in topology.spouts:
+        planned = getattr(spec.new_instance(), "planned_records", None)
+        if callable(planned):
+            rules[spec.id] = _at_most(planned, most)
+    return rules
+
+
+def _at_most(planned: Callable[[Any], int], most: int) -> Rule:
+    def rule(meta: Any) -> int | None:
+        n = int(planned(meta))
+        return n if n <= most else None
+    return rule
 
 
 class SmallBatches:
@@ -131,4 +179,7 @@ class SmallBatches:
             return
         self.floor = min(self.floor, busy_secs)
         extra = max(0.0, busy_secs - self.floor) / n
-        self.per_item = (1 - _WEIGHT) * self.per_item + _WEIGHT * extra
+        # never above this batch's work per item (an upper bound of the true figure): a
+        # first batch of a few records that paid a fixed cost (a consumer to create, a
+        # worker to start) does not keep every batch after it off the driver for long
+        self.per_item = min((1 - _WEIGHT) * self.per_item + _WEIGHT * extra, busy_secs / n)
