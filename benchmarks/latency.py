@@ -5,7 +5,7 @@ committed in Redis (``latency_kafka.py``, "Latency: Kafka to Redis").
     python benchmarks/latency.py [--clients 1,16,256] [--calls 512] [--kind linear,trident]
                                  [--executor in-process,spark] [--master local[2]] [--on-driver auto|N]
     python benchmarks/latency.py --bench kafka [--systems trident,bytewax,sss,sss-realtime]
-                                 [--rates 1000,10000,100000] [--seconds 10] [--warmup 3]
+                                 [--rates 1000,10000,100000] [--seconds 10] [--warmup 3] [--markdown]
     python benchmarks/latency.py --bench window [--rates 1000] [--seconds 10] [--window-ms 1000]
 
 ``linear`` is storm-starter's ReachTopology (examples/reach.py) on Linear DRPC; ``trident``
@@ -145,6 +145,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="--bench kafka: measured seconds a case")
     p.add_argument("--warmup", type=float, default=3.0, help="--bench kafka: seconds produced before measuring")
     p.add_argument("--trident-args", default="", help="--bench kafka: extra arguments of the trident system")
+    p.add_argument("--bytewax-args", default="", help="--bench kafka: extra arguments of the bytewax system")
+    p.add_argument("--markdown", action="store_true",
+                   help="--bench kafka: after the JSON lines, print the docs table (benchmarks/latency_table.py)")
     p.add_argument("--on-driver", default="auto",
                    help="drpc_on_driver_max_calls: 'auto' (the default), or N: batches of at most N calls run in the "
                         "driver's process (0: none)")
@@ -158,8 +161,12 @@ def main() -> None:
     if a.bench == "kafka":
         import latency_kafka
 
-        latency_kafka.run_all(a.systems.split(","), [int(r) for r in a.rates.split(",")], a.seconds, a.warmup,
-                              {"trident": a.trident_args.split()})
+        lines = latency_kafka.run_all(a.systems.split(","), [int(r) for r in a.rates.split(",")], a.seconds,
+                                      a.warmup, {"trident": a.trident_args.split(), "bytewax": a.bytewax_args.split()})
+        if a.markdown:
+            import latency_table
+
+            print("\n" + latency_table.table(lines), flush=True)
         return
     for kind in a.kind.split(","):
         for executor in a.executor.split(","):

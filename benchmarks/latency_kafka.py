@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,15 +33,31 @@ import time
 import uuid
 from typing import Any
 
+import proc_cpu
 import redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARTITIONS = 4
 MARKS = [f"mark{p}" for p in range(PARTITIONS)]
+#: a case is the system's figure at the offered rate only if the producer's records reached
+#: the broker at no less than this share of it (its final flush included)
+VALID_SHARE = 0.9
+#: the producer asks the broker's acknowledgement of about this many records a second (``ack_p50_ms``)
+ACK_SAMPLES_PER_SEC = 500
+#: what every case's line says of how it was measured (docs/performance.md, "Latency: Kafka to Redis")
+METHOD = ("a fresh broker (Tansu) and redis-server per case; latency = a record's produce() call (paced "
+          "producer, a process of its own) -> its count visible in Redis; valid when the records reached the "
+          f"broker at >= {VALID_SHARE:.0%} of the offered rate; every process at the same priority")
 SCRIPTS = {"trident": [os.path.join(HERE, "latency_kafka.py"), "--serve"],
            "bytewax": [os.path.join(HERE, "peers", "bytewax_kafka_latency.py")],
            "sss": [os.path.join(HERE, "peers", "structured_streaming_kafka_latency.py")],
            "sss-realtime": [os.path.join(HERE, "peers", "structured_streaming_kafka_latency.py"), "--realtime"]}
+
+
+def is_valid(achieved: float, offered: float) -> bool:
+    """True when the producer reached at least ``VALID_SHARE`` of the offered rate: below
+    that the records reached the broker late and the figure includes that backlog."""
+    return offered > 0 and achieved >= VALID_SHARE * offered
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -115,6 +132,8 @@ def produce_paced(bootstrap: str, topic: str, rate: int, total: int, out: str) -
                    "queue.buffering.max.messages": 2_000_000})
     marks = [f" {m}".encode() for m in MARKS]
     stamps = [array("d") for _ in range(PARTITIONS)]
+    acks: list[float] = []           # produce() -> the broker's acknowledgement, s, of every ``every``-th record
+    every = max(1, rate // ACK_SAMPLES_PER_SEC)
     produce, n = p.produce, len(values)
     sent, t0 = 0, time.monotonic()
     print(json.dumps({"started": t0}), flush=True)
@@ -123,7 +142,11 @@ def produce_paced(bootstrap: str, topic: str, rate: int, total: int, out: str) -
         due = min(total, int((now - t0) * rate) + 1)
         while sent < due:
             part = sent % PARTITIONS
-            produce(topic, values[sent % n] + marks[part], partition=part)
+            if sent % every:
+                produce(topic, values[sent % n] + marks[part], partition=part)
+            else:
+                produce(topic, values[sent % n] + marks[part], partition=part,
+                        on_delivery=lambda err, msg, at=now: acks.append(time.monotonic() - at))
             stamps[part].append(now)
             sent += 1
         p.poll(0)
@@ -133,7 +156,9 @@ def produce_paced(bootstrap: str, topic: str, rate: int, total: int, out: str) -
     with open(out, "wb") as f:
         for a in stamps:
             a.tofile(f)
-    print(json.dumps({"ended": ended, "per_partition": [len(a) for a in stamps]}), flush=True)
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"ended": ended, "per_partition": [len(a) for a in stamps], "ack_p50_ms": pct(acks, 50),
+                      "ack_p99_ms": pct(acks, 99), "cpu_secs": round(use.ru_utime + use.ru_stime, 2)}), flush=True)
 
 
 class Reader(threading.Thread):
@@ -190,57 +215,38 @@ def _start(system: str, bootstrap: str, topic: str, url: str, total: int, out: s
 
 
 def run_case(system: str, rate: int, seconds: float, warmup: float, bootstrap: str, url: str,
-             extra: list[str] | None = None) -> dict[str, Any]:
-    """One (system, rate) case: the JSON line's dict."""
+             extra: list[str] | None = None, servers: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """One (system, rate) case: the JSON line's dict. ``servers``: role -> pids of the
+    broker and Redis, whose cores the line reports with the system's and the producer's."""
     from transactional.testing.kafka import create_topic
 
     topic = f"latency-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS)
     redis.Redis.from_url(url).flushdb()
     total = int(rate * (warmup + seconds))
-    load0 = os.getloadavg()[0]
+    load0 = os.getloadavg()
     with tempfile.NamedTemporaryFile(prefix=f"lat-{system}-", suffix=".json", delete=False) as f:
         out = f.name
     proc, ready = _start(system, bootstrap, topic, url, total + PARTITIONS, out, extra or [])
     try:
-        # a primer record a partition, committed before the clock starts: every system has
-        # run its first batch (query start, workers, broadcast) before anything is measured
-        primer = Producer(bootstrap, topic, 10_000, PARTITIONS)
-        primer.run()
-        reader = Reader(url, ready, primer, PARTITIONS)
-        reader.start()
-        deadline = time.monotonic() + 300
-        while not reader.done.wait(0.5) and proc.poll() is None and time.monotonic() < deadline:
-            pass
-        reader.stop = True
-        if not reader.done.is_set():
-            said = [json.loads(x).get("error") for x in (proc.stdout.read() if proc.poll() is not None and proc.stdout
-                                                         else "").splitlines() if x.startswith('{"ready": false')]
-            msg = f"{system} did not commit the primer records (exit code {proc.poll()}){': ' if said else ''}{said}"
-            raise RuntimeError(msg)
+        primer = _prime(system, proc, bootstrap, topic, url, ready)
         producer = Producer(bootstrap, topic, rate, total)
         producer.stamps = [list(x) for x in primer.stamps]
         reader = Reader(url, ready, producer, total + PARTITIONS)
         reader.counts = [1] * PARTITIONS
         reader.start()
         producer.start()
+        usage = Usage({"system": [proc.pid], **(servers or {})})
         deadline = time.monotonic() + warmup + seconds + 120
         while not reader.done.wait(0.5) and proc.poll() is None and time.monotonic() < deadline:
             pass
+        cores = usage.cores()
         finished = reader.done.is_set()
         reader.stop = True
         reader.join()
         producer.join(180)
     finally:
-        try:
-            proc.wait(60)                       # each system ends by itself once all is committed
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _end(proc)
     try:
         with open(out) as fh:
             own = json.load(fh)
@@ -248,10 +254,62 @@ def run_case(system: str, rate: int, seconds: float, warmup: float, bootstrap: s
         own = {}
     os.unlink(out)
     line = _figures(system, rate, seconds, warmup, producer, reader, own)
+    cores["producer"] = round(float(producer.report.get("cpu_secs", 0.0)) / max(1e-9, producer.ended - producer.started), 2)
+    load1 = os.getloadavg()
     line.update({"completed": finished, "records_committed": sum(reader.counts) - PARTITIONS, "records": total,
-                 "load_1min_before": round(load0, 2), "load_1min_after": round(os.getloadavg()[0], 2),
-                 "system_config": ready.get("config")})
+                 "ack_p50_ms": producer.report.get("ack_p50_ms"), "ack_p99_ms": producer.report.get("ack_p99_ms"),
+                 "cpu_cores": cores, "load_1min_before": round(load0[0], 2), "load_1min_after": round(load1[0], 2),
+                 "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
+                 "method": METHOD, "system_config": ready.get("config")})
     return line
+
+
+def _prime(system: str, proc: subprocess.Popen[str], bootstrap: str, topic: str, url: str,
+           ready: dict[str, Any]) -> Producer:
+    """A primer record a partition, committed before the clock starts: every system has run
+    its first batch (query start, workers, broadcast) before anything is measured."""
+    primer = Producer(bootstrap, topic, 10_000, PARTITIONS)
+    primer.run()
+    reader = Reader(url, ready, primer, PARTITIONS)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not reader.done.wait(0.5) and proc.poll() is None and time.monotonic() < deadline:
+        pass
+    reader.stop = True
+    if not reader.done.is_set():
+        said = [json.loads(x).get("error") for x in (proc.stdout.read() if proc.poll() is not None and proc.stdout
+                                                     else "").splitlines() if x.startswith('{"ready": false')]
+        msg = f"{system} did not commit the primer records (exit code {proc.poll()}){': ' if said else ''}{said}"
+        raise RuntimeError(msg)
+    return primer
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Each system ends by itself once all is committed; else terminate, then kill."""
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Usage:
+    """Cores used from now to ``cores()`` by each role's process trees (``proc_cpu``) and
+    by the harness itself (its reader thread)."""
+
+    def __init__(self, roles: dict[str, list[int]]) -> None:
+        self.roles, self.before, self.own = roles, proc_cpu.snapshot(), os.times()
+
+    def cores(self) -> dict[str, float]:
+        after, own = proc_cpu.snapshot(), os.times()
+        out = proc_cpu.used(self.before, after, self.roles)
+        wall = max(1e-9, after.at - self.before.at)
+        out["harness"] = round((own.user + own.system - self.own.user - self.own.system) / wall, 2)
+        return out
 
 
 def _figures(system: str, rate: int, seconds: float, warmup: float, producer: Producer, reader: Reader,
@@ -278,8 +336,7 @@ def _figures(system: str, rate: int, seconds: float, warmup: float, producer: Pr
     line: dict[str, Any] = {"benchmark": "latency-kafka", "system": system, "offered_per_sec": rate,
                             "seconds": seconds, "measured": len(lat),
                             "achieved_per_sec": round(producer.achieved),
-                            # the figure is the system's at the offered rate only if the records reached it so
-                            "valid": producer.achieved >= 0.9 * rate,
+                            "valid": is_valid(producer.achieved, rate),
                             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": pct(lat, 100)}
     line["breakdown_p50_ms"] = {k: pct(v, 50) for k, v in parts.items()}
     line["summary_p50_ms"] = {g: round(sum(line["breakdown_p50_ms"].get(k) or 0.0 for k in ks), 1)
@@ -320,24 +377,38 @@ def _split(batch: dict[str, Any], made: float, seen: float) -> dict[str, float]:
 
 
 def run_all(systems: list[str], rates: list[int], seconds: float, warmup: float,
-            extra: dict[str, list[str]] | None = None) -> None:
-    """Every (rate, system) case on one broker and one redis-server started here, one JSON
-    line each, rate by rate so that the systems at one rate are measured side by side."""
+            extra: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+    """Every (rate, system) case, one JSON line each (printed, and returned), rate by rate
+    so that the systems at one rate are measured side by side. Each case gets a broker and
+    a redis-server of its own: Tansu keeps every record in memory and its work per fetch
+    grows with what it holds, so a shared broker made each case slower than the last
+    (docs/performance.md, "Latency: Kafka to Redis")."""
+    lines = []
+    for rate in rates:
+        for system in systems:
+            load0 = os.getloadavg()
+            try:
+                line = _fresh_case(system, rate, seconds, warmup, (extra or {}).get(system))
+            except Exception as e:  # noqa: BLE001 - a peer that cannot run says why, the rest go on
+                line = {"benchmark": "latency-kafka", "system": system, "offered_per_sec": rate,
+                        "error": f"{type(e).__name__}: {e}", "valid": False,
+                        "load_1min_before": round(load0[0], 2), "load_1min_after": round(os.getloadavg()[0], 2),
+                        "method": METHOD}
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+    return lines
+
+
+def _fresh_case(system: str, rate: int, seconds: float, warmup: float, extra: list[str] | None) -> dict[str, Any]:
+    """``run_case`` on a broker and a redis-server started for it (and destroyed after)."""
     from transactional.testing.kafka import ManagedKafka
     from transactional.testing.redis import ManagedRedis
 
     broker = ManagedKafka().start()
     server = ManagedRedis(appendonly=False).start()
     try:
-        for rate in rates:
-            for system in systems:
-                try:
-                    line = run_case(system, rate, seconds, warmup, broker.bootstrap, server.url,
-                                    (extra or {}).get(system))
-                except Exception as e:  # noqa: BLE001 - a peer that cannot run says why, the rest go on
-                    line = {"benchmark": "latency-kafka", "system": system, "offered_per_sec": rate,
-                            "error": f"{type(e).__name__}: {e}"}
-                print(json.dumps(line), flush=True)
+        pids = {"broker": [broker.proc.pid] if broker.proc else [], "redis": [server.proc.pid] if server.proc else []}
+        return run_case(system, rate, seconds, warmup, broker.bootstrap, server.url, extra, pids)
     finally:
         server.destroy()
         broker.destroy()

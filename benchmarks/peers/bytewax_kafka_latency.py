@@ -40,6 +40,10 @@ from bytewax_kafka_wordcount import LUA_APPLY, OFFSETS_KEY  # noqa: E402
 
 from peer_common import COUNTS_KEY, connect  # noqa: E402
 
+#: librdkafka's fetch.wait.max.ms for bytewax's consumers (one per partition, each polled in
+#: a loop): how long the broker may hold a fetch while nothing new is there
+FETCH_WAIT_MS = 20
+
 
 class Enough(Exception):
     """Every record was applied: ends ``run_main``."""
@@ -91,18 +95,20 @@ def main() -> None:
     ap.add_argument("--records", type=int, required=True)
     ap.add_argument("--batch", type=int, default=12_500, help="KafkaSource batch_size (records per fetch)")
     ap.add_argument("--epoch-ms", type=int, default=0)
+    ap.add_argument("--fetch-wait-ms", type=int, default=FETCH_WAIT_MS, help="librdkafka fetch.wait.max.ms")
     args = ap.parse_args()
     sink = Sink(args.redis, args.records)
     with tempfile.TemporaryDirectory(prefix="bytewax-latency-") as db:
         init_db_dir(Path(db), 1)
         flow = Dataflow("peer-kafka-latency")
         src = KafkaSource([args.bootstrap], [args.topic], tail=True, batch_size=args.batch,
-                          add_config={"group.id": "bytewax-latency", "fetch.wait.max.ms": "20"})
+                          add_config={"group.id": "bytewax-latency",
+                                                "fetch.wait.max.ms": str(args.fetch_wait_ms)})
         counts = op.flat_map_batch("count", op.input("kafka", flow, src), count_batch)
         op.output("redis", counts, sink)
         print(json.dumps({"ready": True, "hash": COUNTS_KEY, "config": {
             "workers": 1, "recovery": f"RecoveryConfig, epoch_interval {args.epoch_ms} ms",
-            "batch_size": args.batch, "fetch.wait.max.ms": 20}}), flush=True)
+            "batch_size": args.batch, "fetch.wait.max.ms": args.fetch_wait_ms}}), flush=True)
         try:
             run_main(flow, epoch_interval=timedelta(milliseconds=args.epoch_ms),
                      recovery_config=RecoveryConfig(Path(db)))
