@@ -2,7 +2,7 @@
 the harness's topic as it is produced, word counts into Redis exactly once.
 
     python benchmarks/peers/bytewax_kafka_latency.py --bootstrap HOST:PORT --topic T --redis URL
-        --records N --out FILE [--batch 12500] [--epoch-ms 0]
+        --records N --out FILE [--batch 12500] [--epoch-ms 0] [--fetch-wait-ms 500]
 
 The dataflow of ``bytewax_kafka_wordcount.py`` with ``tail=True`` (1 worker, recovery on,
 a snapshot per activation by default): ``KafkaSource`` -> a ``Counter`` per source batch
@@ -41,8 +41,11 @@ from bytewax_kafka_wordcount import LUA_APPLY, OFFSETS_KEY  # noqa: E402
 from peer_common import COUNTS_KEY, connect  # noqa: E402
 
 #: librdkafka's fetch.wait.max.ms for bytewax's consumers (one per partition, each polled in
-#: a loop): how long the broker may hold a fetch while nothing new is there
-FETCH_WAIT_MS = 20
+#: a loop): how long the broker may hold a fetch while nothing new is there. librdkafka's own
+#: default, which bytewax's KafkaSource keeps: with 20, the four consumers' fetches made the
+#: broker (Tansu) fall ~1 s behind acknowledging the producer within seconds at 1k records/s
+#: (docs/performance.md, "Latency: Kafka to Redis")
+FETCH_WAIT_MS = 500
 
 
 class Enough(Exception):
