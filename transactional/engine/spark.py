@@ -206,6 +206,22 @@ def ship(sc: SparkContext, config: TopologyConfig, archives: bool = True) -> Non
             _SHIPPED.add((id(sc), path))
 
 
+def _not_barrier() -> bool:
+    return False
+
+
+def _with_parts(rdd: Any, parts: int) -> Any:
+    """``rdd``, knowing it has ``parts`` partitions (``_parts``)."""
+    rdd._trident_parts = parts
+    return rdd
+
+
+def _parts(rdd: Any) -> int:
+    """The partitions of ``rdd``: as this executor made it (no Py4J call), else asked of the JVM."""
+    known = getattr(rdd, "_trident_parts", None)
+    return int(known) if known is not None else int(rdd.getNumPartitions())
+
+
 class SparkExecutor:
     """Stages as Spark RDDs: the spout's emitters are ``parallelize(range(P), P)`` mapped
     by task, a bolt is ``partitionBy(N)`` (partition = task; skipped for
@@ -222,6 +238,9 @@ class SparkExecutor:
         self._future_jobs = int(sc.version.split(".")[0]) >= 4
         self._cores = sc.defaultParallelism
         self._in_flight = InFlight()
+        #: the spout stages' input: one RDD of N empty partitions per N, made once (``_base``)
+        self._bases: dict[int, Any] = {}
+        self._bases_guard = threading.Lock()
 
     def begin(self, group: str, description: str) -> None:
         self.sc.setJobGroup(group, description, interruptOnCancel=True)
@@ -240,27 +259,40 @@ class SparkExecutor:
     def accumulator(self) -> Any:
         return self.sc.accumulator(empty_report(), ReportParam())
 
+    def _base(self, parts: int) -> Any:
+        """An RDD of ``parts`` empty partitions, made once per executor and read by every
+        batch's spout stage: a ``parallelize`` per batch wrote a file for the JVM to read and
+        made ≈10 Py4J calls (3-12 ms of a small batch's job here; docs/design.md, "Execution
+        on Spark"). An RDD is immutable and jobs of several threads may read it at once."""
+        with self._bases_guard:
+            base = self._bases.get(parts)
+            if base is None:
+                base = self.sc.parallelize([], parts)
+                # what PySpark asks the JVM (2 Py4J calls) for each RDD made on it: never a barrier
+                setattr(base, "_is_barrier", _not_barrier)  # noqa: B010 - an instance's, not the class's
+                self._bases[parts] = base
+            return base
+
     def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
         parts = spark_tasks(n, self._cores, self._in_flight.count())
-        if parts < n:
-            return self.sc.parallelize(range(parts), parts).mapPartitionsWithIndex(grouped_source(fn, n, parts))
-        return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
+        out = self._base(parts).mapPartitionsWithIndex(grouped_source(fn, n, parts) if parts < n else fn)
+        return _with_parts(out, parts)
 
     def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
-        return self.sc.parallelize(parts, len(parts)).flatMap(flatten)
+        return _with_parts(self.sc.parallelize(parts, len(parts)).flatMap(flatten), len(parts))
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
-        return data.filter(for_consumers(consumers))
+        return _with_parts(data.filter(for_consumers(consumers)), _parts(data))
 
     def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]],
               combine: Callable[[list[Any]], list[Any]] | None = None) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
-        elif (parts := u.getNumPartitions()) < stage.parallelism:   # its source's tasks run grouped
+        elif (parts := _parts(u)) < stage.parallelism:   # its source's tasks run grouped
             fn = grouped_stage(fn, stage.parallelism, parts, combine)
-        return u.mapPartitionsWithIndex(fn)
+        return _with_parts(u.mapPartitionsWithIndex(fn), stage.parallelism if not stage.local else _parts(u))
 
     def persist(self, data: Any) -> None:
         data.persist()

@@ -1,0 +1,89 @@
+"""What one small batch costs on Spark (``transactional.engine.spark``, docs/design.md,
+"Execution on Spark"): a narrow Trident word count is one Spark job of one stage a batch,
+the topology is broadcast once a run, and every batch's spout stage reads one RDD made
+once a run instead of a ``parallelize`` each."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from spouts import MemoryTransactionalSpout
+from transactional import Fields, TopologyConfig, run_topology
+from trident import BaseFunction, Count, TridentTopology, state
+
+SENTENCES = ["the cow jumped over the moon", "the man went to the store and bought some candy",
+             "four score and seven years ago", "how many apples can you eat", "to be or not to be the person"]
+ROWS = SENTENCES * 4
+WORDS = Counter(w for s in ROWS for w in s.split())
+
+
+class Split(BaseFunction):
+    def execute(self, tuple, collector):
+        for w in tuple[0].split():
+            collector.emit((w,))
+
+
+def word_count(tid: str) -> Any:
+    """Two emitter tasks, a split local to them, the counts partially aggregated before the
+    commit (on the driver): every processing stage is narrow. 5 batches of 4 sentences."""
+    t = TridentTopology(tid)
+    spout = MemoryTransactionalSpout({p: [(s,) for s in ROWS[p::2]] for p in range(2)}, Fields("sentence"), 2)
+    (t.new_stream("sentences", spout).parallelism_hint(2).each(Fields("sentence"), Split(), Fields("word"))
+     .group_by(Fields("word")).persistent_aggregate(state.counters("counts"), Count(), Fields("count")))
+    return t.build()
+
+
+def config() -> TopologyConfig:
+    return TopologyConfig(executor="spark", progress=False, max_spout_pending=1, message_timeout_secs=60)
+
+
+def processing_jobs(sc: Any, tid: str) -> dict[int, list[int]]:
+    """txid -> the stage ids of each Spark job that ran ``tid``'s processing phase (from
+    Spark's status store, by the jobs' descriptions)."""
+    store = sc._jsc.sc().statusStore()
+    jobs = store.jobsList(None)
+    pattern = re.compile(rf"trident {re.escape(tid)} txid (\d+) attempt \d+ \(processing\)")
+    out: dict[int, list[int]] = {}
+    for i in range(jobs.size()):
+        j = jobs.apply(i)
+        m = None if j.description().isEmpty() else pattern.search(str(j.description().get()))
+        if m is not None:
+            ids = j.stageIds()
+            assert int(m.group(1)) not in out, f"txid {m.group(1)} ran more than one processing job"
+            out[int(m.group(1))] = [ids.apply(k) for k in range(ids.size())]
+    return out
+
+
+def test_a_narrow_batch_is_one_spark_job_of_one_stage(spark_context: Any) -> None:
+    tid = f"narrow-{uuid.uuid4().hex[:8]}"
+    r = run_topology(word_count(tid), config())
+    assert r.batches_committed == 5 and r.tuples == 20 and not r.failures
+    assert dict(zip(WORDS, r.map_state("counts").multi_get(list(WORDS)), strict=True)) == WORDS
+    jobs = processing_jobs(spark_context, tid)
+    assert sorted(jobs) == [1, 2, 3, 4, 5]
+    assert [len(stages) for _, stages in sorted(jobs.items())] == [1, 1, 1, 1, 1]
+
+
+def test_a_run_broadcasts_its_topology_once_and_makes_its_spout_input_once(
+        spark_context: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    parallelize, broadcast = spark_context.parallelize, spark_context.broadcast
+
+    def counted_parallelize(data: Any, parts: int | None = None) -> Any:
+        made.append(f"parallelize {parts}")
+        return parallelize(data, parts)
+
+    def counted_broadcast(value: Any) -> Any:
+        made.append(f"broadcast {type(value).__name__}")
+        return broadcast(value)
+    monkeypatch.setattr(spark_context, "parallelize", counted_parallelize)
+    monkeypatch.setattr(spark_context, "broadcast", counted_broadcast)
+    r = run_topology(word_count(f"once-{uuid.uuid4().hex[:8]}"), config())
+    assert r.batches_committed == 5 and not r.failures
+    assert dict(zip(WORDS, r.map_state("counts").multi_get(list(WORDS)), strict=True)) == WORDS
+    assert made == ["broadcast Topology", "parallelize 2"]
