@@ -29,6 +29,7 @@ from transactional.engine.accumulator import ReportParam
 from transactional.engine.executors import flatten, for_consumers, task_of
 from transactional.engine.plan import Stage
 from transactional.engine.reports import empty_report
+from transactional.engine.spark_submit import Submitter
 from transactional.engine.task_groups import InFlight, grouped_source, grouped_stage, spark_tasks
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
@@ -241,6 +242,7 @@ class SparkExecutor:
         #: the spout stages' input: one RDD of N empty partitions per N, made once (``_base``)
         self._bases: dict[int, Any] = {}
         self._bases_guard = threading.Lock()
+        self._submit = Submitter(sc)
 
     def begin(self, group: str, description: str) -> None:
         self.sc.setJobGroup(group, description, interruptOnCancel=True)
@@ -270,6 +272,7 @@ class SparkExecutor:
                 base = self.sc.parallelize([], parts)
                 # what PySpark asks the JVM (2 Py4J calls) for each RDD made on it: never a barrier
                 setattr(base, "_is_barrier", _not_barrier)  # noqa: B010 - an instance's, not the class's
+                self._submit.remember(base)
                 self._bases[parts] = base
             return base
 
@@ -300,7 +303,7 @@ class SparkExecutor:
 
     def collect(self, datasets: Sequence[Any]) -> list[Any]:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))
-        return final.collect()
+        return self._submit.collect(final)
 
     def keep(self, datasets: Sequence[Any]) -> Any:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))

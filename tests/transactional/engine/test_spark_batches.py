@@ -87,3 +87,45 @@ def test_a_run_broadcasts_its_topology_once_and_makes_its_spout_input_once(
     assert r.batches_committed == 5 and not r.failures
     assert dict(zip(WORDS, r.map_state("counts").multi_get(list(WORDS)), strict=True)) == WORDS
     assert made == ["broadcast Topology", "parallelize 2"]
+
+
+@pytest.fixture
+def py4j_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The commands this thread sends to the JVM over Py4J, from when the fixture is used."""
+    import threading
+
+    from py4j import clientserver
+
+    sent: list[str] = []
+    me, send = threading.get_ident(), clientserver.JavaClient.send_command
+
+    def counted(self: Any, command: str, *a: Any, **kw: Any) -> Any:
+        if threading.get_ident() == me:
+            sent.append(command.split("\n")[0])
+        return send(self, command, *a, **kw)
+    monkeypatch.setattr(clientserver.JavaClient, "send_command", counted)
+    return sent
+
+
+def test_a_job_over_a_remembered_input_is_submitted_with_few_py4j_calls(
+        spark_context: Any, py4j_calls: list[str]) -> None:
+    from transactional.engine.spark_submit import Submitter
+
+    submit = Submitter(spark_context)
+    base = spark_context.parallelize([], 2)
+    submit.remember(base)
+    shared = spark_context.broadcast({"k": 3})
+
+    def job(part: int, _: Any) -> Any:
+        yield (part, shared.value["k"])
+    assert submit.collect(base.mapPartitionsWithIndex(job)) == [(0, 3), (1, 3)]   # the broadcasts' list made
+    del py4j_calls[:]
+    assert submit.collect(base.mapPartitionsWithIndex(job).filter(lambda kv: kv[0] == 1)) == [(1, 3)]
+    fast = len(py4j_calls)
+    del py4j_calls[:]
+    assert base.mapPartitionsWithIndex(job).collect() == [(0, 3), (1, 3)]          # PySpark's own
+    # the RDD's barrier flag (2), the broadcast's id when pickled, the function, the RDD, the job,
+    # the result's socket (4): 10 here, 27 through PySpark's collect
+    assert fast <= 10 and len(py4j_calls) >= 2 * fast
+    # what it does not build itself is PySpark's collect
+    assert submit.collect(spark_context.union([base.map(lambda x: x), spark_context.parallelize([7], 1)])) == [7]
