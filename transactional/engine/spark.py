@@ -207,10 +207,6 @@ def ship(sc: SparkContext, config: TopologyConfig, archives: bool = True) -> Non
             _SHIPPED.add((id(sc), path))
 
 
-def _not_barrier() -> bool:
-    return False
-
-
 def _with_parts(rdd: Any, parts: int) -> Any:
     """``rdd``, knowing it has ``parts`` partitions (``_parts``)."""
     rdd._trident_parts = parts
@@ -239,9 +235,6 @@ class SparkExecutor:
         self._future_jobs = int(sc.version.split(".")[0]) >= 4
         self._cores = sc.defaultParallelism
         self._in_flight = InFlight()
-        #: the spout stages' input: one RDD of N empty partitions per N, made once (``_base``)
-        self._bases: dict[int, Any] = {}
-        self._bases_guard = threading.Lock()
         self._submit = Submitter(sc)
 
     def begin(self, group: str, description: str) -> None:
@@ -261,25 +254,13 @@ class SparkExecutor:
     def accumulator(self) -> Any:
         return self.sc.accumulator(empty_report(), ReportParam())
 
-    def _base(self, parts: int) -> Any:
-        """An RDD of ``parts`` empty partitions, made once per executor and read by every
-        batch's spout stage: a ``parallelize`` per batch wrote a file for the JVM to read and
-        made ≈10 Py4J calls (3-12 ms of a small batch's job here; docs/design.md, "Execution
-        on Spark"). An RDD is immutable and jobs of several threads may read it at once."""
-        with self._bases_guard:
-            base = self._bases.get(parts)
-            if base is None:
-                base = self.sc.parallelize([], parts)
-                # what PySpark asks the JVM (2 Py4J calls) for each RDD made on it: never a barrier
-                setattr(base, "_is_barrier", _not_barrier)  # noqa: B010 - an instance's, not the class's
-                self._submit.remember(base)
-                self._bases[parts] = base
-            return base
-
     def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
         parts = spark_tasks(n, self._cores, self._in_flight.count())
-        out = self._base(parts).mapPartitionsWithIndex(grouped_source(fn, n, parts) if parts < n else fn)
+        # a new RDD each batch: one RDD read by every batch's job made each job's tasks run
+        # 4-5x longer here (≈200 against ≈50 ms a small batch; docs/performance.md)
+        out = self.sc.parallelize(range(parts), parts).mapPartitionsWithIndex(
+            grouped_source(fn, n, parts) if parts < n else fn)
         return _with_parts(out, parts)
 
     def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
