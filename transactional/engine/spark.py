@@ -29,6 +29,7 @@ from transactional.engine.accumulator import ReportParam
 from transactional.engine.executors import flatten, for_consumers, task_of
 from transactional.engine.plan import Stage
 from transactional.engine.reports import empty_report
+from transactional.engine.spark_submit import Submitter
 from transactional.engine.task_groups import InFlight, grouped_source, grouped_stage, spark_tasks
 from transactional.exceptions import ConfigError
 from transactional.topology import Topology
@@ -206,6 +207,18 @@ def ship(sc: SparkContext, config: TopologyConfig, archives: bool = True) -> Non
             _SHIPPED.add((id(sc), path))
 
 
+def _with_parts(rdd: Any, parts: int) -> Any:
+    """``rdd``, knowing it has ``parts`` partitions (``_parts``)."""
+    rdd._trident_parts = parts
+    return rdd
+
+
+def _parts(rdd: Any) -> int:
+    """The partitions of ``rdd``: as this executor made it (no Py4J call), else asked of the JVM."""
+    known = getattr(rdd, "_trident_parts", None)
+    return int(known) if known is not None else int(rdd.getNumPartitions())
+
+
 class SparkExecutor:
     """Stages as Spark RDDs: the spout's emitters are ``parallelize(range(P), P)`` mapped
     by task, a bolt is ``partitionBy(N)`` (partition = task; skipped for
@@ -222,6 +235,7 @@ class SparkExecutor:
         self._future_jobs = int(sc.version.split(".")[0]) >= 4
         self._cores = sc.defaultParallelism
         self._in_flight = InFlight()
+        self._submit = Submitter(sc)
 
     def begin(self, group: str, description: str) -> None:
         self.sc.setJobGroup(group, description, interruptOnCancel=True)
@@ -243,24 +257,26 @@ class SparkExecutor:
     def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> Any:
         n = stage.parallelism
         parts = spark_tasks(n, self._cores, self._in_flight.count())
-        if parts < n:
-            return self.sc.parallelize(range(parts), parts).mapPartitionsWithIndex(grouped_source(fn, n, parts))
-        return self.sc.parallelize(range(n), n).mapPartitionsWithIndex(fn)
+        # a new RDD each batch: one RDD read by every batch's job made each job's tasks run
+        # 4-5x longer here (≈200 against ≈50 ms a small batch; docs/performance.md)
+        out = self.sc.parallelize(range(parts), parts).mapPartitionsWithIndex(
+            grouped_source(fn, n, parts) if parts < n else fn)
+        return _with_parts(out, parts)
 
     def records(self, stage: Stage, parts: list[list[Any]]) -> Any:
-        return self.sc.parallelize(parts, len(parts)).flatMap(flatten)
+        return _with_parts(self.sc.parallelize(parts, len(parts)).flatMap(flatten), len(parts))
 
     def select(self, data: Any, consumers: frozenset[int]) -> Any:
-        return data.filter(for_consumers(consumers))
+        return _with_parts(data.filter(for_consumers(consumers)), _parts(data))
 
     def stage(self, stage: Stage, inputs: Sequence[Any], fn: Callable[[int, Iterable[Any]], Iterator[Any]],
               combine: Callable[[list[Any]], list[Any]] | None = None) -> Any:
         u = inputs[0] if len(inputs) == 1 else self.sc.union(list(inputs))
         if not stage.local:   # local_or_shuffle: task i reads task i, no shuffle
             u = u.partitionBy(stage.parallelism, task_of)
-        elif (parts := u.getNumPartitions()) < stage.parallelism:   # its source's tasks run grouped
+        elif (parts := _parts(u)) < stage.parallelism:   # its source's tasks run grouped
             fn = grouped_stage(fn, stage.parallelism, parts, combine)
-        return u.mapPartitionsWithIndex(fn)
+        return _with_parts(u.mapPartitionsWithIndex(fn), stage.parallelism if not stage.local else _parts(u))
 
     def persist(self, data: Any) -> None:
         data.persist()
@@ -268,7 +284,7 @@ class SparkExecutor:
 
     def collect(self, datasets: Sequence[Any]) -> list[Any]:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))
-        return final.collect()
+        return self._submit.collect(final)
 
     def keep(self, datasets: Sequence[Any]) -> Any:
         final = datasets[0] if len(datasets) == 1 else self.sc.union(list(datasets))
