@@ -65,6 +65,7 @@ class KafkaEmitter(PartitionedEmitter):
         self._scheme = Scheme(spout.deserializer, spout.json_fields)
         self._key_scheme = Scheme(spout.key_deserializer, None)
         self._names = spout.output_names()
+        self._still_paused: set[int] = set()
 
     def _consumer(self) -> Consumer:
         if self.consumer is None:
@@ -145,20 +146,27 @@ class KafkaEmitter(PartitionedEmitter):
         # Step 2. assign at the start offsets: no group membership, no committed offsets.
         c = self._consumer()
         self._assign(c, [TopicPartition(s.topic, p, r.start) for p, r in todo.items()])
+        if self._still_paused & todo.keys():    # a resume that failed after an earlier read
+            self._pause(c, sorted(self._still_paused & todo.keys()), resume=True)
+        paused: list[int] = []
         try:
             # Step 3. consume the ranges.
-            self._consume(c, tx, todo)
+            self._consume(c, tx, todo, paused)
         finally:
-            # Step 4. leave nothing assigned (buffered messages are dropped).
+            # Step 4. leave nothing assigned (buffered messages are dropped) and nothing
+            # paused (librdkafka keeps a partition paused across assignments)
+            if paused:
+                self._pause(c, paused, resume=True)
             c.unassign()
 
     def _assign(self, c: Consumer, partitions: list[Any]) -> None:
         """Assign ``partitions`` (TopicPartitions at their start offsets) to ``c``: one call per read."""
         c.assign(partitions)
 
-    def _consume(self, c: Consumer, tx: TransactionAttempt, todo: dict[int, _Range]) -> None:
+    def _consume(self, c: Consumer, tx: TransactionAttempt, todo: dict[int, _Range], paused: list[int]) -> None:
         """Step 3 of ``_read``: keep each range's records from its start below its limit;
-        each range ends where its read stopped and why (empty: it did not stop short)."""
+        each range ends where its read stopped and why (empty: it did not stop short). A
+        partition whose range is read while others still are is paused (listed in ``paused``)."""
         s = self.spout
         start = time.monotonic()
         deadline = start + s.fetch_timeout_secs
@@ -181,16 +189,25 @@ class KafkaEmitter(PartitionedEmitter):
                 del active[p]
             if finished and active:
                 self._pause(c, finished)
+                paused.extend(finished)
         for r in todo.values():
             if r.error is None and r.pos < r.end and r.limit < r.end and not r.why:
                 r.why = _FAULT
 
-    def _pause(self, c: Consumer, partitions: list[int]) -> None:
-        """Stop fetching the partitions whose ranges are read while others still are."""
+    def _pause(self, c: Consumer, partitions: list[int], resume: bool = False) -> None:
+        """Stop fetching the partitions whose ranges are read while others still are (or,
+        ``resume``, undo that before they are unassigned)."""
+        tps = [TopicPartition(self.spout.topic, p) for p in partitions]
         try:
-            c.pause([TopicPartition(self.spout.topic, p) for p in partitions])
-        except KafkaException as e:   # only wastes a fetch
-            log.debug("pausing %s %s: %s", self.spout.topic, partitions, e)
+            if resume:
+                c.resume(tps)
+                self._still_paused.difference_update(partitions)
+            else:
+                c.pause(tps)
+        except KafkaException as e:   # a pause only saves fetches; a resume is tried again at the next read
+            log.debug("%s %s %s: %s", "resuming" if resume else "pausing", self.spout.topic, partitions, e)
+            if resume:
+                self._still_paused.update(partitions)
 
     def _quiet(self, tx: TransactionAttempt, active: dict[int, _Range], nothing: bool) -> None:
         """Ask the watermarks about the ranges that heard nothing (``nothing``: no message at
@@ -323,4 +340,5 @@ class KafkaEmitter(PartitionedEmitter):
         """Close the consumer, if one is open."""
         if self.consumer is not None:
             c, self.consumer = self.consumer, None
+            self._still_paused.clear()
             c.close()
