@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,11 @@ class KafkaEmitter(PartitionedEmitter):
         self._scheme = Scheme(spout.deserializer, spout.json_fields)
         self._key_scheme = Scheme(spout.key_deserializer, None)
         self._names = spout.output_names()
+        #: partitions this consumer paused and has not resumed yet
         self._still_paused: set[int] = set()
+        #: one read at a time: the driver's in-process runs may share an emitter between the
+        #: threads of batches in flight, and a read owns the consumer's assignment
+        self._lock = threading.RLock()
 
     def _consumer(self) -> Consumer:
         if self.consumer is None:
@@ -90,11 +95,12 @@ class KafkaEmitter(PartitionedEmitter):
         exactly as ``emit_partition_batch`` does (same records, order, result, exceptions:
         a range that is gone or short fails that partition only)."""
         ranges = {int(p): _Range(int(p), int(m["start"]), int(m["end"])) for p, m in metas.items()}
-        try:
-            self._read(tx, ranges)
-        finally:
-            if not self.spout.reuse_consumer:
-                self.close()
+        with self._lock:
+            try:
+                self._read(tx, ranges)
+            finally:
+                if not self.spout.reuse_consumer:
+                    self.close()
         return {p: functools.partial(self._finish, tx, r) for p, r in ranges.items()}
 
     def _finish(self, tx: TransactionAttempt, r: _Range, collector: EmitCollector) -> Meta | None:
@@ -103,7 +109,8 @@ class KafkaEmitter(PartitionedEmitter):
         if r.error is not None:
             raise r.error
         if r.pos < r.end:
-            self._short(tx, r.partition, r.start, r.end, r.pos, r.why)
+            with self._lock:
+                self._short(tx, r.partition, r.start, r.end, r.pos, r.why)
         got, r.got = r.got, []
         if got:
             self._emit(tx, collector, r.partition, got)
@@ -146,7 +153,7 @@ class KafkaEmitter(PartitionedEmitter):
         # Step 2. assign at the start offsets: no group membership, no committed offsets.
         c = self._consumer()
         self._assign(c, [TopicPartition(s.topic, p, r.start) for p, r in todo.items()])
-        if self._still_paused & todo.keys():    # a resume that failed after an earlier read
+        if self._still_paused & todo.keys():    # not resumed after an earlier read
             self._pause(c, sorted(self._still_paused & todo.keys()), resume=True)
         paused: list[int] = []
         try:
@@ -203,11 +210,10 @@ class KafkaEmitter(PartitionedEmitter):
                 c.resume(tps)
                 self._still_paused.difference_update(partitions)
             else:
+                self._still_paused.update(partitions)
                 c.pause(tps)
         except KafkaException as e:   # a pause only saves fetches; a resume is tried again at the next read
             log.debug("%s %s %s: %s", "resuming" if resume else "pausing", self.spout.topic, partitions, e)
-            if resume:
-                self._still_paused.update(partitions)
 
     def _quiet(self, tx: TransactionAttempt, active: dict[int, _Range], nothing: bool) -> None:
         """Ask the watermarks about the ranges that heard nothing (``nothing``: no message at
@@ -338,7 +344,8 @@ class KafkaEmitter(PartitionedEmitter):
 
     def close(self) -> None:
         """Close the consumer, if one is open."""
-        if self.consumer is not None:
-            c, self.consumer = self.consumer, None
-            self._still_paused.clear()
-            c.close()
+        with self._lock:
+            if self.consumer is not None:
+                c, self.consumer = self.consumer, None
+                self._still_paused.clear()
+                c.close()
