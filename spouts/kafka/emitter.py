@@ -231,40 +231,45 @@ class KafkaEmitter(PartitionedEmitter):
 
     def _take(self, msgs: list[Any], tx: TransactionAttempt, active: dict[int, _Range]) -> None:
         """Keep the records among ``msgs`` (one ``consume``) that each range wants, from its
-        position below its limit; an event without a partition of ours applies to every range."""
-        topic = self.spout.topic
+        position below its limit (the per-record hot path: records come in runs of one
+        partition, so the range is looked up once a run)."""
         now = time.monotonic()
+        part: int | None = None
+        r: _Range | None = None
         for m in msgs:
-            r = active.get(m.partition()) if m.topic() == topic else None
-            if r is None:
-                if m.error() is not None:
-                    for each in active.values():
-                        self._take_one(m, tx, each, now)
+            if m.error() is not None:
+                self._take_event(m, tx, active, now)
                 continue
-            self._take_one(m, tx, r, now)
+            p = m.partition()
+            if p != part:
+                part, r = p, active.get(p)
+                if r is not None:
+                    r.heard = now
+            if r is None or r.done:
+                continue
+            off = m.offset()
+            if off < r.pos:
+                continue
+            if off >= r.limit:
+                r.pos, r.done = r.limit, True
+                continue
+            r.got.append(m)
+            r.pos = off + 1
+            if r.pos >= r.limit:
+                r.done = True
 
-    def _take_one(self, m: Any, tx: TransactionAttempt, r: _Range, now: float) -> None:
-        """One message or event for range ``r``."""
-        if r.done:
-            return
-        r.heard = now
-        err = m.error()
-        if err is not None:
+    def _take_event(self, m: Any, tx: TransactionAttempt, active: dict[int, _Range], now: float) -> None:
+        """An event among the messages: for its partition's range, or, without a partition
+        of ours, for every range."""
+        r = active.get(m.partition()) if m.topic() == self.spout.topic else None
+        for each in (r,) if r is not None else tuple(active.values()):
+            if each.done:
+                continue
+            each.heard = now
             try:
-                self._event(err, m, tx, r)
+                self._event(m.error(), m, tx, each)
             except SpoutError as e:
-                r.error, r.done = e, True
-            return
-        off = m.offset()
-        if off is None or off < r.pos:
-            return
-        if off >= r.limit:
-            r.pos, r.done = r.limit, True
-            return
-        r.got.append(m)
-        r.pos = off + 1
-        if r.pos >= r.limit:
-            r.done = True
+                each.error, each.done = e, True
 
     def _event(self, err: Any, m: Any, tx: TransactionAttempt, r: _Range) -> None:
         """An event of the consumer in place of a record: the partition's end (the range
