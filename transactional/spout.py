@@ -165,7 +165,32 @@ class PartitionedCoordinator(abc.ABC):
 
 class PartitionedEmitter(abc.ABC):
     """Runs in Spark tasks; reads planned batches. One instance per emitter task and
-    Python worker, reused across batches."""
+    Python worker, reused across batches.
+
+    Optional: ``fetch_partitions(tx, metas) -> {partition: emit}``, for sources that read
+    several partitions' batches faster together than one after the other (Kafka: one
+    consumer assignment and one round of fetches for all of them). Define it as a method
+    to use it; left None (the default), the engine calls ``emit_partition_batch`` for each
+    partition in turn.
+
+    - ``metas`` maps partition (int) -> its metadata in batch ``tx``. They are the
+      partitions of this emitter's task, or of every emitter task of the same spout that
+      this process runs one after the other for the batch (a Spark task carrying several
+      logical tasks, ``transactional.engine.task_groups``; the driver's in-process run):
+      the engine asks the first task's emitter for them all.
+    - Read them all, and return, for each partition of ``metas``, a function
+      ``emit(collector) -> Meta | None`` that emits that partition's batch to ``collector``
+      exactly as ``emit_partition_batch(tx, collector, partition, meta)`` would: the same
+      tuples in the same order, the same return value, the same exception where that
+      partition's batch cannot be read (raised by its ``emit``, so that the other
+      partitions are still emitted). The engine calls each partition's ``emit`` once, with
+      the collector of the task the partition belongs to, in the tasks' order.
+    - An exception from ``fetch_partitions`` itself fails every partition of ``metas``.
+    """
+
+    #: Optional method ``fetch_partitions(tx: TransactionAttempt, metas: dict[int, Meta])
+    #: -> dict[int, Callable[[EmitCollector], Meta | None]]``; see the class docstring.
+    fetch_partitions: Any = None
 
     @abc.abstractmethod
     def emit_partition_batch(self, tx: TransactionAttempt, collector: EmitCollector,

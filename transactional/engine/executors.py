@@ -19,6 +19,7 @@ from transactional.engine.plan import Stage
 from transactional.engine.reports import TaskReport, empty_report, merge_reports
 from transactional.engine.routing import KEY_STRIDE
 from transactional.engine.stage_tasks import Shared
+from transactional.engine.task_groups import together
 from transactional.topology import Topology
 
 
@@ -134,6 +135,7 @@ class InProcessExecutor:
 
     def source(self, stage: Stage, fn: Callable[[int, Iterable[Any]], Iterator[Any]]) -> list[list[Any]]:
         self._check()
+        together(fn, range(stage.parallelism))
         return [list(fn(t, ())) for t in range(stage.parallelism)]
 
     def records(self, stage: Stage, parts: list[list[Any]]) -> list[list[Any]]:

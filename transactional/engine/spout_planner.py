@@ -6,9 +6,10 @@ topologies' ``Planner`` (the interface the engine plans a topology's txids throu
 topology's is ``transactional.engine.core.spout_planner.CoreSpoutPlanner``) (metadata
 ``{spout_id: meta}``, None for a spout with nothing in that txid; replays follow
 ``transactional.engine.replay.SpoutsReplay``); executor side, ``emit_spout_task`` runs one
-emitter task of a batch. Partitioned spouts keep a *partition state* (partition -> its
-latest metadata) that each planned batch advances; a batch's metadata holds only the
-partitions it reads.
+emitter task of a batch (``fetch_group`` reads the partitions of several at once, for an
+emitter with ``fetch_partitions``). Partitioned spouts keep a *partition state* (partition
+-> its latest metadata) that each planned batch advances; a batch's metadata holds only
+the partitions it reads.
 
 Where a partition with no batch yet begins is decided once per topology, not once per
 driver: for a coordinator with ``initial_meta`` (transactional/spout.py) the planner stores it in
@@ -26,7 +27,9 @@ from it, and a partition missing from the partition state continues from its ent
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -290,10 +293,48 @@ def _emitter(run_id: str, spout: Any, conf: dict[str, Any], ctx: SpoutContext) -
     return e
 
 
+def fetch_partitions(emitter: Any, tx: TransactionAttempt, metas: dict[int, Any]) -> dict[int, Any]:
+    """Partition -> its ``emit(collector)``, read together by an emitter that has the optional
+    ``fetch_partitions`` (``transactional.spout.PartitionedEmitter``); {} for one without it
+    (its partitions are emitted one by one). An exception of the read fails each partition."""
+    fetch = getattr(emitter, "fetch_partitions", None)
+    if fetch is None or not metas:
+        return {}
+    try:
+        return dict(fetch(tx, metas))
+    except Exception as e:  # noqa: BLE001 - each partition's emit raises it, in its task
+        return {p: functools.partial(_raise, e) for p in metas}
+
+
+def _raise(e: BaseException, collector: Any) -> Any:
+    raise e
+
+
+def fetch_group(run_id: str, spout: Any, kind: str, conf: dict[str, Any], ctx: SpoutContext, tasks: Sequence[int],
+                tx: TransactionAttempt, meta: Any) -> dict[int, Any] | None:
+    """The partitions of every task in ``tasks`` (emitter tasks of one spout that this
+    process runs next, one after the other, ``ctx`` the first's) read at once by the first
+    task's emitter: partition -> its ``emit(collector)``, for ``emit_spout_task`` to hand
+    each task its own. None when there is nothing to read together (one task, a plain spout,
+    an emitter without ``fetch_partitions``)."""
+    if kind == "plain" or len(tasks) < 2 or not meta:
+        return None
+    emitter = _emitter(run_id, spout, conf, ctx)[0]
+    if getattr(emitter, "fetch_partitions", None) is None:
+        return None
+    group = set(tasks)
+    metas = {int(p): m for p, m in meta.items() if int(p) % ctx.num_tasks in group}
+    return fetch_partitions(emitter, tx, metas)
+
+
 def emit_spout_task(run_id: str, spout: Any, kind: str, conf: dict[str, Any], ctx: SpoutContext,
-                    tx: TransactionAttempt, meta: Any, collector: Any, cleanup_before: int) -> dict[str, Any] | None:
+                    tx: TransactionAttempt, meta: Any, collector: Any, cleanup_before: int,
+                    fetched: dict[int, Any] | None = None) -> dict[str, Any] | None:
     """Run emitter task ``ctx.task_index`` for batch ``tx``. Returns, for opaque spouts,
-    the metadata actually emitted per partition of this task."""
+    the metadata actually emitted per partition of this task. ``fetched``: partitions
+    already read (``fetch_group``); each of this task's is taken out of it as it is emitted.
+    The task's other partitions are read together when the emitter can
+    (``fetch_partitions``), else one by one."""
     slot = _emitter(run_id, spout, conf, ctx)
     emitter = slot[0]
     if cleanup_before > slot[1]:
@@ -302,10 +343,13 @@ def emit_spout_task(run_id: str, spout: Any, kind: str, conf: dict[str, Any], ct
     if kind == "plain":
         emitter.emit_batch(tx, meta, collector)
         return None
+    mine = [(p, m) for p, m in meta.items() if int(p) % ctx.num_tasks == ctx.task_index]
+    fetched = {} if fetched is None else fetched
+    fetched.update(fetch_partitions(emitter, tx, {int(p): m for p, m in mine if int(p) not in fetched}))
     actual = {}
-    for p, m in meta.items():
-        if int(p) % ctx.num_tasks == ctx.task_index:
-            got = emitter.emit_partition_batch(tx, collector, int(p), m)
-            if kind == "opaque":
-                actual[p] = m if got is None else got
+    for p, m in mine:
+        emit = fetched.pop(int(p), None)
+        got = emit(collector) if emit is not None else emitter.emit_partition_batch(tx, collector, int(p), m)
+        if kind == "opaque":
+            actual[p] = m if got is None else got
     return actual if kind == "opaque" else None

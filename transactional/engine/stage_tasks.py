@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from transactional.engine.faults import crash_point
 from transactional.engine.gc import paused_gc
 from transactional.engine.plan import COMMIT, PROCESSING, Stage, new_bolt
 from transactional.engine.reports import report
-from transactional.engine.spout_planner import SpoutContext, emit_spout_task, spout_kind
+from transactional.engine.spout_planner import SpoutContext, emit_spout_task, fetch_group, spout_kind
 from transactional.engine.task import Router, TaskFailure, run_task
 from transactional.metrics import collecting
 from transactional.topology import Topology
@@ -44,29 +44,60 @@ def _spout_instance(run_id: str, spec: Any) -> Any:
         return s
 
 
+class _EmitTask:
+    """The emitter tasks of one spout stage for one attempt, as a task function
+    ``(task, records) -> records``; ``together(tasks)`` says this process runs ``tasks``
+    next, one after the other (the first of them then reads all their partitions at once,
+    ``transactional.engine.spout_planner.fetch_group``)."""
+
+    def __init__(self, shared: Shared, component_id: str, run_id: str, attempt: TransactionAttempt, meta: Any,
+                 cleanup: int, conf: dict[str, Any], acc: Any) -> None:
+        self.shared, self.component_id, self.run_id, self.attempt = shared, component_id, run_id, attempt
+        self.meta, self.cleanup, self.conf, self.acc = meta, cleanup, conf, acc
+        self._group: Sequence[int] = ()
+        self._fetched: dict[int, Any] | None = None
+
+    def together(self, tasks: Sequence[int]) -> None:
+        """``tasks`` run next in this process, in this order (``task_groups.together``)."""
+        self._group, self._fetched = tasks, None
+
+    def _fetched_for(self, task: int, spout: Any, ctx: SpoutContext) -> dict[int, Any] | None:
+        """What the group read for ``task``: read when its first task runs."""
+        if task not in self._group:
+            return None
+        if self._fetched is None:
+            self._fetched = {}     # once, even if the read raises (each task then reads its own)
+            self._fetched = fetch_group(self.run_id, spout, spout_kind(spout), self.conf, ctx, self._group,
+                                        self.attempt, self.meta) or {}
+        return self._fetched
+
+    def __call__(self, task: int, _: Iterable[Any]) -> Iterator[Any]:
+        if self.meta is None:
+            return iter(())
+        t0 = time.perf_counter()
+        attempt = self.attempt
+        with paused_gc():   # loading the topology and emitting build many small objects
+            topology: Topology = self.shared.value
+            spec = topology.component(self.component_id)
+            router = Router(topology, spec, task, attempt)
+            try:
+                spout = _spout_instance(self.run_id, spec)
+                ctx = SpoutContext(topology.topology_id, spec.id, task, spec.parallelism)
+                actual = emit_spout_task(self.run_id, spout, spout_kind(spout), self.conf, ctx, attempt, self.meta,
+                                         router, self.cleanup, self._fetched_for(task, spout, ctx))
+            except Exception as e:  # noqa: BLE001 - reported to the driver as data
+                self.acc.add(report(spec.id, task, failure=TaskFailure.of(e, spec.id, task, attempt)))
+                return iter(())
+        self.acc.add(report(spec.id, task, 0, router.emitted, actual=actual, busy=time.perf_counter() - t0))
+        return iter(router.records())
+
+
 def emit_task(shared: Shared, component_id: str, run_id: str, attempt: TransactionAttempt, meta: Any,
               cleanup: int, conf: dict[str, Any], acc: Any) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
     """The function of emitter task ``task`` of spout ``component_id``: emits its share of
-    the batch (nothing when ``meta`` is None: the spout sits this txid out)."""
-    def run(task: int, _: Iterable[Any]) -> Iterator[Any]:
-        if meta is None:
-            return iter(())
-        t0 = time.perf_counter()
-        with paused_gc():   # loading the topology and emitting build many small objects
-            topology: Topology = shared.value
-            spec = topology.component(component_id)
-            router = Router(topology, spec, task, attempt)
-            try:
-                spout = _spout_instance(run_id, spec)
-                actual = emit_spout_task(run_id, spout, spout_kind(spout), conf,
-                                         SpoutContext(topology.topology_id, spec.id, task, spec.parallelism),
-                                         attempt, meta, router, cleanup)
-            except Exception as e:  # noqa: BLE001 - reported to the driver as data
-                acc.add(report(spec.id, task, failure=TaskFailure.of(e, spec.id, task, attempt)))
-                return iter(())
-        acc.add(report(spec.id, task, 0, router.emitted, actual=actual, busy=time.perf_counter() - t0))
-        return iter(router.records())
-    return run
+    the batch (nothing when ``meta`` is None: the spout sits this txid out). It has
+    ``together(tasks)`` (``transactional.engine.task_groups.together``)."""
+    return _EmitTask(shared, component_id, run_id, attempt, meta, cleanup, conf, acc)
 
 
 def bolt_task(shared: Shared, stage: Stage, attempt: TransactionAttempt, conf: dict[str, Any], acc: Any,

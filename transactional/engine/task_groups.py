@@ -12,14 +12,16 @@ the jobs in flight together ask for about one Spark task per core.
 
 Nothing a component sees changes: each logical task still runs with its own index, its own
 emitter and its own share of the batch, and emits the same records (keyed by consumer
-task); only the Spark task that carries it does. Stages behind a shuffle keep one Spark
+task); only the Spark task that carries it does. One thing is shared: where the emitter
+can (``fetch_partitions``, transactional/spout.py), the first logical task's emitter reads
+the partitions of all the Spark task's logical tasks at once, and each emits its own. Stages behind a shuffle keep one Spark
 task per task (``partitionBy``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from transactional.engine.routing import KEY_STRIDE
@@ -48,11 +50,22 @@ def tasks_of(part: int, parallelism: int, parts: int) -> range:
     return range(part * parallelism // parts, (part + 1) * parallelism // parts)
 
 
+def together(fn: TaskFn, tasks: Sequence[int]) -> None:
+    """Tell a spout stage's task function that this process runs ``tasks`` next, one after
+    the other, if it listens (``fn.together``: the emit tasks, whose first then reads the
+    partitions of them all at once where the emitter can, ``fetch_partitions``)."""
+    hook = getattr(fn, "together", None)
+    if hook is not None and len(tasks) > 1:
+        hook(tasks)
+
+
 def grouped_source(fn: TaskFn, parallelism: int, parts: int) -> TaskFn:
     """A spout stage's partition function over ``parts`` Spark tasks: Spark task ``part``
-    runs emitter task ``fn`` for each of its logical tasks in turn."""
+    runs emitter task ``fn`` for each of its logical tasks in turn (``together``)."""
     def run(part: int, _: Iterable[Any]) -> Iterator[Any]:
-        for task in tasks_of(part, parallelism, parts):
+        tasks = tasks_of(part, parallelism, parts)
+        together(fn, tasks)
+        for task in tasks:
             yield from fn(task, ())
     return run
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
+from spouts.kafka.emitter import KafkaEmitter
 from state.map import TransactionalMap
 from state.redis import RedisMapBacking
 from transactional import (
@@ -356,6 +357,47 @@ def test_partition_added_mid_run_is_read_from_its_start(spark_context, kafka_bro
         mine = sorted((r["start"], r["end"]) for r in reads if r["partition"] == p)
         assert mine[0][0] == 0 and min(r["txid"] for r in reads if r["partition"] == p) > 2
         assert_tiles(mine, len(added[p]))
+
+
+class AssignLogEmitter(KafkaEmitter):
+    """Records each consumer assignment (its partitions) in the spout's ``assign_log``."""
+
+    def _assign(self, c, partitions):
+        EventLog(self.spout.assign_log).record("assign", partitions=sorted(tp.partition for tp in partitions))
+        super()._assign(c, partitions)
+
+
+class AssignLogSpout(KafkaTransactionalSpout):
+    def __init__(self, *args, assign_log: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.assign_log = assign_log
+
+    def get_emitter(self, conf, context):
+        return AssignLogEmitter(self)
+
+
+def test_a_spark_task_carrying_both_emitter_tasks_reads_the_batch_in_one_assignment(
+        spark_context, kafka_broker, corpus_topic, tmp_path, monkeypatch):
+    """Every batch's 2 logical emitter tasks run in one Spark task (``task_groups``): the
+    4 partitions of each batch are assigned once, together, and the counts are exact."""
+    from transactional.engine import spark as spark_executor
+
+    monkeypatch.setattr(spark_executor, "spark_tasks", lambda parallelism, cores, in_flight: 1)
+    topic, corpus = corpus_topic
+    rec = Recorder(str(tmp_path / "reads.jsonl"))
+    assigns = EventLog(str(tmp_path / "assigns.jsonl"))
+    spout = AssignLogSpout(kafka_broker.bootstrap, topic, max_records_per_partition=15, field_names=("sentence",),
+                           fetch_fault=rec, assign_log=assigns.path)
+    b = TransactionalTopologyBuilder(new_id("kafka-one-fetch"), "spout", spout, 2)
+    b.set_bolt("split", SplitCount(), 3).shuffle_grouping("spout")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", Fields("word"))
+    result = run_topology(b, config(), spark_context=spark_context)
+    assert not result.failures and result.batches_committed == 4
+    assert counts_of(result) == exact(corpus)
+    assert result.executed["split"] == 4 * 60
+    by_txid = ranges_by_txid(rec.reads())
+    assert sorted(by_txid) == [1, 2, 3, 4] and all(len(a) == 1 for a in by_txid.values())
+    assert [e["partitions"] for e in assigns.events("assign")] == [[0, 1, 2, 3]] * 4
 
 
 # -- SIGKILL of the driver at random moments (subprocesses, ZooKeeper + Redis) ---------------------
