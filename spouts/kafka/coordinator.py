@@ -160,7 +160,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         answer)."""
         s = self.spout
         c = self._prober_consumer()
-        c.assign([TopicPartition(s.topic, p, o) for p, o in offsets.items()])
+        c.incremental_assign([TopicPartition(s.topic, p, o) for p, o in offsets.items()])
         want: set[int] = set(offsets)
         out: dict[int, int] = {}
         deadline = time.monotonic() + min(s.metadata_timeout_secs, 2.0)
@@ -173,6 +173,8 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
                 high = self._answer(c, m)
                 if high is not None:
                     want.discard(p)
+                    # fetch no more of it: the broker's answers go to the partitions still asked
+                    c.incremental_unassign([TopicPartition(s.topic, p)])
                     if high >= 0:
                         out[p] = high
             if want:

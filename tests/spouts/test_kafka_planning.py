@@ -30,6 +30,10 @@ class Counting(Consumer):
         Counting.calls["assign"] += 1
         super().assign(partitions)
 
+    def incremental_assign(self, partitions: Any) -> None:
+        Counting.calls["assign"] += 1
+        super().incremental_assign(partitions)
+
     def get_watermark_offsets(self, partition: Any, *args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("cached", False):
             Counting.calls["list_offsets"] += 1
