@@ -151,6 +151,17 @@ class PartitionedCoordinator(abc.ABC):
         if it never had one and the coordinator has no ``initial_meta``). Return None when
         the partition has nothing new now: it is left out of this batch."""
 
+    def plan_partitions(self, last_metas: dict[int, Meta | None]) -> dict[int, Meta | None]:
+        """Every partition's next batch in one call: ``{partition: plan_partition(partition,
+        last_meta)}`` for each ``partition -> last_meta`` of ``last_metas`` (the partitions
+        the engine plans now, in order). The engine plans a batch through this method.
+
+        The default asks ``plan_partition`` partition after partition. Override it when
+        the source can answer for all partitions in one round (Kafka: one fetch for all of
+        them instead of one per partition); the answer must be what ``plan_partition``
+        would return for each, and may be None for a partition with nothing new."""
+        return {p: self.plan_partition(p, last) for p, last in last_metas.items()}
+
     def is_ready(self) -> bool:
         """True when batches may be planned now (as ``Coordinator.is_ready``)."""
         return True

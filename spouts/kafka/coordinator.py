@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -30,14 +30,18 @@ END_OFFSETS_CONF = "trident.kafka.end_offsets"
 
 class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
     """Plans offset ranges on the driver from high watermarks (one ListOffsets per
-    partition per plan), up to ``end_offsets`` when given; while the engine listens
+    partition and at most one fetch for all partitions per plan: ``plan_partitions``), up to ``end_offsets`` when given; while the engine listens
     (``wake_on_input``) it wakes the driver when records arrive. Created by ``get_coordinator``;
     users do not subclass it."""
 
-    def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None) -> None:
+    def __init__(self, spout: _KafkaSpout, end_offsets: dict[int, int] | None = None, *,
+                 consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer) -> None:
         self.spout = spout
         self.end_offsets = end_offsets
-        self.consumer = Consumer(spout.consumer_config("coordinator"))
+        #: makes the coordinator's consumers from their configuration (a seam: tests count
+        #: the requests of a plan through a subclass of ``Consumer``)
+        self.consumer_factory = consumer_factory
+        self.consumer = consumer_factory(spout.consumer_config("coordinator"))
         self._unplaced: dict[int, Meta] = {}   # plan_partition(p, None) outside the engine
         self._high: dict[int, int] = {}        # partition -> high watermark at its last plan (lag)
         self._done: dict[int, int] = {}        # partition -> end of its last committed batch (lag)
@@ -47,6 +51,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._watch: HighWatermarkWatch | None = None   # while the engine listens (wake_on_input)
         self._wake: Callable[[], None] | None = None
         self._planned: dict[int, int] = {}     # partition -> end of its last planned range
+        self._round: dict[int, int | None] | None = None   # log ends asked by plan_partitions, while it plans
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -104,56 +109,96 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
 
     def high_watermark(self, partition: int, listed: int) -> int:
         """The partition's high watermark as a Fetch response reports it, given ``listed``,
-        ListOffsets' answer (a lower bound: Kafka's high watermark never decreases).
+        ListOffsets' answer (a lower bound: Kafka's high watermark never decreases): one
+        partition of ``high_watermarks``."""
+        return self.high_watermarks({partition: listed})[partition]
+
+    def high_watermarks(self, listed: dict[int, int]) -> dict[int, int]:
+        """Each partition's high watermark as a Fetch response reports it, given ``listed``
+        (partition -> ListOffsets' answer, a lower bound: Kafka's high watermark never
+        decreases), from ONE fetch round for all of them.
 
         A Fetch from ``listed`` returns the true high watermark in its response (the
         partition-EOF event, or the watermark cached with the first record). Some brokers
         (Tansu) answer ListOffsets with the base offset of the last record batch + 1, short
         of the records in that batch; planning from it would stall them until the next
-        produce. The probe is one fetch of at most one record batch, and is skipped while
-        ListOffsets' answer has not moved since the last probe (no batch was appended).
-        Falls back to ``listed`` when the broker does not answer within 2 s."""
-        last = self._probed.get(partition)
-        if last is not None and last[0] == listed:
-            return max(last[1], listed)
-        high = self._probe(partition, listed)
-        if high is None:
-            return listed
-        self._probed[partition] = (listed, high)
-        return max(high, listed)
+        produce. The probe assigns every partition that needs it to one consumer at once
+        (one Fetch request for all, at most one record batch each) and is skipped for a
+        partition while ListOffsets' answer has not moved since its last probe (no batch
+        was appended). A partition the broker does not answer for within 2 s keeps
+        ``listed``."""
+        out: dict[int, int] = {}
+        ask: dict[int, int] = {}
+        for p, low in listed.items():
+            last = self._probed.get(p)
+            if last is not None and last[0] == low:
+                out[p] = max(last[1], low)
+            else:
+                ask[p] = low
+        if ask:
+            found = self._probe(ask)
+            for p, low in ask.items():
+                high = found.get(p)
+                if high is not None:
+                    self._probed[p] = (low, high)
+                out[p] = low if high is None else max(high, low)
+        return out
 
-    def _probe(self, partition: int, offset: int) -> int | None:
-        s = self.spout
+    def _prober_consumer(self) -> Consumer:
         if self._prober is None:
-            cfg = s.consumer_config("coordinator")
-            # one record batch per fetch is enough to learn the watermark
+            cfg = self.spout.consumer_config("coordinator")
+            # one record batch per partition and fetch is enough to learn the watermark
             cfg.update({"max.partition.fetch.bytes": 1, "queued.min.messages": 1,
                         "fetch.wait.max.ms": 10})
-            self._prober = Consumer(cfg)
-        c = self._prober
-        tp = TopicPartition(s.topic, partition, offset)
-        c.assign([tp])
+            self._prober = self.consumer_factory(cfg)
+        return self._prober
+
+    def _probe(self, offsets: dict[int, int]) -> dict[int, int]:
+        """One fetch round: every partition of ``offsets`` assigned at its offset to one
+        consumer, polled until each answered (a record or the partition-EOF event) or 2 s
+        passed; partition -> the high watermark its Fetch response reported (absent: no
+        answer)."""
+        s = self.spout
+        c = self._prober_consumer()
+        c.incremental_assign([TopicPartition(s.topic, p, o) for p, o in offsets.items()])
+        want: set[int] = set(offsets)
+        out: dict[int, int] = {}
         deadline = time.monotonic() + min(s.metadata_timeout_secs, 2.0)
         try:
-            while (remaining := deadline - time.monotonic()) > 0:
+            while want and (remaining := deadline - time.monotonic()) > 0:
                 m = c.poll(min(remaining, 0.5))
-                if m is None or m.partition() != partition:
+                p = None if m is None else m.partition()
+                if p is None or p not in want:
                     continue
-                err, off = m.error(), m.offset()
-                if err is None and off is not None:
-                    # the fetch response's high watermark is cached before its records are queued
-                    hw = c.get_watermark_offsets(TopicPartition(s.topic, partition), cached=True)[1]
-                    return max(int(hw), off + 1)
-                if err is None:
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF and off is not None:
-                    return off
-                if err.code() in _OUT_OF_RANGE or err.code() in _GONE or err.fatal():
-                    return None
-            log.warning("no fetch answer for %s[%d] within 2s: planning from ListOffsets", s.topic, partition)
-            return None
+                high = self._answer(c, m)
+                if high is not None:
+                    want.discard(p)
+                    # fetch no more of it: the broker's answers go to the partitions still asked
+                    c.incremental_unassign([TopicPartition(s.topic, p)])
+                    if high >= 0:
+                        out[p] = high
+            if want:
+                log.warning("no fetch answer for %s%s within 2s: planning from ListOffsets", s.topic, sorted(want))
+            return out
         finally:
             c.unassign()
+
+    def _answer(self, c: Consumer, m: Any) -> int | None:
+        """What one polled event says of its partition's high watermark: the watermark
+        (>= 0), -1 when the partition cannot be probed (out of range, gone, fatal), None
+        when it says nothing yet."""
+        p, err, off = m.partition(), m.error(), m.offset()
+        if err is None and off is not None:
+            # the fetch response's high watermark is cached before its records are queued
+            hw = c.get_watermark_offsets(TopicPartition(self.spout.topic, p), cached=True)[1]
+            return max(int(hw), int(off) + 1)
+        if err is None:
+            return None
+        if err.code() == KafkaError._PARTITION_EOF and off is not None:
+            return int(off)
+        if err.code() in _OUT_OF_RANGE or err.code() in _GONE or err.fatal():
+            return -1
+        return None
 
     def initial_meta(self, partition: int, new_partition: bool) -> Meta | None:
         """Where ``partition`` begins when it has no batch yet, as the empty range
@@ -186,18 +231,14 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         answer now).
 
         The engine always passes ``last_meta`` (from ``initial_meta`` for a partition
-        without a batch). Called with None directly, the start is ``initial_meta``'s for
-        this coordinator's life only (partitions there when it was created count as
-        present at the start): nothing durable, not for restarts."""
-        if last_meta is None:
-            if partition not in self._unplaced:
-                first = self.initial_meta(partition, partition >= self._created_with)
-                if first is None:
-                    return None
-                self._unplaced[partition] = first
-            last_meta = self._unplaced[partition]
-        start = int(last_meta["end"])
-        high = self._log_end(partition, start)
+        without a batch), through ``plan_partitions``. Called with None directly, the start
+        is ``initial_meta``'s for this coordinator's life only (partitions there when it
+        was created count as present at the start): nothing durable, not for restarts."""
+        start = self._start(partition, last_meta)
+        if start is None:
+            return None
+        ends = self._round
+        high = ends[partition] if ends is not None and partition in ends else self._log_ends({partition: start})[partition]
         if high is None:
             return None
         if self.end_offsets is not None:
@@ -212,17 +253,49 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._planned[partition] = end
         return {"start": start, "end": end}
 
-    def _log_end(self, partition: int, start: int) -> int | None:
-        """Where the partition's log ends now, as far as a plan from ``start`` needs it
-        (None: the broker does not answer): ListOffsets, corrected by a Fetch probe when it
-        may be short (``high_watermark``)."""
-        wm = self.watermarks(partition)
-        if wm is None:
-            return None
-        high = wm[1]
-        if high < start + self.spout.max_records_per_partition:
-            high = self.high_watermark(partition, high)   # the plan reaches the log's end
-        return high
+    def plan_partitions(self, last_metas: dict[int, Meta | None]) -> dict[int, Meta | None]:
+        """Every partition's ``plan_partition`` answer, with the broker asked in one round:
+        one ListOffsets per partition (a small request each) and, for the partitions whose
+        plan reaches the log's end and whose answer moved, ONE fetch for all of them
+        (``high_watermarks``), instead of a fetch per partition (docs/kafka.md, "Planning
+        and waking the driver")."""
+        starts = {p: self._start(p, last) for p, last in last_metas.items()}
+        self._round = self._log_ends({p: s for p, s in starts.items() if s is not None})
+        try:
+            return {p: self.plan_partition(p, last) for p, last in last_metas.items()}
+        finally:
+            self._round = None
+
+    def _start(self, partition: int, last_meta: Meta | None) -> int | None:
+        """Where the partition's next batch starts (None: cannot be placed now)."""
+        if last_meta is None:
+            if partition not in self._unplaced:
+                first = self.initial_meta(partition, partition >= self._created_with)
+                if first is None:
+                    return None
+                self._unplaced[partition] = first
+            last_meta = self._unplaced[partition]
+        return int(last_meta["end"])
+
+    def _log_ends(self, starts: dict[int, int]) -> dict[int, int | None]:
+        """Where each partition's log ends now, as far as a plan from its start needs it
+        (None: the broker does not answer): ListOffsets, corrected by one fetch round for
+        the partitions where it may be short (``high_watermarks``). A partition whose
+        fixed end offset (``end_offsets``) is at or before its start is not asked."""
+        limits, cap = self.end_offsets, self.spout.max_records_per_partition
+        out: dict[int, int | None] = {}
+        short: dict[int, int] = {}
+        for p, start in starts.items():
+            if limits is not None and limits.get(p, start) <= start:
+                out[p] = start                 # nothing more is planned there
+                continue
+            wm = self.watermarks(p)
+            out[p] = None if wm is None else wm[1]
+            if wm is not None and wm[1] < start + cap:
+                short[p] = wm[1]               # the plan reaches the log's end
+        if short:
+            out.update(self.high_watermarks(short))
+        return out
 
     def wake_on_input(self, wake: Callable[[], None] | None) -> None:
         """Wake the driver when a partition has records past its last plan

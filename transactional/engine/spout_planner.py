@@ -133,7 +133,7 @@ class SpoutPlanner:
         initial_meta: Any = getattr(c, "initial_meta", None)
         starts = self._load_starts(n) if initial_meta is not None else None
         decided = False
-        meta = {}
+        lasts: dict[int, Any] = {}
         for p in range(n):
             last = partitions.get(str(p))
             if last is None and starts is not None:
@@ -145,9 +145,11 @@ class SpoutPlanner:
                     self._json({str(p): last}, txid, "initial_meta")
                     starts["partitions"][str(p)] = last
                     decided = True
-            m = c.plan_partition(p, last)
-            if m is not None:
-                meta[str(p)] = m
+            lasts[p] = last
+        # all partitions in one call (one round to the source where it offers that)
+        plan_all = getattr(c, "plan_partitions", None)
+        planned = plan_all(lasts) if plan_all is not None else {p: c.plan_partition(p, m) for p, m in lasts.items()}
+        meta = {str(p): planned[p] for p in lasts if planned.get(p) is not None}
         if decided:
             self._store_starts()             # before any batch reads from a new start
         if not meta:
