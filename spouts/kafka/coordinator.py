@@ -47,6 +47,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._watch: HighWatermarkWatch | None = None   # while the engine listens (wake_on_input)
         self._wake: Callable[[], None] | None = None
         self._planned: dict[int, int] = {}     # partition -> end of its last planned range
+        self._capped: dict[int, bool] = {}     # partition -> its last plan stopped short of the log's end
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -197,6 +198,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
                 self._unplaced[partition] = first
             last_meta = self._unplaced[partition]
         start = int(last_meta["end"])
+        self._capped[partition] = False
         high = self._log_end(partition, start)
         if high is None:
             return None
@@ -205,6 +207,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
+        self._capped[partition] = end < high
         if self._watch is not None:
             self._watch.planned(partition, max(start, end))
         if end <= start:
@@ -247,6 +250,12 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         wake = self._wake
         if wake is not None and all(self._done.get(p, end) >= end for p, end in list(self._planned.items())):
             wake()
+
+    def backlogged(self) -> bool:
+        """True when the last plan of some partition stopped at ``max_records_per_partition``
+        short of its log's end (``transactional.spout.PartitionedCoordinator.backlogged``):
+        the engine then plans further batches at once instead of one at a time."""
+        return any(self._capped.values())
 
     @staticmethod
     def planned_records(meta: dict[str, Meta] | None) -> int:
