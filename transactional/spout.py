@@ -66,7 +66,7 @@ class Coordinator(abc.ABC):
     def backlogged(self) -> bool:
         """Asked on the driver right after each batch is planned: True when more input
         waits than that batch took (it hit a per-batch cap). Under ``launch_policy``
-        "adaptive" (the default) the engine then plans further batches at once, up to
+        "adaptive" the engine then plans further batches at once, up to
         ``max_spout_pending``; on False it plans the next batch when no batch is processing.
         Default True: every free slot is planned at once (Storm's way)."""
         return True

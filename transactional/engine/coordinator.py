@@ -175,8 +175,7 @@ class CoordinatorSettings:
     retry_backoff_max_secs: float = 10.0
     idle_timeout_secs: float | None = 0.0
     poll_interval_secs: float = 0.2
-    #: when a new txid is planned (``transactional.engine.launch``); ``TopologyConfig``'s
-    #: default is "adaptive", these settings' (the state machine's tests) Storm's "eager"
+    #: when a new txid is planned (``transactional.engine.launch``)
     launch_policy: str = "eager"
 
     @classmethod
