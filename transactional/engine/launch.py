@@ -3,11 +3,11 @@ max_spout_pending").
 
 ``max_spout_pending`` bounds the txids in flight (Storm's meaning). Within it, two policies:
 
-- ``"eager"`` (Storm's, the default): plan the next txid whenever a slot is free. On few cores the
+- ``"eager"`` (Storm's): plan the next txid whenever a slot is free. On few cores the
   batches in flight share them, and a record that arrives while every slot is taken waits
   for the oldest batch's commit: measured on ``local[2]``, Kafka -> Redis at 10k records/s,
   ``max_spout_pending`` 3 answered slower than 1 at every offered rate.
-- ``"adaptive"`` (opt-in): plan the next txid when processing capacity is free -- no
+- ``"adaptive"`` (the default): plan the next txid when processing capacity is free -- no
   batch in flight is still processing (the others are processed, waiting for or in their
   commit) -- so a batch is planned the moment the previous one's processing ends and takes
   everything that arrived meanwhile; while the spouts are *backlogged* (their last plan hit

@@ -76,10 +76,10 @@ def test_eager_plans_whenever_a_slot_is_free():
     assert c.planned(1, [0, 4], None, 0.0) == [Launch(1, 1, [0, 4], None, ()), Plan(2, [0, 4], None)]
 
 
-def test_the_default_is_eager_and_a_wrong_value_names_the_setting():
-    assert TopologyConfig().launch_policy == "eager"
-    assert CoordinatorSettings.of(TopologyConfig()).launch_policy == "eager"
-    assert CoordinatorSettings.of(TopologyConfig(launch_policy="adaptive")).launch_policy == "adaptive"
+def test_the_default_is_adaptive_and_a_wrong_value_names_the_setting():
+    assert TopologyConfig().launch_policy == "adaptive"
+    assert CoordinatorSettings.of(TopologyConfig()).launch_policy == "adaptive"
+    assert CoordinatorSettings.of(TopologyConfig(launch_policy="eager")).launch_policy == "eager"
     with pytest.raises(ConfigError, match="launch_policy"):
         TopologyConfig(launch_policy="soon")
 
