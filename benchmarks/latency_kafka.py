@@ -429,7 +429,9 @@ def serve_trident(args: Any) -> None:
     from transactional.ops.run import OperatorWatch
 
     tid = f"latency-{uuid.uuid4().hex[:8]}"
-    overrides = {"poll_interval_secs": args.poll_interval} if args.poll_interval is not None else {}
+    overrides: dict[str, Any] = {"poll_interval_secs": args.poll_interval} if args.poll_interval is not None else {}
+    if args.launch_policy is not None:
+        overrides["launch_policy"] = args.launch_policy
     cfg = TopologyConfig(spark_master=args.master, spark_ui=False, state=args.redis, progress=False,
                          idle_timeout_secs=args.idle_secs, max_spout_pending=args.max_spout_pending, **overrides)
     sc = get_or_create_context(cfg)
@@ -453,6 +455,7 @@ def serve_trident(args: Any) -> None:
     keys = [f"{tid}:word-counts:{m}" for m in MARKS]
     print(json.dumps({"ready": True, "keys": keys, "config": {
         "parallelism_hint": args.parallelism, "max_spout_pending": cfg.max_spout_pending,
+        "launch_policy": getattr(cfg, "launch_policy", "eager"),
         "poll_interval_secs": cfg.poll_interval_secs, "batch_records_max": args.batch,
         "master": args.master}}), flush=True)
     jobs0 = _spark_jobs(sc, None)
@@ -554,6 +557,8 @@ def main_serve() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--max-spout-pending", type=int, default=3)
+    ap.add_argument("--launch-policy", choices=["adaptive", "eager"], default=None,
+                    help="TopologyConfig.launch_policy (default: TopologyConfig's)")
     ap.add_argument("--batch", type=int, default=50_000, help="at most this many records a batch")
     ap.add_argument("--poll-interval", type=float, default=None, help="default: TopologyConfig's")
     ap.add_argument("--idle-secs", type=float, default=3.0)

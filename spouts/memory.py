@@ -61,6 +61,7 @@ def _declared(data: Any, fields: Fields, partition: int) -> Any:
 class _MemoryCoordinator(PartitionedCoordinator):
     def __init__(self, sizes: dict[int, int], take: int) -> None:
         self.sizes, self.take = sizes, take
+        self.more: dict[int, bool] = {}     # partition -> rows left after its last plan
 
     def num_partitions(self) -> int:
         return max(self.sizes, default=-1) + 1
@@ -68,7 +69,12 @@ class _MemoryCoordinator(PartitionedCoordinator):
     def plan_partition(self, partition: int, last_meta: Any) -> Any:
         start = last_meta["end"] if last_meta else 0
         end = min(start + self.take, self.sizes.get(partition, 0))
+        self.more[partition] = end < self.sizes.get(partition, 0)
         return {"start": start, "end": end} if end > start else None
+
+    def backlogged(self) -> bool:
+        """True when a partition has rows past its last planned batch."""
+        return any(self.more.values())
 
 
 class _MemoryEmitter(PartitionedEmitter):

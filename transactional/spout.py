@@ -63,6 +63,14 @@ class Coordinator(abc.ABC):
         ``run_topology`` waits up to ``idle_timeout_secs`` for it, then ends the run."""
         return True
 
+    def backlogged(self) -> bool:
+        """Asked on the driver right after each batch is planned: True when more input
+        waits than that batch took (it hit a per-batch cap). Under ``launch_policy``
+        "adaptive" the engine then plans further batches at once, up to
+        ``max_spout_pending``; on False it plans the next batch when no batch is processing.
+        Default True: every free slot is planned at once (Storm's way)."""
+        return True
+
     def committed(self, txid: int, meta: Meta) -> None:  # noqa: B027 - an optional hook
         """Called on the driver after ``txid`` was recorded as committed (e.g. to publish
         offsets for monitoring). Failures here are logged, not retried."""
@@ -164,6 +172,12 @@ class PartitionedCoordinator(abc.ABC):
 
     def is_ready(self) -> bool:
         """True when batches may be planned now (as ``Coordinator.is_ready``)."""
+        return True
+
+    def backlogged(self) -> bool:
+        """Asked on the driver right after each batch is planned: True when some partition
+        has more input than its part of that batch took (``plan_partition`` hit a cap), as
+        ``Coordinator.backlogged``. Default True."""
         return True
 
     def committed(self, txid: int, meta: dict[str, Meta]) -> None:  # noqa: B027 - an optional hook

@@ -52,6 +52,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._wake: Callable[[], None] | None = None
         self._planned: dict[int, int] = {}     # partition -> end of its last planned range
         self._round: dict[int, int | None] | None = None   # log ends asked by plan_partitions, while it plans
+        self._capped: dict[int, bool] = {}     # partition -> its last plan stopped short of the log's end
         try:
             self._known = self._created_with = self._partition_count()
         except SpoutError:
@@ -237,6 +238,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         start = self._start(partition, last_meta)
         if start is None:
             return None
+        self._capped[partition] = False
         ends = self._round
         high = ends[partition] if ends is not None and partition in ends else self._log_ends({partition: start})[partition]
         if high is None:
@@ -246,6 +248,7 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         self._high[partition] = high
         self._done.setdefault(partition, start)
         end = min(start + self.spout.max_records_per_partition, high)
+        self._capped[partition] = end < high
         if self._watch is not None:
             self._watch.planned(partition, max(start, end))
         if end <= start:
@@ -320,6 +323,12 @@ class KafkaCoordinator(PartitionedCoordinator, WakesDriver):
         wake = self._wake
         if wake is not None and all(self._done.get(p, end) >= end for p, end in list(self._planned.items())):
             wake()
+
+    def backlogged(self) -> bool:
+        """True when the last plan of some partition stopped at ``max_records_per_partition``
+        short of its log's end (``transactional.spout.PartitionedCoordinator.backlogged``):
+        the engine then plans further batches at once instead of one at a time."""
+        return any(self._capped.values())
 
     @staticmethod
     def planned_records(meta: dict[str, Meta] | None) -> int:

@@ -147,7 +147,8 @@ class Attempts:
         if isinstance(a, Plan):
             planned = self.runner.planner.plan(a.txid, a.partitions, a.keep)
             meta, parts = planned if planned is not None else (None, None)
-            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.planner.busy())
+            return coord.planned(a.txid, meta, parts, now(), busy=self.runner.planner.busy(),
+                                 backlogged=self.runner.planner.backlogged())
         if isinstance(a, Launch):
             # durable before any task of the attempt runs
             self.store.write_pending(a.txid, a.meta, a.attempt, list(a.commit_started))

@@ -33,6 +33,10 @@ Rules (each checked by tests/transactional/engine/test_coordinator.py, a hypothe
 6. An opaque batch that emitted less than planned keeps what it emitted (recorded before
    its commit); later txids in flight are planned again from there, without counting
    that as their failure.
+7. A new txid is planned only when the launch policy allows it (``launch_policy``,
+   ``transactional.engine.launch``): "eager", whenever a slot is free; "adaptive", when no
+   txid in flight is processing or the spouts' last plan was backlogged. Replays launch
+   whenever a slot is free.
 
 Events about an attempt that is no longer current (a cancelled job finishing late) are
 ignored.
@@ -46,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from transactional.engine.events import Transition
+from transactional.engine.launch import LaunchPolicy
 from transactional.engine.replay import (
     CoreReplay,
     OpaqueReplay,
@@ -170,6 +175,8 @@ class CoordinatorSettings:
     retry_backoff_max_secs: float = 10.0
     idle_timeout_secs: float | None = 0.0
     poll_interval_secs: float = 0.2
+    #: when a new txid is planned (``transactional.engine.launch``)
+    launch_policy: str = "eager"
 
     @classmethod
     def of(cls, config: Any, core: bool = False) -> CoordinatorSettings:
@@ -245,6 +252,8 @@ class Coordinator:
         self.next_poll: float = 0.0
         self.stopped: Stop | None = None
         self.paused = False                    # deactivated: no new txid until activate
+        self.launch = LaunchPolicy(settings.launch_policy)
+        self.backlogged = False                # the spouts' last plan left input behind (hit a cap)
         self.listeners: list[Callable[[Transition], None]] = []
 
     # -- events ---------------------------------------------------------------------------------
@@ -252,14 +261,17 @@ class Coordinator:
         """The first actions of a run."""
         return self._fill(now)
 
-    def planned(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float, busy: bool = False) -> list[Action]:
+    def planned(self, txid: int, meta: Any, partitions: dict[Any, Any] | None, now: float, busy: bool = False,
+                backlogged: bool = False) -> list[Action]:
         """The spout's metadata for ``txid`` (None: nothing to emit now). ``busy``: work is
         pending outside the coordinator (a core topology's tuple trees), so the run is not
-        idle even with nothing to emit. Deactivated since the Plan: nothing is launched
-        (the txid is planned again on ``activate``)."""
+        idle even with nothing to emit. ``backlogged``: the plan hit a per-batch cap, more
+        input waits (the launch policy fills every slot then). Deactivated since the Plan:
+        nothing is launched (the txid is planned again on ``activate``)."""
         if self.stopped is not None or self.planning != txid:
             return []
         self.planning = None
+        self.backlogged = backlogged and meta is not None
         if self.paused and meta is not None:
             return []                                  # deactivated meanwhile: planned again on activate
         if meta is None:
@@ -379,7 +391,7 @@ class Coordinator:
                 times.append(backoff)                  # a failed txid waits out its backoff
             elif t in self.replay:
                 times.append(now)                      # replayed without asking the spout
-            else:
+            elif self._may_plan():                     # else a job's end (an event) lets it plan
                 times.append(max(self.next_poll, backoff))
         idle = self.settings.idle_timeout_secs
         if not self.inflight and self.idle_since is not None and idle is not None and not self.paused \
@@ -392,6 +404,11 @@ class Coordinator:
         return (self.stopped is None and not self.paused and len(self.inflight) < self.settings.max_spout_pending
                 and (self.limit is None or self.next_txid <= self.limit))
 
+    def _may_plan(self) -> bool:
+        """The launch policy lets a new txid be planned now (rule 7)."""
+        processing = sum(1 for b in self.inflight.values() if b.status is Status.PROCESSING)
+        return self.launch.may_plan(processing, self.backlogged)
+
     def _prev(self, txid: int) -> tuple[Any, dict[str, Any] | None]:
         b = self.inflight.get(txid - 1)
         if b is not None:
@@ -399,7 +416,8 @@ class Coordinator:
         return self.committed_meta, self.committed_partitions
 
     def _fill(self, now: float) -> list[Action]:
-        """Emit txids while fewer than ``max_spout_pending`` are in flight."""
+        """Emit txids while fewer than ``max_spout_pending`` are in flight (new ones as the
+        launch policy allows: rule 7)."""
         actions: list[Action] = []
         while self.planning is None and self._may_emit():
             t = self.next_txid
@@ -411,6 +429,8 @@ class Coordinator:
                 continue
             if now < self.next_poll:
                 break                                  # the spout had nothing a moment ago
+            if not self._may_plan():
+                break                                  # a batch is processing: plan when it ends
             prev_meta, prev_parts = self._prev(t)
             self.planning = t
             actions.append(Plan(t, prev_meta, prev_parts, self.keep.get(t)))

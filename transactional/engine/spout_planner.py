@@ -69,6 +69,12 @@ class Planner(Protocol):
     def busy(self) -> bool:
         """True when the spouts have work outside the coordinator's txids."""
 
+    def backlogged(self) -> bool:
+        """True when the last ``plan`` left input behind (a spout's batch hit its cap): the
+        launch policy (``transactional.engine.launch``) fills every slot then. Default:
+        True (a planner that cannot tell is planned as Storm does, whenever a slot is free)."""
+        return True
+
     def pending(self) -> dict[str, int]:
         """Tracked spout tuples not yet decided, per spout."""
 
@@ -256,6 +262,16 @@ class SpoutsPlanner(Planner):
 
     def busy(self) -> bool:
         """No work outside the coordinator's txids."""
+        return False
+
+    def backlogged(self) -> bool:
+        """True when a spout's coordinator says its last plan left input behind
+        (``backlogged()`` of ``transactional.spout``'s coordinators; one without it counts as
+        backlogged)."""
+        for p in self.planners.values():
+            ask = getattr(p.coordinator, "backlogged", None)
+            if ask is None or ask():
+                return True
         return False
 
     def pending(self) -> dict[str, int]:
