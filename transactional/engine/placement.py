@@ -29,7 +29,11 @@ small batch ran faster there than as a job; None ("auto", opt-in), under
 the same conditions as above (``auto_on``), a batch of at most ``AUTO_MAX_RECORDS``
 records whose expected work fits ``DRIVER_BUDGET_SECS`` runs here; N > 0: at most N
 records, on any master, without the work bound. The work budget applies to a
-batch whenever one of the two settings in use is "auto".
+batch whenever one of the two settings in use is "auto". Under "auto" with sized spouts
+the driver's utilization is bounded too (``DriverLoad``): a batch placed while another
+processes here, or when the batches processed here took more than ``DRIVER_SHARE`` of the
+last second, is a Spark job -- the driver's thread also plans and commits, and batches
+here run one after another where Spark has a worker per core.
 """
 
 from __future__ import annotations
