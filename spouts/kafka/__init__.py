@@ -194,11 +194,8 @@ class _KafkaSpout:
         cfg: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "group.id": group,
                                "client.id": f"trident-{role}", "logger": _CLIENT_LOG,
                                # ranges are planned below the high watermark: there is data
-                               # to return, so a long poll only adds latency per batch; Tansu
-                               # holds a fetch the whole wait even then, so an emitter, which
-                               # reads a range per assign, waits 2 ms (4 ranges of 250 records
-                               # read in 23 ms at 2 ms, 96-102 ms at 20; docs/kafka.md)
-                               "fetch.wait.max.ms": 2 if role == "emitter" else 20,
+                               # to return, so a long poll only adds latency per batch
+                               "fetch.wait.max.ms": 20,
                                # an emitter reads one planned range per assign and drops what
                                # it fetched beyond it at unassign: prefetch about one range, and
                                # do not back off a second when the queue was full (a read after
