@@ -84,13 +84,14 @@ class Jobs:
             self.placed["driver" if here else "spark"] += 1
             log.debug("txid %d: processing %s", attempt.txid, "in the driver's process" if here else "as a Spark job")
         cpu = time.thread_time()
+        wall = time.perf_counter()
         try:
             r = run_processing(ctx.plan, self.local if here else self.executor,
                                self.local_shared if here else self.shared,
                                self.run_id, ctx.conf, attempt, meta, cleanup_before, group, fed)
         finally:
             if here and self.small is not None:
-                self.small.left(time.thread_time() - cpu)     # the driver's load (placement.DriverLoad)
+                self.small.left(time.perf_counter() - wall)     # the driver's load (placement.DriverLoad)
         if self.small is not None and not r.failures:
             # the work: this thread's CPU time here (not the wall time other threads share),
             # the seconds the tasks ran on Spark's workers

@@ -64,10 +64,12 @@ DRIVER_BUDGET_SECS = 1.0
 #: plans and commits) stops being the faster: at 100k records/s (batches of 25,000) the
 #: driver made the p50 worse (docs/performance.md, "Latency: Kafka to Redis")
 AUTO_MAX_RECORDS = 10_000
-#: the most of the last ``LOAD_WINDOW_SECS`` the driver's thread may have spent processing
-#: batches (their CPU seconds) for another batch of sized spouts to run there in the "auto"
-#: setting (``DriverLoad``): the same thread plans and commits, and at 10k Kafka records/s
-#: batches run one after another there fell behind the input (docs/performance.md)
+#: the most of the last ``LOAD_WINDOW_SECS`` the driver's process may have spent processing
+#: batches (their wall seconds) for another batch of sized spouts to run there in the "auto"
+#: setting (``DriverLoad``): the same process plans and commits, and at 10k Kafka records/s
+#: batches run one after another there fell behind the input (docs/performance.md). Wall,
+#: not CPU: a Kafka batch here waited ~100 ms on fetches for ~10 ms of CPU, and bounding
+#: the CPU let the driver take nearly every batch (p50 1.5-3.5 s at 10k/s; 0.8 s with wall)
 DRIVER_SHARE = 0.5
 #: the window ``DRIVER_SHARE`` is measured over (seconds)
 LOAD_WINDOW_SECS = 1.0
@@ -139,7 +141,7 @@ class DriverLoad:
     whether one more batch may be processed here now -- none is (batches here run on one
     interpreter, under one lock, beside the thread that plans and commits: a second one
     waits for the first instead of running on a free Spark worker), and the batches
-    processed here in the last ``window`` seconds took at most ``share`` of it (their CPU
+    processed here in the last ``window`` seconds took at most ``share`` of it (their wall
     seconds, counted when they end). ``left`` ends an admitted batch. Thread-safe: the job
     threads place their batches concurrently.
 
@@ -159,11 +161,11 @@ class DriverLoad:
         self.window = window
         self.clock = clock
         self.running = 0
-        self._ended: list[tuple[float, float]] = []      # (when, CPU seconds) of batches here
+        self._ended: list[tuple[float, float]] = []      # (when, wall seconds) of batches here
         self._lock = threading.Lock()
 
     def used(self) -> float:
-        """The CPU seconds of the batches processed here that ended within the window."""
+        """The seconds of the batches processed here that ended within the window."""
         with self._lock:
             return self._used(self.clock())
 
@@ -180,11 +182,11 @@ class DriverLoad:
             self.running += 1
             return True
 
-    def left(self, cpu_secs: float) -> None:
-        """An admitted batch ended (or failed) after ``cpu_secs`` of this process's time."""
+    def left(self, secs: float) -> None:
+        """An admitted batch ended (or failed) after ``secs`` (wall) of processing here."""
         with self._lock:
             self.running = max(0, self.running - 1)
-            self._ended.append((self.clock(), max(0.0, cpu_secs)))
+            self._ended.append((self.clock(), max(0.0, secs)))
 
 
 class SmallBatches:
@@ -240,10 +242,10 @@ class SmallBatches:
         (then ``left(busy)`` must follow when its processing ends, whatever the outcome)."""
         return self(meta) and (self.load is None or self.load.admit())
 
-    def left(self, cpu_secs: float) -> None:
-        """A batch ``take`` placed here ended after ``cpu_secs`` of this thread's time."""
+    def left(self, secs: float) -> None:
+        """A batch ``take`` placed here ended after ``secs`` (wall) of processing."""
         if self.load is not None:
-            self.load.left(cpu_secs)
+            self.load.left(secs)
 
     def ran(self, meta: Any, busy_secs: float) -> None:
         """A batch of ``meta`` was processed (here or on Spark) in ``busy_secs`` of its
