@@ -419,7 +419,7 @@ def _fresh_case(system: str, rate: int, seconds: float, warmup: float, extra: li
 def serve_trident(args: Any) -> None:
     """The Kafka word count as a user writes it (Trident, ``parallelism_hint(2)``, the
     columnar split, ``counters`` in Redis), run with ``TopologyConfig`` defaults but for
-    ``--poll-interval``; stamps every batch's transitions and the Spark jobs' times."""
+    ``--poll-interval`` and ``--on-driver``; stamps every batch's transitions and the Spark jobs' times."""
     sys.path.insert(0, HERE)
     from kafka_wordcount import build_trident
 
@@ -432,6 +432,8 @@ def serve_trident(args: Any) -> None:
     overrides: dict[str, Any] = {"poll_interval_secs": args.poll_interval} if args.poll_interval is not None else {}
     if args.launch_policy is not None:
         overrides["launch_policy"] = args.launch_policy
+    if args.on_driver != "default":
+        overrides["driver_batch_max_records"] = None if args.on_driver == "auto" else int(args.on_driver)
     cfg = TopologyConfig(spark_master=args.master, spark_ui=False, state=args.redis, progress=False,
                          idle_timeout_secs=args.idle_secs, max_spout_pending=args.max_spout_pending, **overrides)
     sc = get_or_create_context(cfg)
@@ -463,7 +465,9 @@ def serve_trident(args: Any) -> None:
     spark = _spark_jobs(sc, jobs0)
     batches = [{"txid": t, **d, **spark.get(t, {}), **_round_before(rounds, d["launched"])}
                for t, d in sorted(stamps.items()) if "committed" in d and "launched" in d]
-    own = {"batches": batches, "batches_committed": r.batches_committed}
+    own = {"batches": batches, "batches_committed": r.batches_committed,
+           # a batch processed in the driver's process has no Spark job
+           "driver_batches": sum(1 for b in batches if "job_submitted" not in b)}
     with open(args.out, "w") as f:
         json.dump(own, f)
 
@@ -562,6 +566,8 @@ def main_serve() -> None:
     ap.add_argument("--batch", type=int, default=50_000, help="at most this many records a batch")
     ap.add_argument("--poll-interval", type=float, default=None, help="default: TopologyConfig's")
     ap.add_argument("--idle-secs", type=float, default=3.0)
+    ap.add_argument("--on-driver", default="default",
+                    help="driver_batch_max_records: 'default' (TopologyConfig's), 'auto', or N (0: every batch on Spark)")
     args = ap.parse_args()
     if args.produce:
         produce_paced(args.bootstrap, args.topic, args.rate, args.records, args.out)

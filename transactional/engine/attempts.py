@@ -18,7 +18,14 @@ from transactional.engine.drpc import driver_rules
 from transactional.engine.executors import InProcessExecutor
 from transactional.engine.faults import crash_point
 from transactional.engine.interpreter import run_processing
-from transactional.engine.placement import DRIVER_BUDGET_SECS, SmallBatches, max_calls, max_records, sized_rules
+from transactional.engine.placement import (
+    DRIVER_BUDGET_SECS,
+    DriverLoad,
+    SmallBatches,
+    max_calls,
+    max_records,
+    sized_rules,
+)
 from transactional.engine.reports import PhaseReport, ProcessingResult
 from transactional.engine.spark import SparkExecutor, get_or_create_context, ship, spark_app_name
 from transactional.engine.store import CoordinatorStore
@@ -72,13 +79,19 @@ class Jobs:
         """Run the processing phase of ``attempt`` as one job in job group ``group`` (call
         from the thread that owns the attempt); ``fed``: a core topology's spout output."""
         ctx = self.ctx
-        here = self.small is not None and fed is None and self.small(meta)
+        here = self.small is not None and fed is None and self.small.take(meta)
         if isinstance(self.executor, SparkExecutor):
             self.placed["driver" if here else "spark"] += 1
             log.debug("txid %d: processing %s", attempt.txid, "in the driver's process" if here else "as a Spark job")
         cpu = time.thread_time()
-        r = run_processing(ctx.plan, self.local if here else self.executor, self.local_shared if here else self.shared,
-                           self.run_id, ctx.conf, attempt, meta, cleanup_before, group, fed)
+        wall = time.perf_counter()
+        try:
+            r = run_processing(ctx.plan, self.local if here else self.executor,
+                               self.local_shared if here else self.shared,
+                               self.run_id, ctx.conf, attempt, meta, cleanup_before, group, fed)
+        finally:
+            if here and self.small is not None:
+                self.small.left(time.perf_counter() - wall)     # the driver's load (placement.DriverLoad)
         if self.small is not None and not r.failures:
             # the work: this thread's CPU time here (not the wall time other threads share),
             # the seconds the tasks ran on Spark's workers
@@ -104,16 +117,20 @@ def small_batches(ctx: RunContext, master: str) -> SmallBatches | None:
     (``transactional.engine.placement``): batches of DRPC calls, at most
     ``drpc_on_driver_max_calls`` (None, "auto": ``drpc_batch_size`` on a local master,
     within a work budget), and of sized spouts' records (Kafka), at most
-    ``driver_batch_max_records`` (the same "auto"); None when no batch does (both 0, a
+    ``driver_batch_max_records`` (the same "auto", and then one batch at a time within
+    ``placement.DRIVER_SHARE`` of the driver's time); None when no batch does (both 0, a
     cluster master under "auto", or commits on the executors: their processing output
     stays on the executors)."""
     if ctx.plan.commits_on_executors:
         return None
     calls, calls_auto = max_calls(ctx.config, master)
     records, records_auto = max_records(ctx.config, master)
-    rules = {**driver_rules(ctx.topology, calls), **sized_rules(ctx.topology, records)}
+    sized = sized_rules(ctx.topology, records)
+    rules = {**driver_rules(ctx.topology, calls), **sized}
     auto = (calls_auto and calls > 0) or (records_auto and records > 0)
-    return SmallBatches(rules, DRIVER_BUDGET_SECS if auto else None) if rules else None
+    # "auto" with sized spouts: also the driver's utilization bound (one batch at a time there)
+    load = DriverLoad() if records_auto and sized else None
+    return SmallBatches(rules, DRIVER_BUDGET_SECS if auto else None, load) if rules else None
 
 
 class Attempts:

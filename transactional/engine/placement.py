@@ -29,7 +29,11 @@ small batch ran faster there than as a job; None ("auto", opt-in), under
 the same conditions as above (``auto_on``), a batch of at most ``AUTO_MAX_RECORDS``
 records whose expected work fits ``DRIVER_BUDGET_SECS`` runs here; N > 0: at most N
 records, on any master, without the work bound. The work budget applies to a
-batch whenever one of the two settings in use is "auto".
+batch whenever one of the two settings in use is "auto". Under "auto" with sized spouts
+the driver's utilization is bounded too (``DriverLoad``): a batch placed while another
+processes here, or when the batches processed here took more than ``DRIVER_SHARE`` of the
+last second, is a Spark job -- the driver's thread also plans and commits, and batches
+here run one after another where Spark has a worker per core.
 """
 
 from __future__ import annotations
@@ -38,13 +42,15 @@ import os
 import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from transactional.config import TopologyConfig
 
-__all__ = ["AUTO_MAX_RECORDS", "DRIVER_BUDGET_SECS", "Rule", "SmallBatches", "auto_on", "max_calls", "max_records",
-           "sized_rules"]
+__all__ = ["AUTO_MAX_RECORDS", "DRIVER_BUDGET_SECS", "DRIVER_SHARE", "DriverLoad", "Rule", "SmallBatches", "auto_on",
+           "max_calls", "max_records", "sized_rules"]
 
 #: the expected work of a batch (CPU seconds of its tasks) that may still run on the driver in
 #: the "auto" setting; a heavier batch is a Spark job. The break-even on a small machine: on
@@ -58,6 +64,15 @@ DRIVER_BUDGET_SECS = 1.0
 #: plans and commits) stops being the faster: at 100k records/s (batches of 25,000) the
 #: driver made the p50 worse (docs/performance.md, "Latency: Kafka to Redis")
 AUTO_MAX_RECORDS = 10_000
+#: the most of the last ``LOAD_WINDOW_SECS`` the driver's process may have spent processing
+#: batches (their wall seconds) for another batch of sized spouts to run there in the "auto"
+#: setting (``DriverLoad``): the same process plans and commits, and at 10k Kafka records/s
+#: batches run one after another there fell behind the input (docs/performance.md). Wall,
+#: not CPU: a Kafka batch here waited ~100 ms on fetches for ~10 ms of CPU, and bounding
+#: the CPU let the driver take nearly every batch (p50 1.5-3.5 s at 10k/s; 0.8 s with wall)
+DRIVER_SHARE = 0.5
+#: the window ``DRIVER_SHARE`` is measured over (seconds)
+LOAD_WINDOW_SECS = 1.0
 #: how much one batch's measured work moves the estimate (an exponential average)
 _WEIGHT = 0.3
 #: a spout's part of a batch's metadata -> its size (calls, records), or None: not on the driver
@@ -121,10 +136,64 @@ def _at_most(planned: Callable[[Any], int], most: int) -> Rule:
     return rule
 
 
+class DriverLoad:
+    """The utilization bound of the driver's process (``DRIVER_SHARE``): ``admit`` says
+    whether one more batch may be processed here now -- none is (batches here run on one
+    interpreter, under one lock, beside the thread that plans and commits: a second one
+    waits for the first instead of running on a free Spark worker), and the batches
+    processed here in the last ``window`` seconds took at most ``share`` of it (their wall
+    seconds, counted when they end). ``left`` ends an admitted batch. Thread-safe: the job
+    threads place their batches concurrently.
+
+    >>> now = [0.0]
+    >>> load = DriverLoad(share=0.5, window=1.0, clock=lambda: now[0])
+    >>> load.admit(), load.admit()       # a second batch while the first one runs: not here
+    (True, False)
+    >>> load.left(0.6); load.admit()     # 0.6 s of the last second: the driver is busy enough
+    False
+    >>> now[0] = 1.5; load.admit()       # a second later the window is clear again
+    True
+    """
+
+    def __init__(self, share: float = DRIVER_SHARE, window: float = LOAD_WINDOW_SECS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share = share
+        self.window = window
+        self.clock = clock
+        self.running = 0
+        self._ended: list[tuple[float, float]] = []      # (when, wall seconds) of batches here
+        self._lock = threading.Lock()
+
+    def used(self) -> float:
+        """The seconds of the batches processed here that ended within the window."""
+        with self._lock:
+            return self._used(self.clock())
+
+    def _used(self, now: float) -> float:
+        self._ended = [(t, c) for t, c in self._ended if t > now - self.window]
+        return sum(c for _, c in self._ended)
+
+    def admit(self) -> bool:
+        """True (and the batch counts as running here until ``left``) when one more batch
+        may be processed in the driver's process now."""
+        with self._lock:
+            if self.running or self._used(self.clock()) > self.share * self.window:
+                return False
+            self.running += 1
+            return True
+
+    def left(self, secs: float) -> None:
+        """An admitted batch ended (or failed) after ``secs`` (wall) of processing here."""
+        with self._lock:
+            self.running = max(0, self.running - 1)
+            self._ended.append((self.clock(), max(0.0, secs)))
+
+
 class SmallBatches:
     """The test of a batch's metadata (``{spout_id: meta}``): does its processing run in the
     driver's process? ``rules``: spout id -> ``Rule``; ``budget_secs``: the most expected
-    work (None: no bound). ``ran`` feeds it each processed batch's measured work.
+    work (None: no bound); ``load``: the utilization bound (``DriverLoad``; None: none),
+    which ``take`` applies. ``ran`` feeds it each processed batch's measured work.
 
     >>> small = SmallBatches({"drpc": lambda m: len(m) if len(m) <= 4 else None}, budget_secs=0.1)
     >>> small({"drpc": [1, 2]}), small({"drpc": [1] * 5}), small({"drpc": [1], "kafka": {"0": [0, 9]}})
@@ -134,9 +203,11 @@ class SmallBatches:
     (True, False)
     """
 
-    def __init__(self, rules: Mapping[str, Rule], budget_secs: float | None = None) -> None:
+    def __init__(self, rules: Mapping[str, Rule], budget_secs: float | None = None,
+                 load: DriverLoad | None = None) -> None:
         self.rules = dict(rules)
         self.budget_secs = budget_secs
+        self.load = load
         #: the least work a batch took (its fixed part, as far as it is known), and the work
         #: of each item beyond it (an average over the batches measured; None: none yet)
         self.floor = 0.0
@@ -165,6 +236,16 @@ class SmallBatches:
         if n is None:
             return False
         return self.budget_secs is None or self.expected(n) <= self.budget_secs
+
+    def take(self, meta: Any) -> bool:
+        """Place a batch: True when it is small (``__call__``) and the driver's load admits it
+        (then ``left(busy)`` must follow when its processing ends, whatever the outcome)."""
+        return self(meta) and (self.load is None or self.load.admit())
+
+    def left(self, secs: float) -> None:
+        """A batch ``take`` placed here ended after ``secs`` (wall) of processing."""
+        if self.load is not None:
+            self.load.left(secs)
 
     def ran(self, meta: Any, busy_secs: float) -> None:
         """A batch of ``meta`` was processed (here or on Spark) in ``busy_secs`` of its
