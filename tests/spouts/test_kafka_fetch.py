@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
+from collectors import RowCollector as Collector
 
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
 from spouts.kafka.emitter import KafkaEmitter
@@ -27,17 +28,6 @@ FIELDS = ("partition", "offset", "value")
 #: partition -> its planned range in batch TX
 META = {"0": {"start": 3, "end": 17}, "1": {"start": 0, "end": 3}, "2": {"start": 2, "end": 7},
         "3": {"start": 0, "end": 5}}
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.rows: list[tuple] = []
-
-    def emit(self, values: tuple, stream: str = "default") -> None:
-        self.rows.append(values)
-
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
-        self.rows.append(values)
 
 
 ASSIGNED: list[list[int]] = []

@@ -10,6 +10,7 @@ import pickle
 import time
 
 import pytest
+from collectors import RowCollector as Collector
 from pyspark import cloudpickle
 
 from spouts.kafka import KafkaTransactionalSpout, OpaqueKafkaTransactionalSpout
@@ -20,19 +21,6 @@ from transactional.tuples import Fields, TransactionAttempt
 pytestmark = pytest.mark.integration
 
 TX1 = TransactionAttempt(1, 1)
-
-
-class Collector:
-    """What an emitter task emits, in order."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple] = []
-
-    def emit(self, values: tuple, stream: str = "default") -> None:
-        self.rows.append(values)
-
-    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
-        self.rows.append(values)
 
 
 class Declarer:

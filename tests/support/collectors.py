@@ -18,3 +18,16 @@ class Collector:
 
     def emit(self, values: tuple, stream: str = "default") -> None:
         self.tuples.append(values)
+
+
+class RowCollector:
+    """What an emitter task emits as tuples, in order (``rows``)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def emit(self, values: tuple, stream: str = "default") -> None:
+        self.rows.append(values)
+
+    def emit_direct(self, task: int, values: tuple, stream: str = "default") -> None:
+        self.rows.append(values)
