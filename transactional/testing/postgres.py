@@ -36,6 +36,12 @@ def postgres_bin_dir() -> Path | None:
     return Path(w).parent if w else None
 
 
+def _runuser() -> str:
+    """``runuser``: on PATH, else where util-linux puts it (``/usr/sbin``, ``/sbin``: not on a
+    non-root user's PATH, nor on one set to ``/usr/bin:/bin``)."""
+    return shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
+
+
 class ManagedPostgres(ManagedProcess):
     """``postgres -D <tmp>/data -p P -k <tmp> -c listen_addresses=127.0.0.1`` (trust auth,
     superuser ``postgres``; fsync off unless ``durable=True``: tests crash the clients, and
@@ -52,7 +58,7 @@ class ManagedPostgres(ManagedProcess):
         self.as_user = "postgres" if os.geteuid() == 0 else None
 
     def _run_as(self, cmd: list[str]) -> list[str]:
-        return ["runuser", "-u", self.as_user, "--", *cmd] if self.as_user else cmd
+        return [_runuser(), "-u", self.as_user, "--", *cmd] if self.as_user else cmd
 
     @property
     def data_dir(self) -> Path:
