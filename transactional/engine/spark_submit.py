@@ -9,9 +9,10 @@ again, the broadcasts' list, the call site set and reset, the result's socket re
 a Java array. Each costs 0.1–0.8 ms here, more when the machine is busy, and the Java
 objects they leave are deleted with more calls later. ``Submitter.collect`` does the same
 with what does not change between jobs made once: the JVM classes and methods, the
-environment, the includes, the broadcasts' list per set of broadcasts, the Scala RDD a
-job reads from (the spout stage's input is one RDD a run). What reaches the JVM is what
-PySpark sends: the same pickled function, environment, includes, broadcasts, job.
+environment, the includes, the broadcasts' list per set of broadcasts, and the Scala RDD
+of an input many jobs read (``remember``; the engine's spout input stays a new RDD a
+batch: docs/design.md). What reaches the JVM is what PySpark sends: the same pickled
+function, environment, includes, broadcasts, job.
 
 For any other RDD (not pipelined, already built, a barrier, profiled), or a PySpark
 without these internals, it is PySpark's ``collect``.
